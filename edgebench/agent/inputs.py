@@ -1,0 +1,64 @@
+"""Model inputs: from an .npz file, or random and seeded from the declared shapes and dtypes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .runtimes import InputInfo
+
+
+class InputError(Exception):
+    """An input cannot be made: unknown name, wrong rank, missing array."""
+
+
+def resolve_shape(info: InputInfo, override: list[int] | None, warnings: list[str]) -> list[int]:
+    if override is not None:
+        if len(override) != len(info.shape):
+            raise InputError(f"--shape {info.name}: rank {len(override)} but the model declares "
+                             f"{len(info.shape)} dimensions {info.shape}")
+        return [int(d) for d in override]
+    shape = []
+    for axis, dim in enumerate(info.shape):
+        if isinstance(dim, int) and dim > 0:
+            shape.append(dim)
+        else:
+            warnings.append(f"input '{info.name}' dimension {axis} ({dim or '?'}) is dynamic; using 1 "
+                            f"(set --shape {info.name}=...)")
+            shape.append(1)
+    return shape
+
+
+def random_array(np: Any, rng: Any, shape: list[int], dtype: str) -> Any:
+    if dtype == "bool":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if dtype.startswith(("int", "uint")):
+        # Small non-negative ids stay valid for embedding lookups and gathers of any size.
+        return rng.integers(0, 10, size=shape).astype(dtype)
+    return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+
+
+def make_inputs(infos: list[InputInfo], shapes: dict[str, list[int]], seed: int,
+                npz_path: str | None, warnings: list[str]) -> dict[str, Any]:
+    import numpy as np
+
+    unknown = set(shapes) - {i.name for i in infos}
+    if unknown:
+        names = ", ".join(i.name for i in infos)
+        raise InputError(f"--shape names unknown input '{sorted(unknown)[0]}' (inputs: {names})")
+    arrays: dict[str, Any] = {}
+    if npz_path:
+        with np.load(npz_path, allow_pickle=False) as data:
+            arrays = {k: np.ascontiguousarray(data[k]) for k in data.files}
+        missing = [i.name for i in infos if i.name not in arrays]
+        if missing:
+            raise InputError(f"inputs file has no array '{missing[0]}' (it has: {', '.join(sorted(arrays))})")
+        return {i.name: arrays[i.name].astype(i.dtype, copy=False) for i in infos}
+    rng = np.random.default_rng(seed)
+    for info in infos:
+        shape = resolve_shape(info, shapes.get(info.name), warnings)
+        arrays[info.name] = random_array(np, rng, shape, info.dtype)
+    return arrays
+
+
+def describe(arrays: dict[str, Any]) -> dict[str, dict]:
+    return {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in arrays.items()}

@@ -1,0 +1,83 @@
+"""Measurement policy on the device: warm-up by count and time, then samples until runs AND seconds.
+
+Knows nothing of models or devices: it times a zero-argument step with the device's monotonic clock.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass
+class Policy:
+    warmup_runs: int = 1
+    warmup_s: float = 0.5
+    runs: int = 100
+    min_s: float = 1.0
+    max_s: float = 60.0
+
+
+def time_once(step: Callable[[], object]) -> float:
+    """One call in milliseconds."""
+    start = time.perf_counter_ns()
+    step()
+    return (time.perf_counter_ns() - start) / 1e6
+
+
+def warm_up(step: Callable[[], object], policy: Policy) -> tuple[int, float]:
+    """At least `warmup_runs` calls and `warmup_s` seconds (bounded by max_s); returns (calls, seconds)."""
+    start = time.perf_counter()
+    calls = 0
+    while calls < policy.warmup_runs or time.perf_counter() - start < policy.warmup_s:
+        step()
+        calls += 1
+        if time.perf_counter() - start > policy.max_s:
+            break
+    return calls, time.perf_counter() - start
+
+
+def sample(step: Callable[[], object], policy: Policy) -> tuple[list[float], bool]:
+    """Time calls until at least `runs` samples and `min_s` seconds; stop at `max_s`.
+
+    Returns the samples in ms and whether max_s cut the run short of `runs`.
+    """
+    samples: list[float] = []
+    clock = time.perf_counter_ns
+    start = clock()
+    max_ns, min_ns = policy.max_s * 1e9, policy.min_s * 1e9
+    while True:
+        t0 = clock()
+        step()
+        t1 = clock()
+        samples.append((t1 - t0) / 1e6)
+        elapsed = t1 - start
+        if elapsed >= max_ns:
+            return samples, len(samples) < policy.runs
+        if len(samples) >= policy.runs and elapsed >= min_ns:
+            return samples, False
+
+
+def peak_rss_mb() -> float:
+    """High-water resident set of this process (VmHWM), in MB."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def current_rss_mb() -> float | None:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None

@@ -1,0 +1,61 @@
+"""The `edgebench` command line. Only this package prints, configures logging or exits.
+
+Each verb lives in its own module with a `register(app)` function.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+import typer
+
+from ..errors import EdgebenchError, one_line
+
+# Modules under edgebench.cli that add commands; each has register(app).
+COMMAND_MODULES = ("core",)
+
+
+def build_app() -> typer.Typer:
+    app = typer.Typer(
+        name="edgebench", add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+        help="Device benchmarking and profiling lab harness for on-device AI.",
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+
+    @app.callback()
+    def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for internal errors.")) -> None:
+        """Device benchmarking and profiling lab harness for on-device AI."""
+
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"{__name__}.{name}").register(app)
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: run the command, turn errors into one line and an exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    try:
+        rc = build_app()(args=argv, prog_name="edgebench", standalone_mode=False)
+    except EdgebenchError as exc:
+        _fail(one_line(exc), exc.exit_code, debug)
+    except click.exceptions.UsageError as exc:
+        _fail(exc.format_message().splitlines()[0] if exc.format_message() else "usage error", 2, debug)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        _fail("interrupted", 130, debug)
+    except Exception as exc:  # noqa: BLE001 - never a traceback unless --debug
+        _fail(f"internal error: {type(exc).__name__}: {one_line(exc)} (run with --debug for details)", 1, debug)
+    sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _fail(message: str, code: int, debug: bool) -> None:
+    if debug:
+        import traceback
+
+        traceback.print_exc()
+    print(f"edgebench: error: {message}", file=sys.stderr)
+    sys.exit(code)

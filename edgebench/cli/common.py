@@ -1,0 +1,114 @@
+"""Options and output helpers shared by the verbs: store, lab, devices, JSON on stdout, notes on stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ..device import Device
+from ..errors import UserError
+from ..lab import Lab, load_lab
+from ..records import Record
+
+STORE_OPT = typer.Option(Path("edgebench.db"), "--store", help="SQLite result store.")
+LAB_OPT = typer.Option(Path("devices"), "--lab", help="Folder of device descriptors.")
+JSON_OPT = typer.Option(False, "--json", help="Print {\"records\": [...]} on stdout, nothing else.")
+
+
+def note(message: str) -> None:
+    """Progress, warnings and logs: always stderr, so --json stdout stays clean."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def warn(messages: Iterable[str], prefix: str = "") -> None:
+    for m in messages:
+        note(f"edgebench: warning: {prefix}{m}")
+
+
+def print_json(document: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(document, indent=1, default=str, allow_nan=False) + "\n")
+    sys.stdout.flush()
+
+
+def records_json(records: Iterable[Record], **extra: Any) -> dict[str, Any]:
+    return {"records": [_finite(r.to_dict()) for r in records], **extra}
+
+
+def _finite(d: dict[str, Any]) -> dict[str, Any]:
+    v = d.get("value")
+    if isinstance(v, float) and v != v or v in (float("inf"), float("-inf")):
+        d["value"] = None
+    return d
+
+
+def parse_shapes(values: list[str] | None) -> dict[str, list[int]]:
+    """--shape NAME=1x3x224x224 (repeatable)."""
+    shapes: dict[str, list[int]] = {}
+    for value in values or []:
+        name, sep, dims = value.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = [int(d) for d in dims.lower().split("x")]
+            if any(d <= 0 for d in shapes[name]):
+                raise ValueError
+        except ValueError:
+            raise UserError(f"--shape {value!r}: expected NAME=DIMS like input=1x3x224x224") from None
+    return shapes
+
+
+def parse_cpus(value: str | None) -> list[int] | None:
+    """--affinity 4-7 or 0,2,4."""
+    if not value:
+        return None
+    cpus: list[int] = []
+    try:
+        for part in value.split(","):
+            lo, _, hi = part.partition("-")
+            cpus += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
+    except ValueError:
+        raise UserError(f"--affinity {value!r}: expected CPU numbers like 0-3 or 4,5") from None
+    return sorted(set(cpus))
+
+
+def open_lab(lab: Path) -> Lab:
+    return load_lab(lab)
+
+
+@contextmanager
+def connected(lab: Lab, name: str):  # type: ignore[no-untyped-def]
+    """Open the named device for the duration of a command."""
+    spec = lab.get(name)
+    device = Device(spec)
+    try:
+        yield device
+    finally:
+        device.close()
+
+
+def render_table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for c in columns:
+        table.add_column(c)
+    for row in rows:
+        table.add_row(*[_cell(v) for v in row])
+    Console(soft_wrap=True).print(table)
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={_cell(x)}" for k, x in v.items())
+    return str(v)

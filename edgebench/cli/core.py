@@ -1,0 +1,154 @@
+"""Verbs: devices, bench, results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..errors import UserError
+from ..jobs import Job
+from ..models import resolve_model
+from ..oneshot import run_now
+from ..records import Record
+from .common import (
+    JSON_OPT,
+    LAB_OPT,
+    STORE_OPT,
+    note,
+    open_lab,
+    parse_cpus,
+    parse_shapes,
+    print_json,
+    records_json,
+    render_table,
+    warn,
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("devices")(devices)
+    app.command("bench")(bench)
+    app.command("results")(results)
+
+
+def devices(
+    lab: Path = LAB_OPT,
+    check: bool = typer.Option(False, "--check", help="Reach each device and report what it has."),
+    as_json: bool = JSON_OPT,
+) -> int:
+    """List the lab's devices (local always exists); --check reaches each one."""
+    from ..health import check_devices
+
+    the_lab = open_lab(lab)
+    if check:
+        reports = check_devices(the_lab, the_lab.names())
+        if as_json:
+            print_json({"devices": [r.to_dict() for r in reports]})
+        else:
+            render_table("devices", ["device", "transport", "reachable", "arch", "cores", "memory MB", "kernel",
+                                     "runtimes", "sensors", "error"],
+                         [[r.name, r.transport, r.reachable, r.arch, r.cores, r.memory_mb, r.kernel,
+                           r.runtimes, r.sensors, r.error] for r in reports])
+        return 3 if any(not r.reachable for r in reports) else 0
+    specs = [the_lab.devices[n] for n in the_lab.names()]
+    if as_json:
+        print_json({"devices": [{"name": s.name, "transport": s.transport, "soc": s.soc, "agent": s.agent,
+                                 "source": s.source} for s in specs]})
+    else:
+        render_table("devices", ["device", "transport", "soc", "descriptor"],
+                     [[s.name, s.transport, s.soc, s.source] for s in specs])
+    return 0
+
+
+def bench(
+    model: str = typer.Argument(..., help="Model file (.onnx, .mnn) or builtin:NAME."),
+    device: str = typer.Option("local", "--device", "-d"),
+    runtime: str = typer.Option("onnxruntime", "--runtime", help="onnxruntime or mnn."),
+    threads: int = typer.Option(0, "--threads", help="Intra-op threads (0 = the runtime's default)."),
+    affinity: str = typer.Option(None, "--affinity", help="Pin the agent to CPUs, e.g. 4-7."),
+    shape: list[str] = typer.Option(None, "--shape", help="NAME=DIMS for dynamic inputs (repeatable)."),
+    inputs: Path = typer.Option(None, "--inputs", help=".npz with one array per model input."),
+    runs: int = typer.Option(100, "--runs", min=1, help="At least this many timed runs."),
+    warmup: int = typer.Option(1, "--warmup", min=0, help="At least this many warm-up runs (and 0.5 s)."),
+    min_seconds: float = typer.Option(1.0, "--min-seconds", min=0.0),
+    max_seconds: float = typer.Option(60.0, "--max-seconds", min=0.01),
+    seed: int = typer.Option(0, "--seed"),
+    timeout: float = typer.Option(None, "--timeout", help="Bound on every remote call (default: descriptor)."),
+    store: Path = STORE_OPT,
+    no_store: bool = typer.Option(False, "--no-store", help="Do not keep the results."),
+    lab: Path = LAB_OPT,
+    as_json: bool = JSON_OPT,
+) -> int:
+    """Benchmark a model's latency, load time and memory on a device."""
+    the_lab = open_lab(lab)
+    spec = the_lab.get(device)
+    ref = resolve_model(model)
+    if inputs is not None and not inputs.is_file():
+        raise UserError(f"{inputs}: inputs file not found")
+    params = {"threads": threads, "runs": runs, "warmup": warmup, "min_seconds": min_seconds,
+              "max_seconds": max_seconds, "seed": seed}
+    if affinity:
+        params["affinity"] = parse_cpus(affinity)
+    if shape:
+        params["shapes"] = parse_shapes(shape)
+    if inputs:
+        params["inputs"] = str(inputs)
+    job = Job(device=spec.name, probe="bench", model=ref, runtime=runtime, params=params, timeout_s=timeout)
+    note(f"edgebench: bench {ref.name} on {spec.name} ({runtime})")
+    shot = run_now(spec, [job], None if no_store else store, "bench")
+    for o in shot.outcomes:
+        warn(o.warnings, f"{o.job.device}: ")
+    shot.raise_first_error()
+    if as_json:
+        print_json(records_json(shot.records, run_id=shot.run_id))
+    else:
+        show_records(shot.records, f"bench {ref.name} on {spec.name} (run {shot.run_id})")
+    return 0
+
+
+def show_records(records: list[Record], title: str) -> None:
+    rows = [[r.device, r.model, r.runtime, r.probe, r.metric,
+             {k: v for k, v in r.params.items() if k != "stat"} or None, r.params.get("stat"), r.value, r.unit]
+            for r in records]
+    render_table(title, ["device", "model", "runtime", "probe", "metric", "params", "stat", "value", "unit"], rows)
+
+
+def results(
+    store: Path = STORE_OPT,
+    run: list[str] = typer.Option(None, "--run", help="Run id (repeatable; default: the latest run)."),
+    all_runs: bool = typer.Option(False, "--all", help="Every run in the store."),
+    as_json: bool = JSON_OPT,
+    as_csv: bool = typer.Option(False, "--csv", help="CSV on stdout."),
+    parquet: Path = typer.Option(None, "--parquet", help="Write a Parquet file."),
+) -> int:
+    """Export stored records (JSON, CSV or Parquet) or show them as a table."""
+    from ..store import Store
+
+    if not store.exists():
+        raise UserError(f"{store}: no such store")
+    with Store(store) as st:
+        run_ids = None if all_runs else (list(run) if run else [st.latest_run().run_id])
+        for rid in run_ids or []:
+            st.run(rid)
+        records = st.records(run_ids)
+        errors = st.errors(run_ids)
+        frame = st.records_frame(run_ids)
+    if as_json:
+        print_json(records_json(records, runs=run_ids, errors=errors))
+    elif as_csv:
+        import json
+        import sys
+
+        frame["params"] = frame["params"].map(lambda p: json.dumps(p, sort_keys=True))
+        frame.to_csv(sys.stdout, index=False)
+    elif parquet is not None:
+        import json
+
+        frame["params"] = frame["params"].map(lambda p: json.dumps(p, sort_keys=True))
+        frame.to_parquet(parquet, index=False)
+        note(f"edgebench: wrote {len(frame)} records to {parquet}")
+    else:
+        show_records(records, f"results ({', '.join(run_ids) if run_ids else 'all runs'})")
+        warn([f"{e['device']} {e['probe']} {e['model'] or ''}: {e['error']}" for e in errors], "failed job ")
+    return 0

@@ -1,0 +1,66 @@
+"""Pieces every model probe shares: the model file a runtime needs, pushed inputs, job timeouts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..device import Device
+from ..errors import ModelError, UserError
+from ..jobs import Job
+from ..models import ModelRef
+
+RUNTIMES = ("onnxruntime", "mnn")
+
+
+def job_timeout(device: Device, job: Job) -> float:
+    return job.timeout_s or device.spec.timeout_s
+
+
+def model_file_for(model: ModelRef, runtime: str) -> Path:
+    """The file the runtime loads: ONNX as is; for MNN an .mnn, converted from ONNX once and cached."""
+    if runtime not in RUNTIMES:
+        raise UserError(f"unknown runtime '{runtime}' (use {' or '.join(RUNTIMES)})")
+    if runtime == "mnn" and model.format == "onnx":
+        from ..convert import onnx_to_mnn
+
+        return onnx_to_mnn(model.path)
+    if runtime == "onnxruntime" and model.format == "mnn":
+        raise ModelError(f"{model.path}: onnxruntime cannot run an MNN model (use --runtime mnn)")
+    return model.path
+
+
+def require_model(job: Job) -> ModelRef:
+    if job.model is None:
+        raise UserError(f"probe '{job.probe}' needs a model (--model)")
+    return job.model
+
+
+def push_model_and_inputs(device: Device, job: Job, runtime: str) -> tuple[str, str | None]:
+    """Push the runtime's model file and the optional inputs .npz; return their remote paths."""
+    model = require_model(job)
+    local = [model_file_for(model, runtime)]
+    inputs = job.params.get("inputs")
+    if inputs:
+        path = Path(inputs)
+        if not path.is_file():
+            raise UserError(f"{inputs}: inputs file not found")
+        local.append(path)
+    remote = device.ensure_files(local, job_timeout(device, job))
+    return remote[0], remote[1] if inputs else None
+
+
+def shapes_param(job: Job) -> dict[str, list[int]]:
+    return {k: list(v) for k, v in (job.params.get("shapes") or {}).items()}
+
+
+def identity_params(job: Job, keys: tuple[str, ...] = ("threads", "affinity", "shapes", "inputs")) -> dict[str, Any]:
+    """The params that make a measurement what it is (paired on by gates); policy knobs stay out."""
+    out: dict[str, Any] = {}
+    for key in keys:
+        value = job.params.get(key)
+        if key == "threads":
+            out["threads"] = int(value or 0)
+        elif value:
+            out[key] = Path(value).name if key == "inputs" else value
+    return out
