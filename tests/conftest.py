@@ -1,0 +1,28 @@
+"""Shared fixtures. The real test lab (sshd boards, adb phones, sandbox sysfs, Dask) lives in
+edgebench.testing so labs can reuse it in their own CI; it is imported here as pytest fixtures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Built-in models and the local device's workdir go to one session-wide temp cache."""
+    cache = tmp_path_factory.getbasetemp() / "xdg-cache"
+    cache.mkdir(exist_ok=True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A clean working directory (store and reports land here)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
