@@ -1,0 +1,130 @@
+"""`edgebench bench` on `local` with real onnxruntime and MNN, through the real CLI process."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+pytestmark = pytest.mark.integration
+
+FAST = ["--runs", "100", "--min-seconds", "0", "--warmup", "1"]
+
+
+def edgebench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "edgebench", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={**os.environ})
+
+
+def small_dynamic_model(path: Path) -> Path:
+    """y = relu(x @ W) with a dynamic batch and sequence length."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [64, 32], np.random.default_rng(0).standard_normal(64 * 32))
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 32])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def metrics(doc: dict) -> dict[tuple[str, str | None], float]:
+    return {(r["metric"], r["params"].get("stat")): r["value"] for r in doc["records"]}
+
+
+@pytest.mark.parametrize("runtime", ["onnxruntime", "mnn"])
+def test_bench_json_and_store(workdir: Path, runtime: str) -> None:
+    res = edgebench("bench", "builtin:convnet", "--device", "local", "--runtime", runtime, "--threads", "1",
+                    *FAST, "--json", cwd=workdir)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)  # stdout is the JSON document and nothing else, even with MNN
+    got = metrics(doc)
+    for stat in ("p50", "p90", "p99", "mean", "min", "max"):
+        assert got[("latency_ms", stat)] > 0
+    assert got[("latency_ms", "min")] <= got[("latency_ms", "p50")] <= got[("latency_ms", "p99")]
+    for metric in ("load_ms", "first_inference_ms", "peak_rss_mb"):
+        assert got[(metric, None)] > 0
+    assert all(r["runtime"] == runtime and r["model"] == "convnet" and r["device"] == "local"
+               for r in doc["records"])
+    assert all(r["params"]["threads"] == 1 for r in doc["records"])
+    with sqlite3.connect(workdir / "edgebench.db") as db:
+        [(vals,)] = db.execute("SELECT vals FROM samples WHERE metric='latency_ms'").fetchall()
+        stored = db.execute("SELECT count(*) FROM records WHERE run_id=?", (doc["run_id"],)).fetchone()[0]
+        fingerprint = db.execute("SELECT fingerprint FROM devices").fetchone()[0]
+    samples = json.loads(vals)
+    assert len(samples) >= 100
+    assert np.percentile(samples, 50) == pytest.approx(got[("latency_ms", "p50")])
+    assert stored == len(doc["records"])
+    assert json.loads(fingerprint)["runtimes"]["onnxruntime"]
+
+
+def test_results_exports_json_and_csv(workdir: Path) -> None:
+    assert edgebench("bench", "builtin:convnet", *FAST, "--threads", "1", cwd=workdir).returncode == 0
+    res = edgebench("results", "--json", cwd=workdir)
+    assert res.returncode == 0, res.stderr
+    assert {r["metric"] for r in json.loads(res.stdout)["records"]} >= {"latency_ms", "load_ms"}
+    csv = edgebench("results", "--csv", cwd=workdir)
+    assert csv.stdout.splitlines()[0] == "run_id,device,probe,model,runtime,metric,value,unit,params,ts"
+    pq = edgebench("results", "--parquet", str(workdir / "r.parquet"), cwd=workdir)
+    assert pq.returncode == 0 and (workdir / "r.parquet").stat().st_size > 0
+
+
+def test_dynamic_shapes_and_p99_refusal(workdir: Path) -> None:
+    model = small_dynamic_model(workdir / "dyn.onnx")
+    res = edgebench("bench", str(model), "--shape", "x=2x7x64", "--runs", "20", "--min-seconds", "0",
+                    "--json", cwd=workdir)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert ("latency_ms", "p99") not in metrics(doc)
+    assert "p99 needs at least 100 samples" in res.stderr
+    assert doc["records"][0]["params"]["shapes"] == {"x": [2, 7, 64]}
+    # Without --shape the dynamic dims default to 1, loudly.
+    res = edgebench("bench", str(model), "--runs", "10", "--min-seconds", "0", "--json", cwd=workdir)
+    assert res.returncode == 0 and "dimension 1 (seq) is dynamic" in res.stderr
+
+
+def test_inputs_from_npz(workdir: Path) -> None:
+    model = small_dynamic_model(workdir / "dyn.onnx")
+    np.savez(workdir / "in.npz", x=np.ones((3, 5, 64), np.float32))
+    res = edgebench("bench", str(model), "--inputs", str(workdir / "in.npz"), "--runs", "5", "--min-seconds",
+                    "0", "--json", cwd=workdir)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["records"][0]["params"]["inputs"] == "in.npz"
+
+
+def one_line_error(res: subprocess.CompletedProcess[str], code: int, *fragments: str) -> None:
+    assert res.returncode == code, (res.returncode, res.stderr)
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("edgebench: error:")]
+    assert len(lines) == 1, res.stderr
+    assert "Traceback" not in res.stderr and res.stdout == ""
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_bad_input_is_one_line_and_keeps_the_store(workdir: Path) -> None:
+    assert edgebench("bench", "builtin:convnet", "--runs", "5", "--min-seconds", "0", cwd=workdir).returncode == 0
+    before = json.loads(edgebench("results", "--all", "--json", cwd=workdir).stdout)["records"]
+    (workdir / "corrupt.onnx").write_bytes(b"\x08\x07garbage" * 50)
+    (workdir / "corrupt.mnn").write_bytes(b"not an mnn flatbuffer" * 10)
+    (workdir / "devices").mkdir()
+    one_line_error(edgebench("bench", "missing.onnx", cwd=workdir), 2, "missing.onnx", "not found")
+    one_line_error(edgebench("bench", "corrupt.onnx", cwd=workdir), 2, "corrupt.onnx", "not a valid ONNX")
+    one_line_error(edgebench("bench", "corrupt.mnn", "--runtime", "mnn", cwd=workdir), 2, "local", "model")
+    one_line_error(edgebench("bench", "builtin:convnet", "--device", "pixel9", cwd=workdir), 2, "pixel9")
+    one_line_error(edgebench("bench", "builtin:convnet", "--shape", "image=1xbad", cwd=workdir), 2, "--shape")
+    one_line_error(edgebench("bench", "builtin:convnet", "--shape", "nope=1x3", "--runs", "2", cwd=workdir), 2,
+                   "unknown input 'nope'")
+    (workdir / "devices" / "board.toml").write_text('transport = "ssh"\nhots = "10.0.0.2"\n')
+    one_line_error(edgebench("bench", "builtin:convnet", cwd=workdir), 2, "board.toml", "hots")
+    (workdir / "devices" / "board.toml").unlink()
+    one_line_error(edgebench("results", "--run", "no-such-run", cwd=workdir), 2, "unknown run")
+    assert json.loads(edgebench("results", "--all", "--json", cwd=workdir).stdout)["records"] == before

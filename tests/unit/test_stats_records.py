@@ -1,0 +1,44 @@
+"""Statistics refuse percentiles the data cannot support; argv quoting is the only command builder."""
+
+from __future__ import annotations
+
+import shlex
+
+import numpy as np
+import pytest
+
+from edgebench.jobs import Job
+from edgebench.stats import summarize
+from edgebench.transports.base import command_line
+
+
+def test_p99_needs_100_samples() -> None:
+    s = summarize(list(np.linspace(1, 2, 99)))
+    assert "p99" not in s.percentiles and "100" in s.refused["p99"]
+    s = summarize(list(np.linspace(1, 2, 100)))
+    assert s.percentiles["p99"] == pytest.approx(np.percentile(np.linspace(1, 2, 100), 99))
+
+
+def test_summary_values() -> None:
+    s = summarize([1.0, 2.0, 3.0, 4.0, 100.0] * 20)
+    assert s.n == 100 and s.min == 1.0 and s.max == 100.0
+    assert s.percentiles["p50"] == 3.0
+    assert s.outliers == 20
+
+
+@pytest.mark.parametrize("evil", ["a b", "x;rm -rf /", "$(touch /tmp/p)", "`id`", "it's", 'q"q', "new\nline"])
+def test_command_line_quotes_every_argument(evil: str) -> None:
+    line = command_line(["python3", evil], env={"LD_LIBRARY_PATH": "/a b;c"})
+    assert shlex.split(line) == ["env", "LD_LIBRARY_PATH=/a b;c", "python3", evil]
+
+
+def test_command_line_refuses_bad_env_names() -> None:
+    with pytest.raises(ValueError):
+        command_line(["true"], env={"A;B": "x"})
+
+
+def test_job_key_is_stable_and_param_sensitive() -> None:
+    a = Job("local", "bench", None, "onnxruntime", {"threads": 1, "runs": 10})
+    b = Job("local", "bench", None, "onnxruntime", {"runs": 10, "threads": 1})
+    c = Job("local", "bench", None, "onnxruntime", {"threads": 2, "runs": 10})
+    assert a.key == b.key != c.key

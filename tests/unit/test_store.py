@@ -1,0 +1,83 @@
+"""The store: schema version, one transaction per job, ok jobs stored once, errors kept."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from edgebench.errors import UserError
+from edgebench.jobs import Job, JobOutcome
+from edgebench.records import RecordContext
+from edgebench.store import SCHEMA_VERSION, Store
+
+
+def outcome(run_id: str, ok: bool = True, threads: int = 1) -> JobOutcome:
+    job = Job(device="local", probe="bench", runtime="onnxruntime", params={"threads": threads})
+    ctx = RecordContext(run_id, "local", "bench", "mlp", "onnxruntime", {"threads": threads})
+    if not ok:
+        return JobOutcome(job, "error", error="device vanished", error_kind="lab")
+    return JobOutcome(job, "ok", [ctx.record("latency_ms", 1.5, "ms", stat="p50")],
+                      [ctx.samples("latency_ms", "ms", [1.4, 1.5, 1.6])])
+
+
+def test_round_trip_records_and_samples(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.db") as st:
+        st.begin_run("r1", "bench", {"edgebench": "x"})
+        assert st.save_job("r1", outcome("r1"))
+        st.finish_run("r1", "ok")
+        [rec] = st.records(["r1"])
+        [smp] = st.samples(["r1"])
+    assert rec.value == 1.5 and rec.params == {"threads": 1, "stat": "p50"}
+    assert smp.values == (1.4, 1.5, 1.6) and smp.params == {"threads": 1}
+
+
+def test_ok_job_is_never_stored_twice(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.db") as st:
+        st.begin_run("r1", "run", {})
+        assert st.save_job("r1", outcome("r1", ok=False))
+        assert st.save_job("r1", outcome("r1"))
+        assert not st.save_job("r1", outcome("r1"))
+        assert len(st.records(["r1"])) == 1
+        assert st.errors(["r1"]) == []  # the later ok attempt supersedes the error
+        assert st.ok_job_keys("r1") == {outcome("r1").job.key}
+
+
+def test_errors_are_kept(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.db") as st:
+        st.begin_run("r1", "run", {})
+        st.save_job("r1", outcome("r1", ok=False))
+        [err] = st.errors(["r1"])
+    assert err["error"] == "device vanished" and err["kind"] == "lab"
+
+
+def test_unknown_run_is_a_user_error(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.db") as st, pytest.raises(UserError, match="unknown run 'nope'"):
+        st.run("nope")
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    Store(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION + 1),))
+    with pytest.raises(UserError, match="newer than this edgebench"):
+        Store(path)
+
+
+def test_foreign_file_is_refused_and_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE mine(x)")
+    with pytest.raises(UserError, match="not an edgebench store"):
+        Store(path)
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT name FROM sqlite_master").fetchall() == [("mine",)]
+
+
+def test_garbage_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(UserError, match="junk.db"):
+        Store(path)
