@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from edgebench.testing.pytest_ssh import fresh_ssh_board, slow_ssh_board, ssh_board  # noqa: F401
+
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
