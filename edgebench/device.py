@@ -157,8 +157,22 @@ class Device:
     def fingerprint(self, timeout: float = 120.0) -> dict[str, Any]:
         """What the device is (kernel, CPU, cores, runtimes); asked once per Device."""
         if self._fingerprint is None:
-            self._fingerprint = self.run_agent({"kind": "info"}, timeout).result
+            if self.spec.agent == "native":
+                self._fingerprint = self._shell_fingerprint(timeout)
+            else:
+                self._fingerprint = self.run_agent({"kind": "info"}, timeout).result
         return self._fingerprint
+
+    def _shell_fingerprint(self, timeout: float) -> dict[str, Any]:
+        """For devices without Python: the device's own shell says what it is."""
+        script = ('uname -s -r; uname -m; grep -c ^processor /proc/cpuinfo; '
+                  'getprop ro.product.model 2>/dev/null; getprop ro.build.fingerprint 2>/dev/null')
+        res = self.transport.run(["sh", "-c", script], timeout=timeout)
+        lines = [ln.strip() for ln in res.stdout.splitlines()] + [""] * 5
+        cores = int(lines[2]) if lines[2].isdigit() else None
+        return {"kernel": lines[0], "arch": lines[1], "cores": cores, "model": lines[3] or None,
+                "build": lines[4] or None, "agent": "native",
+                "runners": {name: r.path for name, r in self.spec.runners.items()}}
 
 
 def agent_error(device: str, error: dict[str, Any]) -> Exception:

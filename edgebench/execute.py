@@ -31,7 +31,7 @@ def execute_job(device: Device, job: Job, run_id: str) -> JobOutcome:
     started, t0 = utc_now(), time.monotonic()
     outcome: JobOutcome
     try:
-        result = probe_function(job.probe)(device, job, record_context(run_id, job))
+        result = probe_function(job.probe, device.spec.agent)(device, job, record_context(run_id, job))
         outcome = JobOutcome(job, "ok", result.records, result.samples, result.warnings)
     except Exception as exc:  # noqa: BLE001 - one failure never aborts the batch
         outcome = JobOutcome(job, "error", error=one_line(exc), error_kind=error_kind(exc), exception=exc)

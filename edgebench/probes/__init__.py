@@ -21,8 +21,18 @@ PROBES: dict[str, str] = {
 }
 
 
-def probe_function(kind: str) -> ProbeFn:
-    if kind not in PROBES:
-        raise UserError(f"unknown probe '{kind}' (known: {', '.join(sorted(PROBES))})")
-    module, func = PROBES[kind].split(":")
+# Devices with agent = "native" (no Python) measure these kinds through their runner binaries.
+NATIVE_PROBES: dict[str, str] = {
+    "bench": "native:run_native_bench",
+    "matmul": "native:run_native_matmul",
+    "bandwidth": "native:run_native_bandwidth",
+}
+
+
+def probe_function(kind: str, agent: str = "python") -> ProbeFn:
+    table = NATIVE_PROBES if agent == "native" else PROBES
+    if kind not in table:
+        where = " on a native device" if agent == "native" else ""
+        raise UserError(f"unknown probe '{kind}'{where} (known: {', '.join(sorted(table))})")
+    module, func = table[kind].split(":")
     return getattr(importlib.import_module(f"{__name__}.{module}"), func)

@@ -1,0 +1,24 @@
+"""Native runners: lab-provided benchmark binaries (TFLite `benchmark_model`, `onnxruntime_perf_test`,
+MNN `benchmark.out`) driven through the transport, for phones without Python.
+
+Each adapter builds argv from edgebench's options and parses the tool's output into one NativeResult.
+"""
+
+from __future__ import annotations
+
+from .base import NativeOptions, NativeResult, NativeToolError, RunnerAdapter
+from .mnn_bench import MnnBenchmark
+from .ort_perf import OrtPerfTest
+from .tflite import TfliteBenchmarkModel
+
+# descriptor [runners] key -> adapter
+ADAPTERS: dict[str, type[RunnerAdapter]] = {
+    "benchmark_model": TfliteBenchmarkModel,
+    "onnxruntime_perf_test": OrtPerfTest,
+    "mnn_benchmark": MnnBenchmark,
+}
+
+# runtime -> the runner that measures it
+RUNNER_FOR_RUNTIME = {"tflite": "benchmark_model", "onnxruntime": "onnxruntime_perf_test", "mnn": "mnn_benchmark"}
+
+__all__ = ["ADAPTERS", "RUNNER_FOR_RUNTIME", "NativeOptions", "NativeResult", "NativeToolError", "RunnerAdapter"]

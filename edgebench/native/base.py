@@ -1,0 +1,69 @@
+"""What every runner adapter shares: options in, argv out, output parsed into a NativeResult."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class NativeToolError(Exception):
+    """The tool ran and said it failed (model would not load, delegate could not be applied)."""
+
+    def __init__(self, tool: str, message: str, kind: str = "model") -> None:
+        super().__init__(f"{tool}: {message}")
+        self.tool = tool
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class NativeOptions:
+    """edgebench's bench options, as far as a native tool can honour them."""
+
+    threads: int = 0
+    warmup: int = 1
+    runs: int = 50
+    min_seconds: float = 1.0
+    max_seconds: float = 150.0
+    delegate: str | None = None  # tflite: xnnpack|nnapi|gpu|hexagon; ort: an execution provider (cpu, nnapi, qnn, ...)
+    precision: str | None = None  # fp32 | fp16 | low
+    profile: bool = False
+
+
+@dataclass
+class NativeResult:
+    """One invocation's parsed output. `aggregates` are the tool's own statistics, in ms."""
+
+    aggregates: dict[str, float] = field(default_factory=dict)
+    count: int | None = None
+    load_ms: float | None = None
+    first_ms: float | None = None
+    peak_memory_mb: float | None = None
+    ops: list[tuple[str, str, float]] = field(default_factory=list)  # (node, op_type, avg ms)
+    path: str = "cpu"  # which execution path ran (delegate / EP / forward type)
+    warnings: list[str] = field(default_factory=list)
+
+
+class RunnerAdapter(Protocol):
+    name: str
+    runtime: str
+    model_suffix: str
+    needs_model_dir: bool
+
+    def argv(self, binary: str, model: str, opts: NativeOptions) -> list[str]: ...
+
+    def parse(self, output: str, returncode: int, opts: NativeOptions) -> NativeResult: ...
+
+
+def number(pattern: str, text: str, flags: int = 0) -> float | None:
+    """The first number captured by `pattern` in `text`, or None."""
+    match = re.search(pattern, text, flags)
+    return float(match.group(1)) if match else None
+
+
+def first_error_line(text: str, markers: tuple[str, ...]) -> str | None:
+    for line in text.splitlines():
+        stripped = line.strip()
+        if any(m in stripped for m in markers):
+            return stripped
+    return None

@@ -1,0 +1,249 @@
+"""Probes through a device's native runner binaries (agent = "native"): bench, matmul, bandwidth.
+
+The tool measures on the device; edgebench maps its options onto the tool's flags and its output onto the
+canonical records. A tool's own aggregates are marked `aggregated_by = "tool"`; a distribution made from
+repeated short invocations is marked `aggregated_by = "edgebench"` with what each sample is.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from ..device import Device
+from ..errors import MeasurementError, ModelError, UserError
+from ..jobs import Job
+from ..lab import RunnerSpec
+from ..models import ModelRef
+from ..native import ADAPTERS, RUNNER_FOR_RUNTIME, NativeOptions, NativeResult, NativeToolError, RunnerAdapter
+from ..records import ProbeResult, RecordContext
+from ..stats import MIN_SAMPLES_FOR_P90, MIN_SAMPLES_FOR_P99, summarize
+from .common import job_timeout, model_file_for, require_model
+
+_NEEDED = {"p90": MIN_SAMPLES_FOR_P90, "p95": MIN_SAMPLES_FOR_P90, "p99": MIN_SAMPLES_FOR_P99,
+           "p999": 1000}
+
+
+def runtime_for(model: ModelRef, job: Job) -> str:
+    if job.runtime:
+        return job.runtime
+    return {".tflite": "tflite", ".mnn": "mnn"}.get(model.path.suffix.lower(), "onnxruntime")
+
+
+def adapter_and_runner(device: Device, runtime: str, job: Job) -> tuple[RunnerAdapter, RunnerSpec]:
+    name = job.params.get("runner") or RUNNER_FOR_RUNTIME.get(runtime)
+    if name not in ADAPTERS:
+        raise UserError(f"no native runner for runtime '{runtime}' (known runners: {', '.join(ADAPTERS)})")
+    runner = device.spec.runners.get(name)
+    if runner is None:
+        raise UserError(f"{device.name}: no '{name}' in [runners] of {device.spec.source} "
+                        f"(needed for runtime '{runtime}' on a native device)")
+    return ADAPTERS[name](), runner
+
+
+def native_options(job: Job) -> NativeOptions:
+    p = job.params
+    return NativeOptions(
+        threads=int(p.get("threads") or 0), warmup=int(p.get("warmup", 1)), runs=int(p.get("runs", 50)),
+        min_seconds=float(p.get("min_seconds", 1.0)), max_seconds=float(p.get("max_seconds", 150.0)),
+        delegate=p.get("delegate"), precision=p.get("precision"), profile=bool(p.get("profile", False)),
+    )
+
+
+def install_runner(device: Device, runner: RunnerSpec, timeout: float) -> tuple[str, dict[str, str]]:
+    """The runner's path on the device, pushing it (and its libraries) from the host when asked to."""
+    if not runner.host_path:
+        return runner.path, {}
+    host = Path(runner.host_path).expanduser()
+    libs = [Path(lib).expanduser() for lib in runner.libs]
+    for f in [host, *libs]:
+        if not f.is_file():
+            raise UserError(f"{device.spec.source}: runners.{runner.name}: no such file {f}")
+    remote = device.ensure_files([host, *libs], timeout)
+    # Libraries keep their names (the loader looks them up by name) in a folder of links to the cache.
+    folder = posixpath.join(device.spec.workdir, "runners", runner.name)
+    script = 'd=$1; shift; mkdir -p "$d" && chmod 755 "$1" && while [ $# -ge 2 ]; do ln -sf "$1" "$d/$2"; shift 2; done'
+    pairs: list[str] = [remote[0], posixpath.basename(runner.path) or runner.name]
+    for lib, remote_lib in zip(libs, remote[1:], strict=True):
+        pairs += [remote_lib, lib.name]
+    device.transport.run(["sh", "-c", script, "sh", folder, *pairs], timeout=timeout).check(device.name)
+    binary = posixpath.join(folder, pairs[1])
+    return binary, ({"LD_LIBRARY_PATH": folder} if libs else {})
+
+
+def stage_model(device: Device, adapter: RunnerAdapter, model_file: Path, name: str, timeout: float) -> str:
+    """Push the model; tools that take a folder get a folder holding only this model."""
+    [remote] = device.ensure_files([model_file], timeout)
+    if not adapter.needs_model_dir:
+        return remote
+    folder = posixpath.join(device.spec.workdir, "native", posixpath.basename(remote).split(".")[0])
+    target = posixpath.join(folder, f"{name}{adapter.model_suffix}")
+    device.transport.run(["sh", "-c", 'mkdir -p "$1" && ln -sf "$2" "$3"', "sh", folder, remote, target],
+                         timeout=timeout).check(device.name)
+    return folder
+
+
+def invoke(device: Device, adapter: RunnerAdapter, argv: list[str], env: dict[str, str], opts: NativeOptions,
+           timeout: float) -> NativeResult:
+    res = device.transport.run(argv, timeout=timeout, env=env or device.spec.env or None)
+    if res.returncode == 127:
+        raise UserError(f"{device.name}: runner binary {argv[0]} not found on the device")
+    try:
+        return adapter.parse(res.stdout + "\n" + res.stderr, res.returncode, opts)
+    except NativeToolError as exc:
+        if exc.kind == "usage":
+            raise UserError(str(exc)) from None
+        if exc.kind == "model":
+            raise ModelError(f"{device.name}: {exc}") from None
+        raise MeasurementError(str(exc), device=device.name, kind=exc.kind) from None
+
+
+def run_tool(device: Device, job: Job, model_file: Path, model_name: str, runtime: str,
+             opts: NativeOptions | None = None) -> tuple[list[NativeResult], RunnerAdapter, NativeOptions]:
+    """Run the runner once, or `invocations` times for a distribution; returns each parsed output."""
+    timeout = job_timeout(device, job)
+    adapter, runner = adapter_and_runner(device, runtime, job)
+    opts = opts or native_options(job)
+    binary, env = install_runner(device, runner, timeout)
+    staged = stage_model(device, adapter, model_file, model_name, timeout)
+    argv = adapter.argv(binary, staged, opts)
+    invocations = max(1, int(job.params.get("invocations", 1)))
+    return [invoke(device, adapter, argv, env, opts, timeout) for _ in range(invocations)], adapter, opts
+
+
+def run_native_bench(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
+    model = require_model(job)
+    runtime = runtime_for(model, job)
+    model_file = model.path if runtime == "tflite" else model_file_for(model, runtime)
+    results, adapter, opts = run_tool(device, job, model_file, model.name, runtime)
+    ctx.runtime = runtime
+    ctx.base_params = {"threads": opts.threads, "runner": adapter.name, "path": results[0].path}
+    return native_records(ctx, results, opts)
+
+
+def native_records(ctx: RecordContext, results: list[NativeResult], opts: NativeOptions) -> ProbeResult:
+    out = ProbeResult()
+    first = results[0]
+    for r in results:
+        out.warnings += r.warnings
+    if len(results) == 1:
+        tool_records(ctx, first, out)
+    else:
+        invocation_records(ctx, results, opts, out)
+    for metric, value, unit in (("load_ms", first.load_ms, "ms"), ("first_inference_ms", first.first_ms, "ms"),
+                                ("peak_rss_mb", first.peak_memory_mb, "MB")):
+        if value is not None:
+            out.records.append(ctx.record(metric, value, unit, aggregated_by="tool"))
+    totals: dict[tuple[str, str], float] = {}
+    for node, op_type, ms in first.ops:
+        totals[(node, op_type)] = totals.get((node, op_type), 0.0) + ms
+    for (node, op_type), ms in totals.items():
+        out.records.append(ctx.record("op_time_ms", ms, "ms", node=node, op_type=op_type, aggregated_by="tool"))
+    return out
+
+
+def tool_records(ctx: RecordContext, result: NativeResult, out: ProbeResult) -> None:
+    """The tool's own statistics, minus percentiles its sample count cannot support."""
+    n = result.count or 0
+    for stat, value in result.aggregates.items():
+        need = _NEEDED.get(stat)
+        if need and n < need:
+            out.warnings.append(f"the tool printed {stat} from {n} runs; dropped ({stat} needs {need})")
+            continue
+        metric = "latency_std_ms" if stat == "std" else "latency_ms"
+        params: dict[str, Any] = {"aggregated_by": "tool", "n": n}
+        if metric == "latency_ms":
+            params["stat"] = stat
+        out.records.append(ctx.record(metric, value, "ms", **params))
+    if not any(s.startswith("p") for s in result.aggregates):
+        out.warnings.append(f"{ctx.device}: the tool prints only {', '.join(sorted(result.aggregates))}; "
+                            "set invocations to get a distribution")
+
+
+def invocation_records(ctx: RecordContext, results: list[NativeResult], opts: NativeOptions,
+                       out: ProbeResult) -> None:
+    """A distribution over invocations: each sample is one invocation's mean of `runs` inferences."""
+    values = [r.aggregates["mean"] for r in results]
+    s = summarize(values)
+    what = "single inference" if opts.runs == 1 else f"mean of {opts.runs} inferences"
+    for stat, value in {**s.percentiles, "mean": s.mean, "min": s.min, "max": s.max}.items():
+        out.records.append(ctx.record("latency_ms", value, "ms", stat=stat, aggregated_by="edgebench",
+                                      sample=what, n=s.n))
+    out.warnings += [f"{why} (invocations)" for why in s.refused.values()]
+    out.samples.append(ctx.samples("latency_ms", "ms", values, sample=what))
+
+
+# ---- ceilings through the product's runtime ----------------------------------------------------------------
+def matmul_model(n: int) -> onnx.ModelProto:
+    """y = x @ W with square n x n fp32 operands: 2*n^3 FLOPs per inference."""
+    w = numpy_helper.from_array(np.random.default_rng(7).standard_normal((n, n)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], f"matmul{n}",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, n])], [w])
+    return _model(graph)
+
+
+def bandwidth_model(elements: int) -> onnx.ModelProto:
+    """y = x + 1 over a large vector: reads 4N bytes and writes 4N bytes per inference (STREAM 'copy'-like)."""
+    one = numpy_helper.from_array(np.ones(1, np.float32), "one")
+    graph = helper.make_graph([helper.make_node("Add", ["x", "one"], ["y"])], "stream_add",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [elements])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [elements])], [one])
+    return _model(graph)
+
+
+def _model(graph: onnx.GraphProto) -> onnx.ModelProto:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="edgebench")
+    model.ir_version = 8
+    return model
+
+
+def _probe_model_file(model: onnx.ModelProto, name: str) -> ModelRef:
+    folder = Path(tempfile.gettempdir()) / "edgebench-native-probes"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.onnx"
+    if not path.exists():
+        onnx.save(model, path)
+    return ModelRef(name, path)
+
+
+def _ceiling_run(device: Device, job: Job, ctx: RecordContext, model: ModelRef) -> tuple[float, str, str]:
+    runtime = job.runtime or "onnxruntime"
+    results, adapter, opts = run_tool(device, job, model_file_for(model, runtime), model.name, runtime)
+    ctx.runtime = runtime
+    best = min(r.aggregates.get("min", r.aggregates["mean"]) for r in results)
+    return best, adapter.name, results[0].path
+
+
+def run_native_matmul(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
+    n = int(job.params.get("n", 1024))
+    best_ms, runner, path = _ceiling_run(device, job, ctx, _probe_model_file(matmul_model(n), f"matmul{n}"))
+    tops = 2 * n**3 / (best_ms / 1e3) / 1e12
+    params = {"dtype": "fp32", "n": n, "threads": int(job.params.get("threads") or 0), "runner": runner,
+              "path": path, "backend": runner, "stat": "best"}
+    out = ProbeResult(records=[ctx.record("effective_tops", tops, "TOPS", **params)])
+    peak = device.spec.spec.peak_tops.get("fp32")
+    if peak:
+        out.records.append(ctx.record("efficiency", tops / peak, "ratio", **params))
+    return out
+
+
+def run_native_bandwidth(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
+    elements = int(job.params.get("elements", 32 * 2**20))
+    best_ms, runner, path = _ceiling_run(device, job, ctx,
+                                         _probe_model_file(bandwidth_model(elements), f"stream_add{elements}"))
+    moved = 2 * 4 * elements  # read x, write y; write-allocate not counted (STREAM convention)
+    gbps = moved / (best_ms / 1e3) / 1e9
+    params = {"kernel": "add", "bytes": moved, "threads": int(job.params.get("threads") or 0), "runner": runner,
+              "path": path}
+    out = ProbeResult(records=[ctx.record("bandwidth_gbps", gbps, "GB/s", **params)])
+    if device.spec.spec.memory_bandwidth_gbps:
+        out.records.append(ctx.record("efficiency", gbps / device.spec.spec.memory_bandwidth_gbps, "ratio",
+                                      **params))
+    return out
