@@ -18,6 +18,9 @@ AGENT_PROTOCOL = 1
 TASKS = {
     "info": "info",
     "bench": "bench",
+    "outputs": "numerics",
+    "profile": "numerics",
+    "sensitivity": "numerics",
 }
 
 

@@ -1,0 +1,303 @@
+"""Tasks `outputs`, `profile` and `sensitivity`: what a model computes on the device, and where its time goes.
+
+- `outputs` runs the model once on given (or seeded random) inputs and saves every output to an .npz on
+  the device; the host pulls the file (arrays never travel through JSON). It can also save the inputs it
+  used, so a second model (a variant) can be fed exactly the same arrays.
+- `profile` measures plain latency, then per-op times: onnxruntime's own profiler (the JSON file is
+  gzipped on the device and pulled by the host, which parses it) or MNN's per-op callbacks (aggregated
+  here). Both instruments add a little time to every op; it is measured and reported so the host can
+  subtract it (onnxruntime: a calibration model of trivial ops; MNN: the gap between two callbacks).
+- `sensitivity` runs a model whose weights are overridable inputs, once with the fp32 weights and once per
+  layer with that layer's fake-quantized weights fed in, and returns cosine / SNR against fp32.
+
+Standard library plus numpy and the runtime only; both imported lazily.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import time
+from typing import Any
+
+from .bench import pin
+from .inputs import InputError, describe, make_inputs
+from .main import TaskError
+from .runtimes import ModelLoadError, RuntimeMissing, open_session
+
+SNR_CAP_DB = 200.0  # identical arrays have infinite SNR; reported as this finite ceiling
+
+
+# ---- comparison (also imported by the host) ------------------------------------------------------
+def compare_arrays(reference: Any, candidate: Any) -> dict[str, float]:
+    """max/mean absolute error, cosine similarity and SNR (dB) of `candidate` against `reference`.
+
+    Computed in float64 over the flattened arrays. Cosine of two all-zero arrays is 1; SNR of identical
+    arrays is capped at SNR_CAP_DB. Non-finite values in the candidate are counted and excluded.
+    """
+    import numpy as np
+
+    ref = np.asarray(reference, dtype=np.float64).ravel()
+    out = np.asarray(candidate, dtype=np.float64).ravel()
+    if ref.size != out.size:
+        raise ValueError(f"size {out.size} differs from the reference's {ref.size}")
+    finite = np.isfinite(ref) & np.isfinite(out)
+    nonfinite = int(ref.size - finite.sum())
+    ref, out = ref[finite], out[finite]
+    if ref.size == 0:
+        return {"max_abs_err": float("nan"), "mean_abs_err": float("nan"), "cosine": float("nan"),
+                "snr_db": float("nan"), "nonfinite": nonfinite, "size": 0}
+    diff = out - ref
+    ref_norm, out_norm = float(np.linalg.norm(ref)), float(np.linalg.norm(out))
+    if ref_norm == 0.0 and out_norm == 0.0:
+        cosine = 1.0
+    elif ref_norm == 0.0 or out_norm == 0.0:
+        cosine = 0.0
+    else:
+        cosine = float(np.dot(ref, out) / (ref_norm * out_norm))
+    signal, noise = float(np.sum(ref * ref)), float(np.sum(diff * diff))
+    if noise == 0.0:
+        snr = SNR_CAP_DB
+    elif signal == 0.0:
+        snr = -SNR_CAP_DB
+    else:
+        snr = max(-SNR_CAP_DB, min(SNR_CAP_DB, 10.0 * float(np.log10(signal / noise))))
+    return {"max_abs_err": float(np.max(np.abs(diff))), "mean_abs_err": float(np.mean(np.abs(diff))),
+            "cosine": cosine, "snr_db": snr, "nonfinite": nonfinite, "size": int(ref.size)}
+
+
+# ---- shared pieces ----------------------------------------------------------------------------------
+def _open(task: dict, path: str | None = None, **options: Any) -> Any:
+    try:
+        return open_session(task.get("runtime", "onnxruntime"), path or task["model"],
+                            int(task.get("threads", 0)), **options)
+    except ModelLoadError as exc:
+        raise TaskError("model", str(exc)) from None
+    except RuntimeMissing as exc:
+        raise TaskError("runtime", str(exc)) from None
+
+
+def _inputs(task: dict, session: Any, warnings: list[str]) -> dict[str, Any]:
+    try:
+        return make_inputs(session.inputs, task.get("shapes", {}), int(task.get("seed", 0)),
+                           task.get("inputs"), warnings)
+    except InputError as exc:
+        raise TaskError("input", str(exc)) from None
+
+
+def _save_npz(path: str, arrays: dict[str, Any]) -> None:
+    import numpy as np
+
+    folder = os.path.dirname(path)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    tmp = path + ".part.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def _run_outputs(session: Any, feeds: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+
+    try:
+        outputs = session.outputs(feeds)
+    except Exception as exc:  # noqa: BLE001 - the runtime's own errors carry the reason
+        raise TaskError("model", f"inference failed: {_first_line(exc)}") from None
+    # Copies: MNN hands out views that the next run overwrites.
+    return {name: np.array(value, copy=True) for name, value in outputs.items()}
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _timed(step: Any, warmup: int, runs: int) -> list[float]:
+    for _ in range(warmup):
+        step()
+    samples = []
+    clock = time.perf_counter_ns
+    for _ in range(runs):
+        t0 = clock()
+        step()
+        samples.append((clock() - t0) / 1e6)
+    return samples
+
+
+# ---- task `outputs` -----------------------------------------------------------------------------------
+def run_outputs(task: dict) -> tuple[dict, list[str]]:
+    warnings: list[str] = []
+    session = _open(task)
+    feeds = _inputs(task, session, warnings)
+    if task.get("inputs_out"):
+        _save_npz(task["inputs_out"], feeds)
+    outputs = _run_outputs(session, feeds)
+    _save_npz(task["out"], outputs)
+    return {
+        "runtime": session.runtime,
+        "runtime_version": session.version,
+        "out": task["out"],
+        "inputs_out": task.get("inputs_out"),
+        "inputs": describe(feeds),
+        "outputs": describe(outputs),
+        "output_order": list(session.output_names),
+    }, warnings
+
+
+# ---- task `profile` -----------------------------------------------------------------------------------
+def run_profile(task: dict) -> tuple[dict, list[str]]:
+    warnings: list[str] = []
+    affinity = pin(task.get("affinity"))
+    runtime = task.get("runtime", "onnxruntime")
+    warmup, runs = int(task.get("warmup", 3)), max(1, int(task.get("runs", 20)))
+    session = _open(task)
+    feeds = _inputs(task, session, warnings)
+    try:
+        latencies = _timed(session.prepare(feeds), warmup, runs)
+    except Exception as exc:  # noqa: BLE001
+        raise TaskError("model", f"inference failed: {_first_line(exc)}") from None
+    result: dict[str, Any] = {
+        "runtime": session.runtime, "runtime_version": session.version, "threads": int(task.get("threads", 0)),
+        "affinity": affinity, "latencies_ms": latencies, "warmup": warmup, "runs": runs,
+        "inputs": describe(feeds),
+    }
+    if runtime == "mnn":
+        result["mnn"] = _mnn_callback_profile(session, feeds, warmup, runs)
+    else:
+        del session  # one session at a time: the profiled one must not share the cores with a warm idle one
+        result["ort"] = _ort_profile(task, feeds, warmup, runs)
+    return result, warnings
+
+
+def _ort_profile(task: dict, feeds: dict[str, Any], warmup: int, runs: int) -> dict[str, Any]:
+    """Profiled runs of the model and of the calibration model; returns the gzipped trace files."""
+    folder = task["profile_dir"]
+    os.makedirs(folder, exist_ok=True)
+    token = task.get("token", str(os.getpid()))
+    session = _open(task, profile_prefix=os.path.join(folder, f"ort-{token}"))
+    try:
+        _timed(session.prepare(feeds), warmup, runs)
+    except Exception as exc:  # noqa: BLE001
+        raise TaskError("model", f"inference failed while profiling: {_first_line(exc)}") from None
+    trace = _gzip(session.end_profiling(), folder)
+    out: dict[str, Any] = {"trace": trace, "warmup": warmup, "runs": runs}
+    calibration = task.get("calibration_model")
+    if calibration:
+        out["calibration"] = _ort_calibration(task, calibration, folder, token, warmup, runs)
+    return out
+
+
+def _ort_calibration(task: dict, path: str, folder: str, token: str, warmup: int, runs: int) -> dict[str, Any]:
+    """Time a chain of trivial ops plainly and profiled: the difference per op is the profiler's overhead."""
+    import numpy as np
+
+    plain = _open(task, path)
+    feeds = {i.name: np.ones([d if isinstance(d, int) and d > 0 else 1 for d in i.shape], dtype=i.dtype)
+             for i in plain.inputs}
+    plain_ms = _timed(plain.prepare(feeds), warmup, runs)
+    del plain
+    profiled = _open(task, path, profile_prefix=os.path.join(folder, f"cal-{token}"))
+    _timed(profiled.prepare(feeds), warmup, runs)
+    return {"trace": _gzip(profiled.end_profiling(), folder), "plain_ms": plain_ms}
+
+
+def _gzip(path: str, folder: str) -> str:
+    path = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+    target = os.path.join(folder, os.path.basename(path) + ".gz")
+    with open(path, "rb") as src, gzip.open(target, "wb", compresslevel=6) as dst:
+        shutil.copyfileobj(src, dst)
+    os.remove(path)
+    return target
+
+
+def _mnn_callback_profile(session: Any, feeds: dict[str, Any], warmup: int, runs: int) -> dict[str, Any]:
+    """Per-op wall time from MNN's begin/end callbacks, aggregated over `runs` runs.
+
+    The time between one op's end callback and the next op's begin callback is pure instrumentation
+    (no op runs there); its median is reported as the per-op overhead for the host to subtract.
+    """
+    import numpy as np
+
+    session.prepare(feeds)
+    interp, sess = session.interpreter, session.session
+    clock = time.perf_counter_ns
+    stamps: list[int] = []
+    names: list[tuple[str, str]] = []
+
+    def begin(_tensors: Any, _info: Any) -> bool:
+        stamps.append(clock())
+        return True
+
+    def end(_tensors: Any, info: Any) -> bool:
+        stamps.append(clock())
+        names.append((info.getName(), info.getType()))
+        return True
+
+    for _ in range(warmup):
+        interp.runSessionWithCallBackInfo(sess, begin, end)
+    stamps.clear()
+    names.clear()
+    per_run: list[int] = []
+    for _ in range(runs):
+        before = len(names)
+        interp.runSessionWithCallBackInfo(sess, begin, end)
+        per_run.append(len(names) - before)
+    if not names:
+        raise TaskError("model", "MNN ran no ops with callbacks (empty model?)")
+    t = np.asarray(stamps, dtype=np.int64).reshape(-1, 2)
+    durations = (t[:, 1] - t[:, 0]) / 1e6
+    gaps: list[float] = []
+    offset = 0
+    for count in per_run:
+        run = t[offset:offset + count]
+        if count > 1:
+            gaps.extend(((run[1:, 0] - run[:-1, 1]) / 1e6).tolist())
+        offset += count
+    totals: dict[tuple[str, str], list[float]] = {}
+    order: list[tuple[str, str]] = []
+    for key, ms in zip(names, durations.tolist(), strict=True):
+        if key not in totals:
+            totals[key] = [0.0, 0]
+            order.append(key)
+        totals[key][0] += ms
+        totals[key][1] += 1
+    ops = [{"node": n, "op_type": ty, "total_ms": totals[(n, ty)][0], "calls": totals[(n, ty)][1]}
+           for n, ty in order]
+    return {"ops": ops, "runs": runs, "overhead_ms": float(np.median(gaps)) if gaps else 0.0,
+            "instrumented_total_ms": float(durations.sum())}
+
+
+# ---- task `sensitivity` -----------------------------------------------------------------------------
+def run_sensitivity(task: dict) -> tuple[dict, list[str]]:
+    import numpy as np
+
+    warnings: list[str] = []
+    session = _open(task)
+    feeds = _inputs(task, session, warnings)
+    baseline = _run_outputs(session, feeds)
+    names = [n for n, a in baseline.items() if a.dtype.kind == "f"]
+    if not names:
+        raise TaskError("model", "the model has no floating-point output to compare")
+    layers = []
+    with np.load(task["weights"], allow_pickle=False) as weights:
+        for key, input_name in task["layers"]:
+            outputs = _run_outputs(session, {**feeds, input_name: weights[key]})
+            scores = [compare_arrays(baseline[n], outputs[n]) for n in names]
+            layers.append({"key": key, "cosine": [s["cosine"] for s in scores],
+                           "snr_db": [s["snr_db"] for s in scores],
+                           "max_abs_err": [s["max_abs_err"] for s in scores]})
+    return {"runtime": session.runtime, "runtime_version": session.version, "outputs": names,
+            "layers": layers, "inputs": describe(feeds)}, warnings
+
+
+def run(task: dict) -> tuple[dict, list[str]]:
+    """Dispatch on the task kind: outputs, profile or sensitivity."""
+    kind = task.get("kind")
+    if kind == "outputs":
+        return run_outputs(task)
+    if kind == "profile":
+        return run_profile(task)
+    if kind == "sensitivity":
+        return run_sensitivity(task)
+    raise TaskError("usage", f"numerics has no task {kind!r}")
