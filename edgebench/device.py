@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from .lab import DeviceSpec
 from .transports import Transport, open_transport
 
 HASH_TIMEOUT_FLOOR_S = 30.0
+_SAFE_SUFFIX = re.compile(r"\.[A-Za-z0-9_-]{1,16}")
 
 
 @dataclass
@@ -80,7 +82,8 @@ class Device:
 
     # ---- files -------------------------------------------------------------------------------
     def remote_path_for(self, local: Path, digest: str) -> str:
-        suffix = "".join(local.suffixes[-1:]) if local.suffix else ""
+        # Only a plain suffix (.onnx, .mnn, .npz) is kept: the name must survive `sha256sum` output intact.
+        suffix = local.suffix if _SAFE_SUFFIX.fullmatch(local.suffix) else ""
         return posixpath.join(self.cache_dir, digest + suffix)
 
     def remote_hashes(self, paths: Sequence[str], timeout: float) -> dict[str, str]:

@@ -35,23 +35,26 @@ def register(app: typer.Typer) -> None:
 def devices(
     lab: Path = LAB_OPT,
     check: bool = typer.Option(False, "--check", help="Reach each device and report what it has."),
+    device: list[str] = typer.Option(None, "--device", "-d", help="Only these devices (repeatable)."),
     as_json: bool = JSON_OPT,
 ) -> int:
-    """List the lab's devices (local always exists); --check reaches each one."""
-    from ..health import check_devices
+    """List the lab's devices (local always exists); --check reaches each one (exit 3 if any fails)."""
+    from ..health import CHECK_COLUMNS, check_devices, check_rows, failed
 
     the_lab = open_lab(lab)
+    names = [the_lab.get(n).name for n in device] if device else the_lab.names()
     if check:
-        reports = check_devices(the_lab, the_lab.names())
+        reports = check_devices(the_lab, names)
+        for r in reports:
+            warn(r.warnings, f"{r.name}: ")
         if as_json:
-            print_json({"devices": [r.to_dict() for r in reports]})
+            print_json({"devices": [r.to_dict() for r in reports], "ok": not failed(reports)})
         else:
-            render_table("devices", ["device", "transport", "reachable", "arch", "cores", "memory MB", "kernel",
-                                     "runtimes", "sensors", "error"],
-                         [[r.name, r.transport, r.reachable, r.arch, r.cores, r.memory_mb, r.kernel,
-                           r.runtimes, r.sensors, r.error] for r in reports])
-        return 3 if any(not r.reachable for r in reports) else 0
-    specs = [the_lab.devices[n] for n in the_lab.names()]
+            render_table("devices", CHECK_COLUMNS, check_rows(reports))
+        for r in failed(reports):
+            note(f"edgebench: {r.name}: {r.status}")
+        return 3 if failed(reports) else 0
+    specs = [the_lab.devices[n] for n in names]
     if as_json:
         print_json({"devices": [{"name": s.name, "transport": s.transport, "soc": s.soc, "agent": s.agent,
                                  "source": s.source} for s in specs]})
