@@ -1,0 +1,345 @@
+"""Device-side services of the emulated adbd: `shell:` (v1 and shell protocol v2), `exec:`, `sync:`.
+
+Shell commands run as `/system/bin/sh -c COMMAND` inside the device sandbox (adbd_device). Without
+the shell protocol stdout and stderr share one pipe and there is no exit status, as on a phone; with
+`shell,v2` stdout, stderr and the exit code come back as separate packets. When the host closes the
+stream, the command's whole process group is killed (adbd sends SIGHUP; killing the group keeps a
+timed-out command from running on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import signal
+import stat
+
+from . import adbd_proto as P
+from .adbd_device import DeviceFs, DeviceLayout
+from .adbd_stream import Stream, StreamClosed
+
+
+class ProcessTable:
+    """Every running command of the device, so faults can stop, resume or kill them all."""
+
+    def __init__(self) -> None:
+        self._procs: set[asyncio.subprocess.Process] = set()
+        self.stopped = False
+
+    def add(self, proc: asyncio.subprocess.Process) -> None:
+        self._procs.add(proc)
+        if self.stopped:
+            self._signal(proc, signal.SIGSTOP)
+
+    def discard(self, proc: asyncio.subprocess.Process) -> None:
+        self._procs.discard(proc)
+
+    def stop_all(self) -> None:
+        self.stopped = True
+        for proc in list(self._procs):
+            self._signal(proc, signal.SIGSTOP)
+
+    def continue_all(self) -> None:
+        self.stopped = False
+        for proc in list(self._procs):
+            self._signal(proc, signal.SIGCONT)
+
+    def kill_all(self) -> None:
+        for proc in list(self._procs):
+            kill_group(proc)
+
+    def __len__(self) -> int:
+        return len(self._procs)
+
+    @staticmethod
+    def _signal(proc: asyncio.subprocess.Process, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+
+
+def kill_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL the command's process group (bwrap and all it started); SIGCONT in case it was stopped."""
+    for sig in (signal.SIGKILL, signal.SIGCONT):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+
+
+def parse_shell_service(rest: str) -> tuple[bool, str]:
+    """`shell[,arg...]:command` (the part after `shell`) -> (shell protocol?, command).
+
+    Arguments: `v2` selects the shell protocol; `raw`/`pty`/`TERM=` are accepted (this device has no
+    PTYs: every command runs raw); unknown ones are ignored, as adbd does for future expansion.
+    """
+    args, _, command = rest.partition(":")
+    v2 = "v2" in [a for a in args.split(",") if a]
+    return v2, command
+
+
+class ShellService:
+    """One command: spawn in the sandbox, pump stdin/stdout/stderr, report the exit code (v2)."""
+
+    def __init__(self, layout: DeviceLayout, procs: ProcessTable, command: str, *, v2: bool) -> None:
+        self.layout = layout
+        self.procs = procs
+        self.command = command
+        self.v2 = v2
+
+    async def __call__(self, stream: Stream) -> None:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self.layout.sandbox_argv(self.command or None),
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE if self.v2 else asyncio.subprocess.STDOUT,
+                env=self.layout.shell_env(), start_new_session=True,
+            )
+        except OSError as exc:
+            await self._report_spawn_error(stream, exc)
+            return
+        self.procs.add(proc)
+        feeder = asyncio.create_task(self._feed_stdin(stream, proc))
+        try:
+            chunk = max(1, stream.sink.max_payload - (P.SHELL_HEADER.size if self.v2 else 0))
+            pumps = [self._pump(stream, proc.stdout, P.SHELL_STDOUT, chunk)]
+            if self.v2:
+                pumps.append(self._pump(stream, proc.stderr, P.SHELL_STDERR, chunk))
+            await asyncio.gather(*pumps)
+            code = exit_status(await proc.wait())
+            if self.v2:
+                await stream.write(P.shell_packet(P.SHELL_EXIT, bytes([code & 0xFF])))
+        except StreamClosed:
+            pass
+        finally:
+            feeder.cancel()
+            kill_group(proc)
+            self.procs.discard(proc)
+            with contextlib.suppress(ProcessLookupError, asyncio.CancelledError):
+                await asyncio.shield(_reap(proc))
+            await stream.close()
+
+    async def _pump(self, stream: Stream, pipe: asyncio.StreamReader | None, kind: int, chunk: int) -> None:
+        assert pipe is not None
+        while True:
+            data = await pipe.read(chunk)
+            if not data:
+                return
+            await stream.write(P.shell_packet(kind, data) if self.v2 else data)
+
+    async def _feed_stdin(self, stream: Stream, proc: asyncio.subprocess.Process) -> None:
+        """Host bytes to the command's stdin; the host closing the stream kills the command."""
+        assert proc.stdin is not None
+        stdin_open = True
+        try:
+            while True:
+                if self.v2:
+                    header = await stream.read_exactly(P.SHELL_HEADER.size)
+                    kind, length = P.SHELL_HEADER.unpack(header)
+                    data = await stream.read_exactly(length) if length else b""
+                else:
+                    data = await stream.read()
+                    if not data:
+                        raise StreamClosed("host closed the stream")
+                    kind = P.SHELL_STDIN
+                if kind == P.SHELL_STDIN and stdin_open and data:
+                    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                        proc.stdin.write(data)
+                        await proc.stdin.drain()
+                elif kind == P.SHELL_CLOSE_STDIN and stdin_open:
+                    stdin_open = False
+                    proc.stdin.close()
+        except StreamClosed:
+            kill_group(proc)
+
+    async def _report_spawn_error(self, stream: Stream, exc: OSError) -> None:
+        message = f"error: cannot start the device shell: {exc}\n".encode()
+        try:
+            if self.v2:
+                await stream.write(P.shell_packet(P.SHELL_STDERR, message))
+                await stream.write(P.shell_packet(P.SHELL_EXIT, bytes([126])))
+            else:
+                await stream.write(message)
+        except StreamClosed:
+            pass
+        await stream.close()
+
+
+async def _reap(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(proc.wait(), 5.0)
+
+
+def exit_status(returncode: int) -> int:
+    """A shell-style exit status: 128 + signal for a command killed by a signal."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+# ---- sync ---------------------------------------------------------------------------------------
+class SyncService:
+    """The file service behind `adb push/pull/ls` (STAT, LIST, SEND, RECV, DATA, DONE, QUIT)."""
+
+    def __init__(self, fs: DeviceFs, *, stat_v2: bool) -> None:
+        self.fs = fs
+        self.stat_v2 = stat_v2
+
+    async def __call__(self, stream: Stream) -> None:
+        try:
+            while await self._one_request(stream):
+                pass
+        except StreamClosed:
+            pass
+        finally:
+            await stream.close()
+
+    async def _one_request(self, stream: Stream) -> bool:
+        ident, length = P.SYNC_REQUEST.unpack(await stream.read_exactly(P.SYNC_REQUEST.size))
+        if length > P.SYNC_PATH_MAX:
+            await stream.write(P.sync_fail("path too long"))
+            return False
+        path = (await stream.read_exactly(length)).decode("utf-8", errors="surrogateescape")
+        if ident == b"STAT":
+            await stream.write(self._stat_v1(path))
+        elif ident in (b"STA2", b"LST2") and self.stat_v2:
+            await stream.write(self._stat_v2(path, follow=ident == b"STA2", ident=ident))
+        elif ident == b"LIST":
+            await self._list(stream, path)
+        elif ident == b"SEND":
+            return await self._send(stream, path)
+        elif ident == b"RECV":
+            return await self._recv(stream, path)
+        elif ident == b"QUIT":
+            return False
+        else:
+            await stream.write(P.sync_fail(f"unknown command {int.from_bytes(ident, 'little'):08x}"))
+            return False
+        return True
+
+    def _stat_v1(self, path: str) -> bytes:
+        # v1 STAT is an lstat; a missing file is all zeros.
+        try:
+            host, _ = self.fs.resolve(path, follow_last=False)
+            st = os.lstat(host)
+        except OSError:
+            return P.STAT_V1.pack(b"STAT", 0, 0, 0)
+        return P.STAT_V1.pack(b"STAT", st.st_mode & 0xFFFFFFFF, st.st_size & 0xFFFFFFFF,
+                              int(st.st_mtime) & 0xFFFFFFFF)
+
+    def _stat_v2(self, path: str, *, follow: bool, ident: bytes) -> bytes:
+        try:
+            host, _ = self.fs.resolve(path, follow_last=follow)
+            st = os.stat(host) if follow else os.lstat(host)
+        except OSError as exc:
+            return P.STAT_V2.pack(ident, exc.errno or errno.EIO, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        return P.STAT_V2.pack(ident, 0, st.st_dev, st.st_ino, st.st_mode, st.st_nlink, st.st_uid,
+                              st.st_gid, st.st_size, int(st.st_atime), int(st.st_mtime), int(st.st_ctime))
+
+    async def _list(self, stream: Stream, path: str) -> None:
+        try:
+            host, _ = self.fs.resolve(path)
+            names = [".", "..", *sorted(os.listdir(host))]
+        except OSError:
+            names, host = [], ""
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(host, name))
+            except OSError:
+                continue
+            raw = name.encode("utf-8", errors="surrogateescape")
+            await stream.write(P.DENT_V1.pack(b"DENT", st.st_mode & 0xFFFFFFFF, st.st_size & 0xFFFFFFFF,
+                                              int(st.st_mtime) & 0xFFFFFFFF, len(raw)) + raw)
+        await stream.write(P.DENT_V1.pack(b"DONE", 0, 0, 0, 0))
+
+    async def _send(self, stream: Stream, spec: str) -> bool:
+        path, comma, mode_text = spec.rpartition(",")
+        if not comma:
+            await stream.write(P.sync_fail("missing , in ID_SEND_V1"))
+            return False
+        try:
+            mode = int(mode_text, 0)
+        except ValueError:
+            await stream.write(P.sync_fail("bad mode"))
+            return False
+        if stat.S_ISLNK(mode):
+            await stream.write(P.sync_fail("symlinks are not supported by this device"))
+            await self._drain_send(stream)
+            return False
+        perms = mode & 0o777
+        perms |= (perms >> 3) & 0o070 | (perms >> 3) & 0o007  # as adbd: user bits to group and other
+        try:
+            fd = self._open_for_send(path, perms)
+        except OSError as exc:
+            await stream.write(P.sync_fail(f"couldn't create file: {os.strerror(exc.errno or errno.EIO)}"))
+            await self._drain_send(stream)
+            return False
+        mtime = None
+        try:
+            with os.fdopen(fd, "wb") as out:
+                while True:
+                    ident, size = P.SYNC_REQUEST.unpack(await stream.read_exactly(P.SYNC_REQUEST.size))
+                    if ident == b"DONE":
+                        mtime = size
+                        break
+                    if ident != b"DATA" or size > P.SYNC_DATA_MAX:
+                        await stream.write(P.sync_fail("invalid data message"))
+                        return False
+                    out.write(await stream.read_exactly(size))
+        except OSError as exc:
+            await stream.write(P.sync_fail(f"write failed: {os.strerror(exc.errno or errno.EIO)}"))
+            await self._drain_send(stream)
+            return False
+        host, _ = self.fs.resolve(path)
+        with contextlib.suppress(OSError):
+            os.utime(host, (mtime, mtime))
+        await stream.write(P.sync_status(b"OKAY", 0))
+        return True
+
+    def _open_for_send(self, path: str, perms: int) -> int:
+        host, writable = self.fs.resolve(path)
+        if not writable:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+        if os.path.isdir(host):
+            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISREG(os.lstat(host).st_mode):
+                os.unlink(host)
+        os.makedirs(os.path.dirname(host), mode=0o775, exist_ok=True)  # fixed_push_mkdir
+        fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, perms)
+        os.fchmod(fd, perms)
+        return fd
+
+    async def _drain_send(self, stream: Stream) -> None:
+        # Like adbd: after a FAIL, swallow the DATA the host keeps sending until DONE.
+        with contextlib.suppress(StreamClosed):
+            while True:
+                ident, size = P.SYNC_REQUEST.unpack(await stream.read_exactly(P.SYNC_REQUEST.size))
+                if ident != b"DATA" or size > P.SYNC_DATA_MAX:
+                    return
+                await stream.read_exactly(size)
+
+    async def _recv(self, stream: Stream, path: str) -> bool:
+        try:
+            host, _ = self.fs.resolve(path)
+            handle = open(host, "rb")  # noqa: SIM115 - closed in finally below
+        except OSError as exc:
+            await stream.write(P.sync_fail(f"open failed: {os.strerror(exc.errno or errno.EIO)}"))
+            return False
+        # DATA blocks of at most 64 KiB, several per transport packet (as adbd's socket would carry).
+        batch = bytearray()
+        try:
+            while True:
+                try:
+                    block = handle.read(P.SYNC_DATA_MAX)
+                except OSError as exc:
+                    reason = os.strerror(exc.errno or errno.EIO)
+                    await stream.write(bytes(batch) + P.sync_fail(f"read failed: {reason}"))
+                    return False
+                if not block:
+                    break
+                batch += P.sync_status(b"DATA", len(block)) + block
+                if len(batch) + P.SYNC_REQUEST.size + P.SYNC_DATA_MAX > stream.sink.max_payload:
+                    await stream.write(bytes(batch))
+                    batch.clear()
+        finally:
+            handle.close()
+        await stream.write(bytes(batch) + P.sync_status(b"DONE", 0))
+        return True
