@@ -1,0 +1,177 @@
+"""Verbs: run (a suite over the fleet) and worker (a Dask worker holding this host's devices)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import typer
+
+from ..jobs import JobOutcome
+from .common import LAB_OPT, STORE_OPT, note, print_json, records_json
+
+LOCK_DIR_OPT = typer.Option(
+    None, "--lock-dir",
+    help="Folder of device leases shared by every run on this host (default: EDGEBENCH_LOCK_DIR or "
+         "~/.cache/edgebench/locks).")
+SUITE_ARG = typer.Argument(..., help="Suite file (TOML).")
+RESUME_OPT = typer.Option(None, "--resume", help="Finish run RUN_ID: only jobs with no ok record run.")
+CLUSTER_OPT = typer.Option(None, "--cluster",
+                           help="Dask scheduler tcp://HOST:PORT; devices resolve on its workers.")
+TIMEOUT_OPT = typer.Option(None, "--timeout", min=0.001,
+                           help="Bound on every remote call of each job (default: suite, then descriptor).")
+RUN_JSON_OPT = typer.Option(False, "--json", help="Print {run_id, status, records, errors} on stdout.")
+SCHEDULER_OPT = typer.Option(..., "--scheduler", help="Dask scheduler address, tcp://HOST:PORT.")
+DEVICE_OPT = typer.Option(None, "--device", "-d",
+                          help="Serve only these devices (repeatable; default: every device of the lab).")
+NAME_OPT = typer.Option(None, "--name", help="Worker name shown by the scheduler.")
+HOST_OPT = typer.Option(None, "--host", help="Address to listen on (default: chosen by Dask).")
+IDLE_OPT = typer.Option(60.0, "--idle-release", min=1.0,
+                        help="Release a run's device lease after this many idle seconds.")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+    app.command("worker")(worker)
+
+
+def run(
+    suite: Path = SUITE_ARG,
+    lab: Path = LAB_OPT,
+    store: Path = STORE_OPT,
+    resume: str = RESUME_OPT,
+    cluster: str = CLUSTER_OPT,
+    timeout: float = TIMEOUT_OPT,
+    lock_dir: Path = LOCK_DIR_OPT,
+    as_json: bool = RUN_JSON_OPT,
+) -> int:
+    """Run a suite: every device in parallel, its jobs in series, each job stored as it finishes."""
+    from ..lab import load_lab
+    from ..orchestrate import run_suite
+    from ..store import Store
+    from ..suite import load_suite
+
+    the_suite = load_suite(suite)
+    the_lab = None if cluster else load_lab(lab)
+    _terminate_as_interrupt()
+    with _Progress() as progress:
+        result = run_suite(the_suite, store_path=store, lab=the_lab, resume=resume, cluster=cluster,
+                           timeout_s=timeout, lock_dir=lock_dir, observer=progress, argv=sys.argv[1:])
+    _summary(result, suite)
+    if as_json:
+        with Store(store) as st:
+            records, errors = st.records([result.run_id]), st.errors([result.run_id])
+        print_json(records_json(records, run_id=result.run_id, status=result.status, errors=errors,
+                                summary=[_summary_dict(s) for s in result.devices.values()],
+                                exit_code=result.exit_code))
+    return result.exit_code
+
+
+def worker(
+    scheduler: str = SCHEDULER_OPT,
+    lab: Path = LAB_OPT,
+    device: list[str] = DEVICE_OPT,
+    name: str = NAME_OPT,
+    host: str = HOST_OPT,
+    idle_release: float = IDLE_OPT,
+    lock_dir: Path = LOCK_DIR_OPT,
+) -> int:
+    """Run a Dask worker that holds this host's devices, one resource `device:NAME` each."""
+    from ..cluster import serve_worker
+
+    def ready(address: str, names: list[str]) -> None:
+        note(f"edgebench: worker {address} joined {scheduler}; devices: {', '.join(names)}")
+
+    serve_worker(scheduler, lab, devices=device or None, name=name, host=host, lock_dir=lock_dir,
+                 idle_release_s=idle_release, on_ready=ready)
+    note("edgebench: worker stopped")
+    return 0
+
+
+def _terminate_as_interrupt() -> None:
+    """cron and CI stop jobs with SIGTERM: stop like Ctrl-C (run marked interrupted, stored jobs kept)."""
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+class _Progress:
+    """Per-device progress on stderr: live bars on a terminal, one line per event otherwise (cron logs)."""
+
+    def __init__(self) -> None:
+        self.live = sys.stderr.isatty()
+        self._progress: Any = None
+        self._tasks: dict[str, Any] = {}
+        self._done: dict[str, int] = {}
+
+    def __enter__(self) -> _Progress:
+        if self.live:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(TextColumn("[bold]{task.fields[device]}"), BarColumn(),
+                                      MofNCompleteColumn(), TimeElapsedColumn(),
+                                      TextColumn("{task.fields[status]}"), console=Console(stderr=True))
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def planned(self, device: str, total: int, skipped: int) -> None:
+        self._done[device] = skipped
+        if self._progress is not None:
+            self._tasks[device] = self._progress.add_task(device, total=total, completed=skipped,
+                                                          device=device, status="waiting")
+        elif skipped:
+            note(f"edgebench: [{device}] {skipped} of {total} jobs already done, skipped")
+
+    def state(self, device: str, state: str, detail: str) -> None:
+        text = f"{state}: {detail}" if detail else state
+        if self._progress is not None:
+            self._progress.update(self._tasks[device], status=text)
+        elif state not in ("running", "lease", "connecting", "ok"):
+            note(f"edgebench: [{device}] {text}")
+
+    def job_done(self, outcome: JobOutcome) -> None:
+        device = outcome.job.device
+        self._done[device] = self._done.get(device, 0) + 1
+        if self._progress is not None:
+            self._progress.update(self._tasks[device], advance=1)
+        else:
+            from ..orchestrate import _job_label
+
+            result = "ok" if outcome.ok else f"FAILED: {outcome.error}"
+            note(f"edgebench: [{device}] {_job_label(outcome.job)}: {result} ({outcome.wall_s:.1f} s)")
+        for w in outcome.warnings:
+            if self._progress is not None:
+                self._progress.console.print(f"[yellow]warning[/] {device}: {w}")
+            else:
+                note(f"edgebench: warning: {device}: {w}")
+
+
+def _summary_dict(s: Any) -> dict[str, Any]:
+    return {"device": s.device, "state": s.state, "jobs": s.jobs, "ok": s.ok, "failed": s.failed,
+            "skipped": s.skipped, "wall_s": round(s.wall_s, 3), "error": s.error}
+
+
+def _summary(result: Any, suite: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"run {result.run_id} ({result.suite}): {result.status}")
+    for col in ("device", "state", "jobs", "ok", "failed", "skipped", "wall s", "error"):
+        table.add_column(col)
+    colours = {"ok": "green", "failed": "yellow", "quarantined": "red", "unreachable": "red"}
+    for s in result.devices.values():
+        table.add_row(s.device, f"[{colours.get(s.state, 'white')}]{s.state}[/]", str(s.jobs), str(s.ok),
+                      str(s.failed), str(s.skipped), f"{s.wall_s:.1f}", (s.error or "")[:160])
+    Console(stderr=True, soft_wrap=True).print(table)
+    failed = sum(s.failed for s in result.devices.values())
+    if failed:
+        note(f"edgebench: {failed} job(s) failed; retry them: edgebench run {suite} --resume {result.run_id}")

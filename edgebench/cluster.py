@@ -1,0 +1,436 @@
+"""Multi-host labs on Dask distributed.
+
+`edgebench worker --scheduler tcp://H:P --lab DIR` runs a Dask worker that advertises each device of its lab
+as the resource `device:<name>=1`. `edgebench run SUITE --cluster tcp://H:P` sends every job as a task that
+needs its device's resource, so it runs on a host that holds the device, one task per device at a time. The
+task drives the device with the same `LocalSession` a local run uses (lease, health check, retries,
+cool-down) and hands back the JobOutcome; the controller stores it in its own store.
+
+Model files travel once per worker: the controller scatters their bytes, the worker keeps them in a
+content-addressed folder under its cache.
+
+A worker lost mid-job: Dask reschedules the task on another worker holding the device, if any; if no
+worker holds the device for `grace_s`, the controller turns the job into an error record and moves on.
+A worker's session (and device lease) stays open between one run's jobs and is released when the
+controller says the device's series is over, or after `idle_release_s` without a job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from distributed import WorkerPlugin
+
+from .errors import LabError, UserError, one_line
+from .execute import error_kind
+from .hashing import sha256_file
+from .jobs import Job, JobOutcome
+from .lab import Lab, load_lab
+from .leases import DEFAULT_LEASE_S, LeaseTimeout
+from .models import ModelRef
+from .orchestrate import DeviceReady, LocalSession, StateFn, error_outcome
+from .suite import PATH_PARAMS, Policy
+
+PLUGIN_NAME = "edgebench"
+RESOURCE_PREFIX = "device:"
+GRACE_S = 15.0  # how long a device may have no worker before its jobs fail
+POLL_S = 1.0
+BUSY_RETRY_S = 1.0
+IDLE_RELEASE_S = 60.0
+# On a worker, a session of another run holding the device must not block the task (and the Dask
+# resource with it): the task reports "busy" after this wait and the controller submits it again.
+WORKER_LEASE_WAIT_S = 2.0
+
+
+def resource_name(device: str) -> str:
+    return f"{RESOURCE_PREFIX}{device}"
+
+
+# ---- worker side --------------------------------------------------------------------------------
+@dataclass
+class _Slot:
+    session: LocalSession
+    ready: DeviceReady
+    last_used: float
+    busy: int = 0
+
+
+class DeviceService(WorkerPlugin):
+    """The worker's devices: one open session per (run, device), reused across that run's jobs."""
+
+    name = PLUGIN_NAME
+    idempotent = True
+
+    def __init__(self, lab: Lab, devices: Sequence[str], *, lock_dir: Path | None = None,
+                 idle_release_s: float = IDLE_RELEASE_S, lease_s: float = DEFAULT_LEASE_S,
+                 files_dir: Path | None = None) -> None:
+        self.lab = lab
+        self.devices = tuple(devices)
+        self.lock_dir = lock_dir
+        self.idle_release_s = idle_release_s
+        self.lease_s = lease_s
+        self.files_dir = files_dir or _default_files_dir()
+        self._slots: dict[tuple[str, str], _Slot] = {}
+        self._lock = threading.Lock()
+        self._device_locks = {d: threading.Lock() for d in self.devices}
+        self._stop = threading.Event()
+        self._reaper: threading.Thread | None = None
+
+    # WorkerPlugin hooks
+    def setup(self, worker: Any = None) -> None:
+        self._reaper = threading.Thread(target=self._reap_idle, name="edgebench-reaper", daemon=True)
+        self._reaper.start()
+
+    def teardown(self, worker: Any = None) -> None:
+        self._stop.set()
+        with self._lock:
+            slots, self._slots = list(self._slots.values()), {}
+        for slot in slots:
+            slot.session.close()
+
+    # tasks call these
+    def acquire(self, run_id: str, device: str, policy: Policy) -> _Slot | str:
+        """The open session for (run, device), created (lease, health check) when missing.
+
+        Returns the holder's description instead when another run holds the device's lease.
+        """
+        if device not in self._device_locks:
+            raise LabError(f"this worker does not hold device '{device}'")
+        with self._device_locks[device]:
+            with self._lock:
+                slot = self._slots.get((run_id, device))
+            if slot is not None and not slot.session.lease.lost:
+                slot.busy += 1
+                return slot
+            if slot is not None:
+                self.release(run_id, device)
+            worker_policy = replace(policy, lease_timeout_s=WORKER_LEASE_WAIT_S)
+            session = LocalSession(self.lab.get(device), run_id, worker_policy, lock_dir=self.lock_dir,
+                                   lease_s=self.lease_s)
+            try:
+                ready = session.prepare(lambda state, detail: None)
+            except LeaseTimeout as exc:
+                session.close()
+                return one_line(exc)
+            except BaseException:
+                session.close()
+                raise
+            slot = _Slot(session, ready, time.monotonic(), busy=1)
+            with self._lock:
+                self._slots[(run_id, device)] = slot
+            return slot
+
+    def done_with(self, slot: _Slot) -> None:
+        slot.busy -= 1
+        slot.last_used = time.monotonic()
+
+    def release(self, run_id: str, device: str) -> bool:
+        with self._lock:
+            slot = self._slots.pop((run_id, device), None)
+        if slot is not None:
+            slot.session.close()
+        return slot is not None
+
+    def local_job(self, job: Job, files: dict[str, tuple[str, bytes]]) -> Job:
+        """The controller's job with its host files replaced by this worker's copies."""
+        local = {path: self._materialize(sha, Path(path).name, data) for path, (sha, data) in files.items()}
+        model = job.model
+        if model is not None and str(model.path) in local:
+            model = ModelRef(model.name, local[str(model.path)])
+        params = dict(job.params)
+        for key in PATH_PARAMS:
+            value = params.get(key)
+            if isinstance(value, str) and value in local:
+                params[key] = str(local[value])
+        return replace(job, model=model, params=params)
+
+    def _materialize(self, sha: str, name: str, data: bytes) -> Path:
+        # Keep the file's own name: records show an inputs file by name, converters key on the stem.
+        path = self.files_dir / sha / name
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{name}.{os.getpid()}.{threading.get_ident()}")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        return path
+
+    def _reap_idle(self) -> None:
+        while not self._stop.wait(min(5.0, self.idle_release_s / 2)):
+            now = time.monotonic()
+            with self._lock:
+                idle = [k for k, s in self._slots.items()
+                        if not s.busy and now - s.last_used > self.idle_release_s]
+            for run_id, device in idle:
+                self.release(run_id, device)
+
+
+def _default_files_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "edgebench" / "cluster-files"
+
+
+def _service() -> DeviceService:
+    from distributed import get_worker
+
+    return get_worker().plugins[PLUGIN_NAME]
+
+
+def _worker_address() -> str:
+    from distributed import get_worker
+
+    return str(get_worker().address)
+
+
+def prepare_task(run_id: str, device: str, policy: Policy) -> dict[str, Any]:
+    """Dask task: open the device's session on this worker; failures and a busy device come back as data."""
+    try:
+        got = _service().acquire(run_id, device, policy)
+    except Exception as exc:  # noqa: BLE001 - failures are data for the controller
+        return {"status": "error", "error": one_line(exc), "kind": error_kind(exc),
+                "worker": _worker_address()}
+    if isinstance(got, str):
+        return {"status": "busy", "holder": got, "worker": _worker_address()}
+    _service().done_with(got)
+    return {"status": "ok", "ready": got.ready, "worker": _worker_address()}
+
+
+def run_task(run_id: str, device: str, policy: Policy, job: Job, files: dict[str, tuple[str, bytes]],
+             first: bool) -> dict[str, Any]:
+    """Dask task: run one job on this worker's device and return its outcome (without the exception)."""
+    service = _service()
+    worker = _worker_address()
+    try:
+        got = service.acquire(run_id, device, policy)
+    except Exception as exc:  # noqa: BLE001
+        failed = error_outcome(job, one_line(exc), error_kind(exc))
+        return {"status": "done", "outcome": _portable(failed, job), "worker": worker}
+    if isinstance(got, str):
+        return {"status": "busy", "holder": got, "worker": worker}
+    try:
+        try:
+            local = service.local_job(job, files)
+        except OSError as exc:
+            outcome = error_outcome(job, f"{device}: cannot stage files on worker {worker}: {exc}", "lab")
+        else:
+            outcome = got.session.run(local, first)
+    finally:
+        service.done_with(got)
+    return {"status": "done", "outcome": _portable(outcome, job), "worker": worker}
+
+
+def release_task(run_id: str, device: str) -> bool:
+    return _service().release(run_id, device)
+
+
+def _portable(outcome: JobOutcome, job: Job) -> JobOutcome:
+    """What travels back: the controller's own job, no exception object (it may not pickle)."""
+    outcome.job = job
+    outcome.exception = None
+    return outcome
+
+
+def serve_worker(scheduler: str, lab_dir: Path | None, *, devices: Sequence[str] | None = None,
+                 name: str | None = None, host: str | None = None, lock_dir: Path | None = None,
+                 idle_release_s: float = IDLE_RELEASE_S, death_timeout_s: float = 60.0,
+                 on_ready: Callable[[str, list[str]], None] | None = None) -> None:
+    """Run a Dask worker holding this host's devices until it is told to stop (SIGTERM, SIGINT)."""
+    lab = load_lab(lab_dir)
+    names = list(devices) if devices else lab.names()
+    for n in names:
+        lab.get(n)  # unknown device: UserError, exit 2
+    if not names:
+        raise UserError("the worker holds no devices")
+    service = DeviceService(lab, names, lock_dir=lock_dir, idle_release_s=idle_release_s)
+    asyncio.run(_serve(scheduler, service, names, name, host, death_timeout_s, on_ready))
+
+
+async def _serve(scheduler: str, service: DeviceService, names: list[str], name: str | None, host: str | None,
+                 death_timeout_s: float, on_ready: Callable[[str, list[str]], None] | None) -> None:
+    from distributed import Worker
+
+    resources = {resource_name(n): 1.0 for n in names}
+    worker = Worker(scheduler, nthreads=len(names) + 1, resources=resources, name=name, host=host,
+                    plugins=(service,), dashboard=False, memory_limit=0, death_timeout=death_timeout_s)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: asyncio.ensure_future(worker.close()))
+    try:
+        await worker
+    except Exception as exc:  # noqa: BLE001 - the scheduler could not be reached in time
+        raise LabError(f"cannot join the Dask scheduler at {scheduler}: {one_line(exc)}") from None
+    try:
+        if on_ready is not None:
+            on_ready(str(worker.address), names)
+        await worker.finished()
+    finally:
+        service.teardown()
+
+
+# ---- controller side --------------------------------------------------------------------------------
+class WorkerLost(LabError):
+    """No worker holding the device is left to run its job."""
+
+
+class ClusterExecutor:
+    """The controller's connection to the cluster; makes one ClusterSession per device."""
+
+    def __init__(self, address: str, run_id: str, policy: Policy, *, grace_s: float = GRACE_S,
+                 connect_timeout_s: float = 15.0) -> None:
+        from distributed import Client
+
+        self.address = address
+        self.run_id = run_id
+        self.policy = policy
+        self.grace_s = grace_s
+        try:
+            self.client = Client(address, timeout=f"{connect_timeout_s}s", set_as_default=False)
+        except Exception as exc:  # noqa: BLE001 - OSError, TimeoutError, ValueError (bad address) ...
+            raise LabError(f"cannot reach the Dask scheduler at {address}: {one_line(exc)}") from None
+        self._files: dict[str, tuple[str, Any]] = {}
+        self._files_lock = threading.Lock()
+        self._gone_since: dict[str, float] = {}
+
+    def session(self, device: str) -> ClusterSession:
+        return ClusterSession(self, device)
+
+    def close(self) -> None:
+        try:
+            self.client.close(timeout=10)
+        except Exception:  # noqa: BLE001 - closing a client of a dead scheduler is best effort
+            pass
+
+    def holders(self, device: str) -> list[str]:
+        """Addresses of the workers that advertise the device."""
+        try:
+            workers = self.client.scheduler_info(n_workers=-1).get("workers", {})
+        except Exception:  # noqa: BLE001 - a scheduler hiccup counts as "nobody holds it right now"
+            return []
+        key = resource_name(device)
+        return [addr for addr, w in workers.items() if (w.get("resources") or {}).get(key, 0) >= 1]
+
+    def await_holder(self, device: str) -> None:
+        """Return once some worker holds the device; WorkerLost once none has for grace_s (then at once)."""
+        while True:
+            if self.holders(device):
+                self._gone_since.pop(device, None)
+                return
+            since = self._gone_since.setdefault(device, time.monotonic())
+            if time.monotonic() - since >= self.grace_s:
+                raise WorkerLost(f"no worker of the cluster at {self.address} holds device '{device}'")
+            time.sleep(POLL_S)
+
+    def files_for(self, job: Job) -> dict[str, tuple[str, Any]]:
+        """Host files the job needs, each scattered to the cluster once per run: path -> (sha256, future)."""
+        paths = []
+        if job.model is not None:
+            paths.append(str(job.model.path))
+        for key in PATH_PARAMS:
+            value = job.params.get(key)
+            if isinstance(value, str) and Path(value).is_file():
+                paths.append(value)
+        out = {}
+        with self._files_lock:
+            for path in paths:
+                if path not in self._files:
+                    data = Path(path).read_bytes()
+                    sha = sha256_file(Path(path))
+                    self._files[path] = (sha, self.client.scatter(data, hash=False))
+                out[path] = self._files[path]
+        return out
+
+    def submit(self, fn: Callable[..., Any], device: str, *args: Any,
+               workers: list[str] | None = None) -> Any:
+        key = f"edgebench-{fn.__name__}-{device}-{uuid.uuid4().hex[:12]}"
+        return self.client.submit(fn, *args, key=key, resources={resource_name(device): 1}, pure=False,
+                                  workers=workers, allow_other_workers=False, retries=0)
+
+    def wait(self, future: Any, device: str) -> Any:
+        """The task's result; WorkerLost when the device's workers vanish (never a hang)."""
+        from distributed import CancelledError
+        from distributed.scheduler import KilledWorker
+
+        while True:
+            try:
+                return future.result(timeout=POLL_S)
+            except TimeoutError:
+                try:
+                    self.await_holder(device)
+                except WorkerLost:
+                    future.cancel()
+                    raise
+            except KilledWorker as exc:
+                raise WorkerLost(f"{device}: the workers running its job died ({one_line(exc)})") from None
+            except (CancelledError, OSError) as exc:
+                raise WorkerLost(f"{device}: lost contact with the cluster ({type(exc).__name__}: "
+                                 f"{one_line(exc)})") from None
+
+
+class ClusterSession:
+    """A device held by some worker of the cluster, seen from the controller."""
+
+    def __init__(self, executor: ClusterExecutor, device: str) -> None:
+        self.executor = executor
+        self.device = device
+        self._last_worker: str | None = None
+
+    def prepare(self, on_state: StateFn) -> DeviceReady:
+        ex = self.executor
+        on_state("connecting", f"on the cluster at {ex.address}")
+        start = time.monotonic()
+        while True:
+            ex.await_holder(self.device)
+            future = ex.submit(prepare_task, self.device, ex.run_id, self.device, ex.policy)
+            reply = ex.wait(future, self.device)
+            self._last_worker = reply.get("worker")
+            if reply["status"] == "ok":
+                ready: DeviceReady = reply["ready"]
+                return replace(ready, notes=(*ready.notes, f"on worker {self._last_worker}"))
+            if reply["status"] == "error":
+                raise LabError(reply["error"])
+            waited = time.monotonic() - start
+            if ex.policy.lease_timeout_s is not None and waited >= ex.policy.lease_timeout_s:
+                raise LeaseTimeout(f"{self.device}: still leased ({reply['holder']}) after {waited:.0f} s")
+            on_state("queued", reply["holder"])
+            time.sleep(BUSY_RETRY_S)
+
+    def run(self, job: Job, first: bool) -> JobOutcome:
+        ex = self.executor
+        try:
+            files = ex.files_for(job)
+        except OSError as exc:
+            return error_outcome(job, f"cannot read {exc.filename}: {exc.strerror}", "usage")
+        try:
+            while True:
+                ex.await_holder(self.device)
+                reply = ex.wait(ex.submit(run_task, self.device, ex.run_id, self.device, ex.policy, job,
+                                          {p: v for p, v in files.items()}, first), self.device)
+                self._last_worker = reply.get("worker")
+                if reply["status"] == "done":
+                    outcome: JobOutcome = reply["outcome"]
+                    outcome.job = job
+                    return outcome
+                time.sleep(BUSY_RETRY_S)  # the device went to another run between our jobs: queue again
+        except WorkerLost as exc:
+            return error_outcome(job, one_line(exc), "lab", exc)
+        except Exception as exc:  # noqa: BLE001 - anything the cluster throws is this job's failure, not a crash
+            return error_outcome(job, f"{self.device}: cluster error: {type(exc).__name__}: {one_line(exc)}",
+                                 "lab", exc)
+
+    def close(self) -> None:
+        ex = self.executor
+        if not ex.holders(self.device):
+            return
+        workers = [self._last_worker] if self._last_worker else None
+        try:
+            ex.submit(release_task, self.device, ex.run_id, self.device, workers=workers).result(timeout=10)
+        except Exception:  # noqa: BLE001 - an idle worker releases on its own after idle_release_s
+            pass
