@@ -83,6 +83,10 @@ def toml_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(str(k))} = {toml_value(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     return json.dumps(str(value))
 
 
@@ -217,7 +221,7 @@ class SshBoard:
                 p.send_signal(sig)
             except psutil.NoSuchProcess:
                 pass
-        psutil.wait_procs(procs[1:], timeout=3 if sig == signal.SIGKILL else 0.5)
+        _wait_gone(procs[1:], 3.0 if sig == signal.SIGKILL else 0.5)
 
     def _reap(self) -> None:
         if self.proc is not None:
@@ -328,3 +332,18 @@ class SshBoard:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _wait_gone(procs: list[Any], timeout: float) -> None:
+    """Wait until the processes are dead; a zombie counts as dead (its reaper may be slow or absent)."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        while time.monotonic() < deadline:
+            try:
+                if p.status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.02)

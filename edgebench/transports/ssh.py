@@ -180,14 +180,14 @@ class SshTransport:
             raise ConfigError(self.spec.source, f"key: file {path} not found")
         passphrase = os.environ.get(PASSPHRASE_ENV) or None
         try:
-            self._pkey = paramiko.PKey.from_path(path, passphrase)
+            self._pkey = paramiko.PKey.from_path(path, passphrase.encode() if passphrase else None)
         except PermissionError:
             raise ConfigError(self.spec.source, f"key: file {path} is not readable") from None
-        except TypeError:
-            # cryptography: "Password was not given but private key is encrypted"
-            raise ConfigError(self.spec.source, f"key: {path} is encrypted; set {PASSPHRASE_ENV} or use an "
-                                                "unencrypted lab key") from None
-        except Exception:  # noqa: BLE001 - never echo the exception: some carry the key bytes
+        except Exception as exc:  # noqa: BLE001 - never echo the exception: some carry the key bytes
+            if passphrase is None and isinstance(exc, TypeError):
+                # cryptography: "Key is password-protected, but password was not provided."
+                raise ConfigError(self.spec.source, f"key: {path} is encrypted; set {PASSPHRASE_ENV} or use "
+                                                    "an unencrypted lab key") from None
             hint = " (or the passphrase is wrong)" if passphrase else ""
             raise ConfigError(self.spec.source, f"key: {path} is not a private key edgebench can read"
                                                 f"{hint}") from None
