@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from edgebench.testing.pytest_adb import *  # noqa: F401,F403
 from edgebench.testing.pytest_ssh import fresh_ssh_board, slow_ssh_board, ssh_board  # noqa: F401
 
 

@@ -278,8 +278,12 @@ class EmulatedPhone:
         delay = self.options.reboot_delay_s if delay_s is None else delay_s
         self.control(f"reboot {delay}")
         if wait:
-            _wait(lambda: not self.status()["rebooting"], delay + timeout, f"{self.serial} to reboot")
-            self.wait_online(timeout)
+            self.wait_ready(delay + timeout)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Until a reboot in progress is over and the adb server has the phone online again."""
+        _wait(lambda: not self.status()["rebooting"], timeout, f"{self.serial} to reboot")
+        self.wait_online(timeout)
 
     def wait_online(self, timeout: float = 20.0) -> None:
         """Until the adb server lists the phone as `device` (re-connecting it if needed)."""

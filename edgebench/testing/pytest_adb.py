@@ -126,7 +126,8 @@ def adb_phone(adb_phone_factory: Callable[..., AdbPhoneLab]) -> AdbPhoneLab:
 
 
 @pytest.fixture(scope="module")
-def adb_phone_module(adb_server: AdbServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdbPhoneLab]:
+def adb_phone_module(adb_server: AdbServer,
+                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdbPhoneLab]:
     """One emulated phone shared by the tests of a module (faults must be undone by the test)."""
     lab = _start_phone(adb_server, tmp_path_factory.mktemp("adb-phone-module"), "phone", None)
     try:

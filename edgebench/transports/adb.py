@@ -31,7 +31,14 @@ from types import TracebackType
 from adbutils import AdbClient, AdbConnection
 from adbutils.errors import AdbError
 
-from ..errors import CommandTimeout, ConfigError, EdgebenchError, TransferError, TransportError
+from ..errors import (
+    CommandTimeout,
+    ConfigError,
+    ConnectionLost,
+    EdgebenchError,
+    TransferError,
+    TransportError,
+)
 from ..lab import DeviceSpec
 from .base import CommandResult, command_line
 
@@ -41,18 +48,6 @@ SYNC_DATA_MAX = 64 * 1024
 _SHELL_HEADER = struct.Struct("<BI")
 _SYNC_HEADER = struct.Struct("<4sI")
 _STDOUT, _STDERR, _EXIT = 1, 2, 3
-
-
-class ConnectionLost(TransportError):
-    """The device went away mid-call (cable pulled, adbd killed, reboot): no exit status exists."""
-
-    def __init__(self, argv: Sequence[str], detail: str, *, device: str = "", stdout: str = "",
-                 stderr: str = "") -> None:
-        what = argv[0] if argv else "call"
-        super().__init__(f"connection to the device lost during {what}: {detail}", device=device)
-        self.argv = list(argv)
-        self.stdout = stdout
-        self.stderr = stderr
 
 
 def server_address(spec: DeviceSpec, environ: Mapping[str, str] | None = None) -> tuple[str, int]:
@@ -265,7 +260,9 @@ class AdbTransport:
             if transfer:
                 raise TransferError(f"{argv[0]} {' '.join(argv[1:])}: connection to the device lost "
                                     f"({detail})", device=self.device) from None
-            raise ConnectionLost(argv, detail, device=self.device, stdout=out.text(out.stdout),
+            what = argv[0] if argv else "call"
+            raise ConnectionLost(argv, f"connection to the device lost during {what} ({detail})",
+                                 device=self.device, stdout=out.text(out.stdout),
                                  stderr=out.text(out.stderr)) from None
 
     def _connect_server(self, wd: _Watchdog) -> _NoSpawnConnection:
