@@ -1,0 +1,260 @@
+"""Verbs: gate, history, export-pytest-benchmark, import-pytest-benchmark."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import typer
+
+from ..errors import UserError
+from ..records import Record
+from .common import JSON_OPT, STORE_OPT, note, print_json, records_json
+
+_GATE_BASELINE = typer.Option(..., "--baseline", help="Run id of the reference run.")
+_GATE_CANDIDATE = typer.Option(..., "--candidate", help="Run id of the run to judge.")
+_GATE_MAX_SLOWDOWN = typer.Option(None, "--max-slowdown",
+                                  help="Allowed latency slowdown, e.g. 5% (default 5%, or the suite's).")
+_GATE_SUITE = typer.Option(None, "--suite", help="Suite whose [[gate]] tables give the rules.")
+_GATE_ALPHA = typer.Option(0.01, "--alpha", help="Significance level (false discovery rate across pairs).")
+_GATE_MIN_SAMPLES = typer.Option(10, "--min-samples", min=3, help="Fewer samples per side is NOISY.")
+_GATE_STRICT = typer.Option(False, "--strict", help="NOISY and MISSING fail the gate too.")
+_GATE_SEED = typer.Option(0, "--seed", help="Seed of the bootstrap and permutation resampling.")
+_GATE_JUNIT = typer.Option(None, "--junit", help="Write JUnit XML (one testcase per pair).")
+_GATE_MARKDOWN = typer.Option(None, "--markdown", help="Write a Markdown summary.")
+_HISTORY_DEVICE = typer.Option(..., "--device", "-d", help="Device name as stored.")
+_HISTORY_MODEL = typer.Option(..., "--model", "-m", help="Model name as stored (its file stem).")
+_HISTORY_METRIC = typer.Option("latency_ms", "--metric")
+_HISTORY_STAT = typer.Option("p50", "--stat", help="For metrics with a stat param (p50, p99, mean ...).")
+_HISTORY_PROBE = typer.Option(None, "--probe", help="Only this probe's records (default: any).")
+_HISTORY_RUNTIME = typer.Option(None, "--runtime", help="Only this runtime (default: one series each).")
+_HISTORY_MIN_CHANGE = typer.Option("2%", "--min-change", help="Smaller steps are not reported.")
+_HISTORY_ALPHA = typer.Option(0.01, "--alpha", help="Significance level of each step.")
+_HISTORY_SEED = typer.Option(0, "--seed")
+_EXPORT_RUN = typer.Option(None, "--run", help="Run id (default: the latest run).")
+_EXPORT_OUT = typer.Option(None, "--out", "-o", help="Write the JSON here (default: stdout).")
+_EXPORT_NO_DATA = typer.Option(False, "--no-data", help="Leave out the raw samples (stats.data).")
+_IMPORT_FILES = typer.Argument(..., help="pytest-benchmark JSON files (one run each).")
+_IMPORT_DEVICE = typer.Option(None, "--device", "-d", help="Device name (default: the file's machine node).")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("gate")(gate)
+    app.command("history")(history)
+    app.command("export-pytest-benchmark")(export_pytest_benchmark)
+    app.command("import-pytest-benchmark")(import_pytest_benchmark)
+
+
+def _open_existing(store: Path):  # type: ignore[no-untyped-def]
+    """Open a store that must already exist (reading never creates an empty one)."""
+    from ..store import Store
+
+    if not store.exists():
+        raise UserError(f"{store}: no such store")
+    return Store(store)
+
+
+def _write(path: Path, text: str, what: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write {what}: {exc.strerror}") from None
+    note(f"edgebench: wrote {what} to {path}")
+
+
+def gate(
+    baseline: str = _GATE_BASELINE,
+    candidate: str = _GATE_CANDIDATE,
+    store: Path = STORE_OPT,
+    max_slowdown: str = _GATE_MAX_SLOWDOWN,
+    suite: Path = _GATE_SUITE,
+    alpha: float = _GATE_ALPHA,
+    min_samples: int = _GATE_MIN_SAMPLES,
+    strict: bool = _GATE_STRICT,
+    seed: int = _GATE_SEED,
+    junit: Path = _GATE_JUNIT,
+    markdown: Path = _GATE_MARKDOWN,
+    as_json: bool = JSON_OPT,
+) -> int:
+    """Compare a candidate run with a baseline: exit 0 pass, 1 regression, 2 usage, 3 lab failure."""
+    from ..gate import GateOptions, default_rules, gate_runs, merge_rules, parse_percent, rules_from_suite
+    from ..render.junit import gate_junit
+    from ..render.markdown_gate import gate_markdown
+
+    if not 0 < alpha < 0.5:
+        raise UserError(f"--alpha {alpha:g}: must be between 0 and 0.5")
+    slowdown = parse_percent(max_slowdown, "--max-slowdown") if max_slowdown is not None else None
+    overrides = rules_from_suite(suite) if suite is not None else []
+    rules = merge_rules(default_rules(), overrides, slowdown)
+    opts = GateOptions(alpha=alpha, min_samples=min_samples, seed=seed, strict=strict)
+    with _open_existing(store) as st:
+        result = gate_runs(st, baseline, candidate, rules, opts)
+    if junit is not None:
+        _write(junit, gate_junit(result), "JUnit XML")
+    if markdown is not None:
+        _write(markdown, gate_markdown(result), "Markdown")
+    if as_json:
+        print_json(records_json(_gate_records(result), **result.to_dict()))
+    else:
+        _show_gate(result)
+    for n in result.notes:
+        note(f"edgebench: note: {n}")
+    return result.exit_code
+
+
+def _gate_records(result) -> list[Record]:  # type: ignore[no-untyped-def]
+    """One record per pair (probe `gate`, metric `change`) so reports can plot a gate like any result."""
+    out = []
+    for v in result.verdicts:
+        params = {**v.key.to_dict()["params"], "gated_probe": v.key.probe, "gated_metric": v.key.metric,
+                  "stat": v.key.stat or None, "verdict": v.verdict, "baseline_run": result.baseline,
+                  "ci_low": _finite(v.ci_low), "ci_high": _finite(v.ci_high), "q_value": _finite(v.q_value)}
+        unit = "ratio" if v.rule.threshold.relative else v.unit
+        out.append(Record(result.candidate, v.key.device, "gate", v.key.model, v.key.runtime, "change",
+                          _finite(v.change), unit, params))
+    return out
+
+
+def _finite(v: float | None) -> float | None:
+    return v if v is not None and math.isfinite(v) else None
+
+
+def _show_gate(result) -> None:  # type: ignore[no-untyped-def]
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    style = {"PASS": "green", "IMPROVED": "cyan", "FAIL": "bold red", "NOISY": "yellow", "MISSING": "magenta"}
+    console = Console(soft_wrap=False)
+    if not console.is_terminal:  # CI logs: do not fold the numbers into 80 columns
+        console.width = max(console.width, 180)
+    table = Table(title=escape(f"gate: baseline {result.baseline} -> candidate {result.candidate}"))
+    for col in ("verdict", "measurement", "baseline", "candidate", "change \\[CI]", "q", "n", "why"):
+        table.add_column(col, overflow="fold")
+    for v in result.verdicts:
+        stat = f"[{v.key.stat}]" if v.key.stat else ""
+        params = "" if v.key.params == "{}" else f" {v.key.params}"
+        table.add_row(
+            f"[{style.get(v.verdict, '')}]{v.verdict}[/]",
+            escape(f"{v.key.device} {v.key.model} {v.key.runtime}\n"
+                   f"{v.key.probe}:{v.key.metric}{stat}{params}"),
+            _num(v.baseline, v.unit), _num(v.candidate, v.unit), escape(v.change_text()),
+            "-" if v.q_value is None else f"{v.q_value:.2g}", f"{v.n_baseline}/{v.n_candidate}",
+            escape(v.reason))
+    console.print(table)
+    counts = ", ".join(f"{n} {k}" for k, n in result.counts().items() if n) or "nothing compared"
+    console.print(f"gate {result.overall}: {counts}"
+                  + (f"; {result.unpaired_candidate} candidate measurement(s) without a baseline"
+                     if result.unpaired_candidate else ""))
+
+
+def _num(value: float | None, unit: str) -> str:
+    return "-" if value is None else f"{value:.4g} {unit}".strip()
+
+
+def history(
+    device: str = _HISTORY_DEVICE,
+    model: str = _HISTORY_MODEL,
+    metric: str = _HISTORY_METRIC,
+    stat: str = _HISTORY_STAT,
+    probe: str = _HISTORY_PROBE,
+    runtime: str = _HISTORY_RUNTIME,
+    min_change: str = _HISTORY_MIN_CHANGE,
+    alpha: float = _HISTORY_ALPHA,
+    seed: int = _HISTORY_SEED,
+    store: Path = STORE_OPT,
+    as_json: bool = JSON_OPT,
+) -> int:
+    """Find the runs where a device/model metric stepped (change points over the nightly series)."""
+    from ..gate import check_stat, parse_percent
+    from ..history import change_point_records, change_points, load_series
+
+    check_stat(stat)
+    if not 0 < alpha < 0.5:
+        raise UserError(f"--alpha {alpha:g}: must be between 0 and 0.5")
+    floor = parse_percent(min_change, "--min-change")
+    with _open_existing(store) as st:
+        all_series = load_series(st, device, model, metric, stat, probe, runtime)
+    found = [(s, change_points(s, alpha=alpha, min_change=floor, seed=seed)) for s in all_series]
+    records = [r for s, cps in found for r in change_point_records(s, cps)]
+    if as_json:
+        print_json(records_json(records, series=[
+            {"device": s.device, "model": s.model, "runtime": s.runtime, "probe": s.probe, "metric": s.metric,
+             "stat": s.stat, "params": s.params, "unit": s.unit,
+             "points": [{"run_id": p.run_id, "ts": p.ts, "value": p.value} for p in s.points],
+             "change_points": [cp.run_id for cp in cps]} for s, cps in found]))
+        return 0
+    _show_history(found)
+    return 0
+
+
+def _show_history(found) -> None:  # type: ignore[no-untyped-def]
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console(soft_wrap=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 160)
+    for s, cps in found:
+        console.print(escape(f"history {s.label()}: {len(s.points)} runs, {len(cps)} step(s)"))
+        if not cps:
+            continue
+        table = Table()
+        for col in ("first run at new level", "measured", "previous run", f"before ({s.unit})",
+                    f"after ({s.unit})", "change", "p"):
+            table.add_column(escape(col))
+        for cp in cps:
+            table.add_row(cp.run_id, cp.ts, cp.previous_run, f"{cp.before:.4g}", f"{cp.after:.4g}",
+                          f"{cp.change * 100:+.1f}%", f"{cp.p_value:.2g}")
+        console.print(table)
+
+
+def export_pytest_benchmark(
+    run: str = _EXPORT_RUN,
+    out: Path = _EXPORT_OUT,
+    no_data: bool = _EXPORT_NO_DATA,
+    store: Path = STORE_OPT,
+) -> int:
+    """Write a stored run as pytest-benchmark JSON (readable by `pytest-benchmark compare`)."""
+    from ..interop import export_run
+
+    with _open_existing(store) as st:
+        run_id = run or st.latest_run().run_id
+        doc = export_run(st, run_id, include_data=not no_data)
+    text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        _write(out, text, f"{len(doc['benchmarks'])} benchmarks of run {run_id}")
+    return 0
+
+
+def import_pytest_benchmark(
+    files: list[Path] = _IMPORT_FILES,
+    device: str = _IMPORT_DEVICE,
+    store: Path = STORE_OPT,
+    as_json: bool = JSON_OPT,
+) -> int:
+    """Import pytest-benchmark JSON into the store (stats; raw data when saved with --benchmark-save-data)."""
+    from ..interop import import_file, read_pytest_benchmark, records_from_pytest_benchmark
+    from ..store import Store
+
+    for path in files:  # check every file before storing any, so a bad one leaves the store as it was
+        records_from_pytest_benchmark(read_pytest_benchmark(path), path, "check", device)
+    imported = []
+    with Store(store) as st:
+        for path in files:
+            run_id, n_records, n_samples = import_file(st, path, device)
+            imported.append({"file": str(path), "run_id": run_id, "records": n_records, "samples": n_samples})
+            note(f"edgebench: imported {path} as run {run_id} ({n_records} records, "
+                 f"{n_samples} sample series)")
+    if as_json:
+        print_json({"records": [], "runs": imported})
+    else:
+        for item in imported:
+            print(item["run_id"])
+    return 0

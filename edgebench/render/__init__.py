@@ -1,0 +1,1 @@
+"""Pure renderers: results in, text out (JUnit XML, Markdown, HTML)."""
