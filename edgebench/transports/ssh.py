@@ -475,15 +475,21 @@ def fingerprint(key: Any) -> str:
 
 # ---- helpers ------------------------------------------------------------------------------------------
 def split_pid_marker(stderr: str) -> tuple[str, int | None]:
-    """Remove the wrapper's pid line from the start of stderr; return (stderr, pid)."""
-    if not stderr.startswith(PID_MARKER):
+    """Remove the wrapper's pid line from stderr; return (stderr, pid).
+
+    The line is usually first, but a login shell's rc files (sshd runs the user's shell) may print
+    before it, so the first line carrying the marker is taken wherever it is.
+    """
+    start = 0 if stderr.startswith(PID_MARKER) else stderr.find("\n" + PID_MARKER) + 1
+    if start == 0 and not stderr.startswith(PID_MARKER):
         return stderr, None
-    first, _, rest = stderr.partition("\n")
+    end = stderr.find("\n", start)
+    line = stderr[start:] if end < 0 else stderr[start:end]
     try:
-        pid = int(first[len(PID_MARKER):].strip())
+        pid = int(line[len(PID_MARKER):].strip())
     except ValueError:
         return stderr, None
-    return rest, pid
+    return stderr[:start] + ("" if end < 0 else stderr[end + 1:]), pid
 
 
 def _read_available(channel: Any, out: bytearray, err: bytearray) -> None:
