@@ -296,18 +296,21 @@ class AdbTransport:
             conn.send_command(f"host:transport:{self.serial}")
             self._check_okay(conn, "transport")
             conn.send_command(service)
-            self._check_okay(conn, service.split(":", 1)[0])
+            self._check_okay(conn, service.split(":", 1)[0], opening=True)
         except BaseException:
             conn.drop()
             raise
         return conn
 
-    def _check_okay(self, conn: AdbConnection, what: str) -> None:
+    def _check_okay(self, conn: AdbConnection, what: str, *, opening: bool = False) -> None:
         status = _recv_exact(conn.conn, 4)
         if status == b"OKAY":
             return
         if status == b"FAIL":
             message = conn.read_string_block().strip()
+            if opening and message == "closed":
+                # The device closed the stream it was asked to open: it went away (or refused).
+                raise EOFError(f"the device closed the {what} service as it opened")
             raise TransportError(f"adb server {self.host}:{self.port} refused {what} for {self.serial}: "
                                  f"{message}", device=self.device)
         raise AdbError(f"unexpected adb server reply {status!r}")
