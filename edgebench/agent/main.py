@@ -21,6 +21,10 @@ TASKS = {
     "outputs": "numerics",
     "profile": "numerics",
     "sensitivity": "numerics",
+    "thermal": "sustained",
+    "power": "sustained",
+    "idle": "sustained",
+    "sample": "sustained",
 }
 
 

@@ -18,6 +18,8 @@ ProbeFn = Callable[[Device, Job, RecordContext], ProbeResult]
 # probe kind -> "module:function" in this package
 PROBES: dict[str, str] = {
     "bench": "bench:run_bench",
+    "thermal": "thermal:run_thermal",
+    "power": "power:run_power",
 }
 
 

@@ -1,0 +1,344 @@
+"""Sustained-load tasks: `thermal` (soak with sensors), `power` (idle / active / idle with a power
+sensor), `idle` (the cool-down guard's wait, done on the device), `sample` (read sensors for a while).
+
+Every timestamp is seconds since the task's origin on this device's monotonic clock; the result's
+`clock` block gives the origin and the task's own start and end on that clock so the host can line up
+samples taken elsewhere (an external power monitor).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .bench import load, pin
+from .main import TaskError
+from .sensors import CHARGING_STATUSES, DEFAULT_PERIOD_S, Sampler, SensorSet, battery_status, discover
+from .timing import Policy, time_once, warm_up
+
+
+# ---- load ----------------------------------------------------------------------------------------
+def run_load(step: Callable[[], object], duration_s: float, rate_hz: float, origin: float) -> dict[str, Any]:
+    """Inferences for `duration_s`: back-to-back, or at `rate_hz` with idle gaps (a duty cycle).
+
+    Returns start times (s since origin) and latencies (ms); `missed` counts inferences that started
+    more than one period late because the previous ones ran long.
+    """
+    starts: list[float] = []
+    latencies: list[float] = []
+    missed = 0
+    period = 1.0 / rate_hz if rate_hz > 0 else 0.0
+    begin = time.monotonic()
+    end = begin + duration_s
+    index = 0
+    while True:
+        if period:
+            target = begin + index * period
+            if target >= end:
+                break
+            now = time.monotonic()
+            if target > now:
+                time.sleep(target - now)
+            elif now - target > period:
+                missed += 1
+        t0 = time.monotonic()
+        c0 = time.perf_counter_ns()
+        step()
+        c1 = time.perf_counter_ns()
+        starts.append(round(t0 - origin, 6))
+        latencies.append(round((c1 - c0) / 1e6, 5))
+        index += 1
+        if not period and t0 + (c1 - c0) / 1e9 >= end:
+            break
+    return {
+        "t": starts,
+        "latencies_ms": latencies,
+        "missed": missed,
+        "begin": begin - origin,
+        "end": time.monotonic() - origin,
+    }
+
+
+def prepare_model(task: dict, warnings: list[str]) -> tuple[Callable[[], object], dict[str, Any]]:
+    """Load the model, run it once, warm it up; returns the step and what loading cost."""
+    session, feeds, load_ms, _ = load(task, warnings)
+    step = session.prepare(feeds)
+    try:
+        first_ms = time_once(step)
+    except Exception as exc:  # noqa: BLE001 - the runtime's own errors carry the reason
+        raise TaskError("model", f"inference failed: {str(exc).strip().splitlines()[0]}") from None
+    policy = Policy(
+        warmup_runs=int(task.get("warmup_runs", 1)),
+        warmup_s=float(task.get("warmup_s", 0.5)),
+        max_s=max(1.0, float(task.get("warmup_s", 0.5)) * 4),
+    )
+    calls, seconds = warm_up(step, policy)
+    return step, {
+        "runtime": session.runtime,
+        "runtime_version": session.version,
+        "load_ms": load_ms,
+        "first_inference_ms": first_ms,
+        "warmup_runs": calls,
+        "warmup_s": seconds,
+        "threads": int(task.get("threads", 0)),
+    }
+
+
+def sensor_config(task: dict) -> dict[str, Any]:
+    return dict(task.get("sensors") or {})
+
+
+def _period(task: dict) -> float:
+    return float(task.get("period_s") or sensor_config(task).get("period_s") or DEFAULT_PERIOD_S)
+
+
+def _clock(task_start: float, origin: float) -> dict[str, float]:
+    return {"start": task_start, "origin": origin, "end": time.monotonic()}
+
+
+# ---- thermal -------------------------------------------------------------------------------------
+def run_thermal(task: dict) -> tuple[dict, list[str]]:
+    task_start = time.monotonic()
+    warnings: list[str] = []
+    affinity = pin(task.get("affinity"))
+    sensors = discover(sensor_config(task))
+    warnings += sensors.warnings
+    step, model = prepare_model(task, warnings)
+    origin = time.monotonic()
+    sampler = Sampler(sensors, _period(task), origin, dumpsys=bool(task.get("dumpsys", True))).start()
+    try:
+        load_log = run_load(step, float(task["duration_s"]), float(task.get("rate_hz") or 0), origin)
+    finally:
+        sensor_log = sampler.stop()
+    return {
+        **model,
+        "affinity": affinity,
+        "duration_s": float(task["duration_s"]),
+        "rate_hz": float(task.get("rate_hz") or 0),
+        "inferences": load_log,
+        "sensors": sensor_log,
+        "clock": _clock(task_start, origin),
+    }, warnings
+
+
+# ---- power ---------------------------------------------------------------------------------------
+def power_source(sensors: SensorSet, task: dict) -> dict[str, Any]:
+    """Which channels measure the device's power: the descriptor's files, else a battery, else hwmon rails."""
+    if task.get("monitor"):
+        return {"kind": "monitor", "channels": []}
+    ids = [c.id for c in sensors.channels if c.labels.get("source") == "descriptor"]
+    if ids:
+        battery = any("/power_supply/" in c.path for c in sensors.channels if c.id in ids)
+        return {"kind": "battery" if battery else "descriptor", "channels": ids}
+    batteries = [
+        c for c in sensors.channels if "supply" in c.labels and c.metric in ("current_ma", "power_mw")
+    ]
+    if batteries:
+        supply = batteries[0].labels["supply"]
+        return {
+            "kind": "battery",
+            "supply": supply,
+            "channels": [c.id for c in sensors.channels if c.labels.get("supply") == supply],
+        }
+    rails = [c.id for c in sensors.channels if "rail" in c.labels]
+    if rails:
+        return {"kind": "rail", "channels": rails}
+    return {"kind": "none", "channels": []}
+
+
+def refuse_if_charging(sensors: SensorSet, source: dict[str, Any]) -> None:
+    if source["kind"] != "battery":
+        return
+    status, supply = battery_status(sensors)
+    if status in CHARGING_STATUSES:
+        raise TaskError(
+            "charging",
+            f"battery '{supply}' reports status '{status}': its fuel gauge cannot "
+            "measure the device's power while external power is connected",
+        )
+
+
+def run_power(task: dict) -> tuple[dict, list[str]]:
+    task_start = time.monotonic()
+    warnings: list[str] = []
+    affinity = pin(task.get("affinity"))
+    sensors = discover(sensor_config(task))
+    warnings += sensors.warnings
+    source = power_source(sensors, task)
+    if source["kind"] == "none":
+        raise TaskError(
+            "no_power_sensor",
+            f"no power sensor under {sensors.root}: no battery fuel gauge "
+            "(power_supply current_now) and no hwmon rail",
+        )
+    refuse_if_charging(sensors, source)
+    idle_before, idle_after = (
+        float(task.get("idle_s", 10.0)),
+        float(task.get("idle_after_s", task.get("idle_s", 10.0))),
+    )
+    origin = time.monotonic()
+    sampler = Sampler(sensors, _period(task), origin, dumpsys=False).start()
+    phases: dict[str, list[float]] = {}
+    try:
+        phases["idle_before"] = idle_phase(idle_before, origin)
+        load_start = time.monotonic() - origin
+        step, model = prepare_model(task, warnings)
+        phases["load"] = [load_start, time.monotonic() - origin]
+        load_log = run_load(step, float(task["duration_s"]), float(task.get("rate_hz") or 0), origin)
+        phases["active"] = [load_log["begin"], load_log["end"]]
+        phases["idle_after"] = idle_phase(idle_after, origin)
+    finally:
+        sensor_log = sampler.stop()
+    return {
+        **model,
+        "affinity": affinity,
+        "duration_s": float(task["duration_s"]),
+        "rate_hz": float(task.get("rate_hz") or 0),
+        "source": source,
+        "phases": phases,
+        "inferences": load_log,
+        "sensors": sensor_log,
+        "clock": _clock(task_start, origin),
+    }, warnings
+
+
+def idle_phase(seconds: float, origin: float) -> list[float]:
+    start = time.monotonic()
+    time.sleep(max(0.0, seconds))
+    return [start - origin, time.monotonic() - origin]
+
+
+# ---- cool-down -----------------------------------------------------------------------------------
+def settle_estimate(times: list[float], temps: list[float]) -> tuple[float, bool]:
+    """Where an idle zone's temperature is heading: the asymptote of T = a + b*exp(-t/tau).
+
+    Newton cooling fitted by least squares over a grid of time constants (no numpy on the device).
+    Returns (asymptote, cooling); when the zone is flat or warming the asymptote is its last reading.
+    """
+    n = len(times)
+    if n < 3 or times[-1] - times[0] <= 0:
+        return temps[-1], False
+    span = times[-1] - times[0]
+    best: tuple[float, float, float] | None = None  # (sse, a, b)
+    for k in range(40):
+        tau = span / 20.0 * (1.18**k)  # span/20 .. ~30 x span
+        xs = [math.exp(-(t - times[0]) / tau) for t in times]
+        mx, my = sum(xs) / n, sum(temps) / n
+        sxx = sum((x - mx) ** 2 for x in xs)
+        if sxx <= 1e-12:
+            continue
+        b = sum((x - mx) * (y - my) for x, y in zip(xs, temps, strict=True)) / sxx
+        a = my - b * mx
+        sse = sum((a + b * x - y) ** 2 for x, y in zip(xs, temps, strict=True))
+        if best is None or sse < best[0]:
+            best = (sse, a, b)
+    if best is None or best[2] <= 0:
+        return temps[-1], False
+    return min(best[1], temps[-1]), True
+
+
+def cooldown_verdict(
+    times: list[float],
+    zones: dict[str, list[float]],
+    margin_c: float,
+    min_observe_s: float,
+    idle_c: dict[str, float] | None = None,
+    history_s: float = 120.0,
+) -> dict[str, Any]:
+    """Is the hottest zone within `margin_c` of its idle reading?
+
+    The idle reading is given (`idle_c`, from an earlier measurement) or estimated from the zone's own
+    cooling curve once `min_observe_s` of readings exist. Pure function: unit-tested on the host.
+    """
+    if not zones or not times:
+        return {"cooled": True, "reason": "no thermal zones", "zone": None, "temp_c": None, "idle_c": {}}
+    latest = {z: v[-1] for z, v in zones.items()}
+    hottest = max(latest, key=lambda z: latest[z])
+    if idle_c and hottest in idle_c:
+        ref = idle_c[hottest]
+        cooled = latest[hottest] <= ref + margin_c
+        return {
+            "cooled": cooled,
+            "reason": "given idle reading",
+            "zone": hottest,
+            "temp_c": latest[hottest],
+            "idle_c": dict(idle_c),
+        }
+    if times[-1] - times[0] < min_observe_s:
+        return {
+            "cooled": False,
+            "reason": "observing",
+            "zone": hottest,
+            "temp_c": latest[hottest],
+            "idle_c": {},
+        }
+    keep = [i for i, t in enumerate(times) if t >= times[-1] - history_s]
+    estimates = {}
+    for zone, series in zones.items():
+        estimates[zone], _ = settle_estimate([times[i] for i in keep], [series[i] for i in keep])
+    ref = estimates[hottest]
+    cooled = latest[hottest] - ref <= margin_c
+    return {
+        "cooled": cooled,
+        "reason": "estimated idle reading",
+        "zone": hottest,
+        "temp_c": latest[hottest],
+        "idle_c": estimates,
+    }
+
+
+def run_idle(task: dict) -> tuple[dict, list[str]]:
+    """Wait, idle, until the hottest zone is within the margin of its idle reading (or the timeout)."""
+    sensors = discover(sensor_config(task))
+    warnings = list(sensors.warnings)
+    margin, timeout = float(task.get("margin_c", 2.0)), float(task.get("timeout_s", 600.0))
+    period, min_observe = float(task.get("period_s", 1.0)), float(task.get("min_observe_s", 10.0))
+    idle_c = task.get("idle_c") or None
+    origin = time.monotonic()
+    times: list[float] = []
+    zones: dict[str, list[float]] = {}
+    verdict: dict[str, Any] = {}
+    while True:
+        temps = sensors.read_temps()
+        now = time.monotonic() - origin
+        if temps:
+            times.append(round(now, 3))
+            for zone, value in temps.items():
+                series = zones.setdefault(zone, [value] * (len(times) - 1))
+                series.append(value)
+            for series in zones.values():
+                if len(series) < len(times):  # a zone that failed this time repeats its last reading
+                    series.append(series[-1])
+        verdict = cooldown_verdict(times, zones, margin, min_observe, idle_c)
+        if verdict["cooled"] or now >= timeout:
+            break
+        time.sleep(min(period, max(0.0, timeout - now)))
+    hottest = verdict.get("zone")
+    return {
+        **verdict,
+        "waited_s": time.monotonic() - origin,
+        "timeout_s": timeout,
+        "margin_c": margin,
+        "t": times,
+        "hottest": zones.get(hottest, []) if hottest else [],
+        "zones": sorted(zones),
+    }, warnings
+
+
+# ---- sample --------------------------------------------------------------------------------------
+def run_sample(task: dict) -> tuple[dict, list[str]]:
+    """Read every sensor for `duration_s` (0: one reading)."""
+    task_start = time.monotonic()
+    sensors = discover(sensor_config(task))
+    origin = time.monotonic()
+    sampler = Sampler(sensors, _period(task), origin, dumpsys=bool(task.get("dumpsys", False))).start()
+    time.sleep(max(0.0, float(task.get("duration_s", 0.0))))
+    log = sampler.stop()
+    return {"sensors": log, "clock": _clock(task_start, origin)}, list(sensors.warnings)
+
+
+def run(task: dict) -> tuple[dict, list[str]]:
+    handlers = {"thermal": run_thermal, "power": run_power, "idle": run_idle, "sample": run_sample}
+    return handlers[task["kind"]](task)
