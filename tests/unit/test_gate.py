@@ -1,0 +1,281 @@
+"""Gate statistics, pairing, rules, verdicts and exit codes (pure; a store built in the test)."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgebench.errors import ConfigError, UserError
+from edgebench.gate import (
+    FAIL,
+    IMPROVED,
+    MISSING,
+    NOISY,
+    PASS,
+    GateOptions,
+    GateRule,
+    JobFailure,
+    PairKey,
+    Side,
+    Threshold,
+    collect_side,
+    default_rules,
+    evaluate,
+    gate_runs,
+    merge_rules,
+    parse_percent,
+    rules_from_suite,
+)
+from edgebench.jobs import Job, JobOutcome
+from edgebench.models import ModelRef
+from edgebench.records import Record, RecordContext
+from edgebench.render.junit import gate_junit
+from edgebench.render.markdown_gate import gate_markdown
+from edgebench.store import Store
+
+LATENCY = default_rules()[0]
+
+
+def lognormal(rng: np.random.Generator, median: float, cv: float, n: int) -> tuple[float, ...]:
+    return tuple(median * np.exp(rng.normal(0.0, cv, n)))
+
+
+def key(model: str = "m", metric: str = "latency_ms", stat: str = "p50", probe: str = "bench") -> PairKey:
+    return PairKey("phone", model, "onnxruntime", probe, metric, stat, '{"threads":1}')
+
+
+def sampled(values: tuple[float, ...]) -> Side:
+    return Side(float(np.median(values)), "ms", values)
+
+
+def one(base: Side, cand: Side, rule: GateRule = LATENCY, k: PairKey | None = None, **opts: object):
+    k = k or key()
+    return evaluate({k: base}, {k: cand}, [rule], GateOptions(**opts)).verdicts[0]  # type: ignore[arg-type]
+
+
+def test_same_distribution_passes_and_clear_slowdown_fails() -> None:
+    rng = np.random.default_rng(1)
+    base = sampled(lognormal(rng, 10.0, 0.02, 50))
+    same = one(base, sampled(lognormal(rng, 10.0, 0.02, 50)))
+    assert same.verdict == PASS and same.ci_high is not None and same.ci_high < 0.05
+    slow = one(base, sampled(lognormal(rng, 12.0, 0.02, 50)))
+    assert slow.verdict == FAIL
+    assert slow.change == pytest.approx(0.2, abs=0.02)
+    assert slow.q_value is not None and slow.q_value < 1e-6
+    assert slow.method.startswith("mann-whitney")
+
+
+def test_small_significant_change_under_the_threshold_passes() -> None:
+    rng = np.random.default_rng(2)
+    v = one(sampled(lognormal(rng, 10.0, 0.005, 200)), sampled(lognormal(rng, 10.1, 0.005, 200)))
+    assert v.verdict == PASS and "significantly worse" in v.reason and "ruled out" in v.reason
+
+
+def test_faster_candidate_is_improved() -> None:
+    rng = np.random.default_rng(3)
+    v = one(sampled(lognormal(rng, 10.0, 0.02, 40)), sampled(lognormal(rng, 8.0, 0.02, 40)))
+    assert v.verdict == IMPROVED and v.change is not None and v.change < -0.15
+
+
+def test_too_few_samples_is_noisy_with_the_count_needed() -> None:
+    rng = np.random.default_rng(4)
+    v = one(sampled(lognormal(rng, 10.0, 0.02, 5)), sampled(lognormal(rng, 15.0, 0.02, 5)))
+    assert v.verdict == NOISY and "too few samples" in v.reason and v.samples_needed == 10
+
+
+def test_high_noise_is_noisy_and_the_power_estimate_settles_it() -> None:
+    rng = np.random.default_rng(5)
+    v = one(sampled(lognormal(rng, 10.0, 0.15, 20)), sampled(lognormal(rng, 10.0, 0.15, 20)))
+    assert v.verdict == NOISY and v.samples_needed is not None and v.samples_needed > 20
+    assert f"~{v.samples_needed} samples per side" in v.reason
+    n = v.samples_needed
+    settled = [one(sampled(lognormal(rng, 10.0, 0.15, n)), sampled(lognormal(rng, 10.0, 0.15, n)),
+                   seed=i).verdict for i in range(10)]
+    assert settled.count(PASS) >= 8, settled
+
+
+def test_tail_statistic_uses_a_permutation_test() -> None:
+    rng = np.random.default_rng(6)
+    p99 = GateRule("latency_ms", "higher", Threshold(0.10, True), stat="p99", probe="bench")
+    base = lognormal(rng, 10.0, 0.02, 400)
+    tail = np.array(lognormal(rng, 10.0, 0.02, 400))
+    tail[:20] *= 1.6  # 5% of inferences hit a slow path: the median barely moves
+    v = one(sampled(base), sampled(tuple(tail)), p99, key(stat="p99"))
+    assert v.verdict == FAIL and v.method.startswith("permutation")
+    few = one(sampled(base[:50]), sampled(tuple(tail[:50])), p99, key(stat="p99"))
+    assert few.verdict == NOISY and "needs at least 100" in few.reason
+
+
+def test_single_values_use_a_plain_threshold() -> None:
+    rules = default_rules()
+    mem, cos = key(metric="peak_rss_mb", stat=""), key(metric="cosine", stat="", probe="accuracy")
+    base = {mem: Side(100.0, "MB"), cos: Side(0.9999, "ratio")}
+    cand = {mem: Side(125.0, "MB"), cos: Side(0.990, "ratio")}
+    res = evaluate(base, cand, rules)
+    by = {v.key.metric: v for v in res.verdicts}
+    assert by["peak_rss_mb"].verdict == FAIL and by["peak_rss_mb"].method.startswith("threshold")
+    assert by["cosine"].verdict == FAIL and by["cosine"].change == pytest.approx(-0.0099)
+    ok = evaluate(base, {mem: Side(101.0, "MB"), cos: Side(0.9998, "ratio")}, rules)
+    assert {v.verdict for v in ok.verdicts} == {PASS}
+    small = evaluate({mem: Side(10.0, "MB")}, {mem: Side(11.5, "MB")}, rules)  # +15% but under min_delta 2 MB
+    assert small.verdicts[0].verdict == PASS
+
+
+def test_drop_rule_on_samples_gates_lower_is_worse() -> None:
+    rng = np.random.default_rng(7)
+    rule = GateRule("throughput_ips", "lower", Threshold(0.05, True), stat="p50")
+    k = key(metric="throughput_ips")
+    v = one(sampled(lognormal(rng, 100.0, 0.02, 40)), sampled(lognormal(rng, 80.0, 0.02, 40)), rule, k)
+    assert v.verdict == FAIL and v.change is not None and v.change < -0.15
+    up = one(sampled(lognormal(rng, 100.0, 0.02, 40)), sampled(lognormal(rng, 120.0, 0.02, 40)), rule, k)
+    assert up.verdict == IMPROVED
+
+
+def test_missing_pairs_and_candidate_failures() -> None:
+    rng = np.random.default_rng(8)
+    a, b, c = key("a"), key("b"), key("c")
+    base = {k: sampled(lognormal(rng, 10.0, 0.02, 30)) for k in (a, b, c)}
+    failures = [JobFailure("phone", "bench", "b", "onnxruntime", "lab", "phone: adb device offline"),
+                JobFailure("phone", "bench", "c", "onnxruntime", "measurement", "runtime rejected the model")]
+    res = evaluate(base, {}, [LATENCY], candidate_failures=failures)
+    by = {v.key.model: v for v in res.verdicts}
+    assert by["a"].verdict == MISSING and not by["a"].lab_failure
+    assert by["b"].verdict == MISSING and by["b"].lab_failure and "offline" in by["b"].reason
+    assert by["c"].verdict == FAIL and "rejected" in by["c"].reason
+    assert res.exit_code == 1
+    lab_only = evaluate({a: base[a], b: base[b]}, {}, [LATENCY], candidate_failures=failures)
+    assert lab_only.exit_code == 3
+    plain = evaluate({a: base[a]}, {}, [LATENCY])
+    assert plain.exit_code == 0
+    assert evaluate({a: base[a]}, {}, [LATENCY], GateOptions(strict=True)).exit_code == 1
+
+
+def test_noisy_fails_only_when_strict() -> None:
+    rng = np.random.default_rng(9)
+    base, cand = sampled(lognormal(rng, 10, 0.02, 4)), sampled(lognormal(rng, 10, 0.02, 4))
+    k = key()
+    assert evaluate({k: base}, {k: cand}, [LATENCY]).exit_code == 0
+    assert evaluate({k: base}, {k: cand}, [LATENCY], GateOptions(strict=True)).exit_code == 1
+
+
+def test_false_discovery_correction_across_pairs() -> None:
+    rng = np.random.default_rng(10)
+    keys = [key(f"m{i}") for i in range(40)]
+    base = {k: sampled(lognormal(rng, 10, 0.02, 30)) for k in keys}
+    cand = {k: sampled(lognormal(rng, 10, 0.02, 30)) for k in keys}
+    cand[keys[0]] = sampled(lognormal(rng, 11, 0.02, 30))
+    res = evaluate(base, cand, [LATENCY])
+    fails = [v.key.model for v in res.verdicts if v.verdict == FAIL]
+    assert fails == ["m0"]
+    ps = {v.key.model: (v.p_value, v.q_value) for v in res.verdicts}
+    assert all(q >= p for p, q in ps.values() if p is not None and q is not None)
+
+
+def test_pairing_ignores_policy_params_and_attaches_samples() -> None:
+    ctx = RecordContext("r1", "phone", "bench", "m", "onnxruntime", {"threads": 2})
+    records = [ctx.record("latency_ms", 10.0, "ms", stat="p50", runs=100, seed=1),
+               ctx.record("peak_rss_mb", 50.0, "MB", rss_before_load_mb=20.0)]
+    samples = [ctx.samples("latency_ms", "ms", [9.0, 10.0, 11.0], runs=100, seed=1)]
+    side = collect_side(records, samples)
+    ctx2 = RecordContext("r2", "phone", "bench", "m", "onnxruntime", {"threads": 2})
+    other = collect_side([ctx2.record("latency_ms", 12.0, "ms", stat="p50", runs=300)], [])
+    assert set(other) <= set(side)
+    lat = next(v for k, v in side.items() if k.metric == "latency_ms")
+    assert lat.samples == (9.0, 10.0, 11.0)
+    assert all(k.params == '{"threads":2}' for k in side)
+    threads4 = collect_side([RecordContext("r3", "phone", "bench", "m", "onnxruntime", {"threads": 4})
+                             .record("latency_ms", 12.0, "ms", stat="p50")], [])
+    assert not set(threads4) & set(side)
+
+
+def test_percent_parsing_and_rule_merging() -> None:
+    assert parse_percent("5%", "x") == pytest.approx(0.05)
+    assert parse_percent(" 12.5% ", "x") == pytest.approx(0.125)
+    for bad in ("5", "abc%", "-1%"):
+        with pytest.raises(UserError, match="--max-slowdown"):
+            parse_percent(bad, "--max-slowdown")
+    mine = GateRule("peak_rss_mb", "higher", Threshold(0.3, True), source="s.toml gate[0]")
+    rules = merge_rules(default_rules(), [mine], max_slowdown=0.2)
+    assert [r for r in rules if r.metric == "peak_rss_mb"] == [mine]
+    assert next(r for r in rules if r.metric == "latency_ms").threshold == Threshold(0.2, True)
+
+
+def _suite(tmp_path: Path, gate: str) -> Path:
+    path = tmp_path / "nightly.toml"
+    path.write_text('name = "nightly"\ndevices = ["local"]\nmodels = ["builtin:mlp"]\n'
+                    '[[probe]]\nkind = "bench"\n' + gate)
+    return path
+
+
+def test_rules_from_a_suite(tmp_path: Path) -> None:
+    path = _suite(tmp_path, '[[gate]]\nmetric = "latency_ms"\nstat = "p99"\nmax_slowdown = "8%"\n'
+                            '[[gate]]\nmetric = "cosine"\nmax_drop = 0.001\nmodel = "mlp"\n')
+    rules = rules_from_suite(path)
+    assert [(r.metric, r.stat, r.worse, r.threshold.amount, r.model) for r in rules] == [
+        ("latency_ms", "p99", "higher", pytest.approx(0.08), None),
+        ("cosine", "p50", "lower", pytest.approx(0.001), "mlp")]
+    assert rules[0].source == "nightly.toml gate[0]"
+
+
+@pytest.mark.parametrize("gate, needle", [
+    ('[[gate]]\nmetric = "latency_ms"\nmax_slowdow = "5%"\n', "max_slowdow"),
+    ('[[gate]]\nmetric = "latency_ms"\n', "give max_slowdown"),
+    ('[[gate]]\nmetric = "latency_ms"\nmax_slowdown = "five"\n', "max_slowdown"),
+])
+def test_bad_gate_tables_name_the_file_and_key(tmp_path: Path, gate: str, needle: str) -> None:
+    path = _suite(tmp_path, gate)
+    with pytest.raises(ConfigError) as err:
+        rules_from_suite(path)
+    assert "nightly.toml" in str(err.value) and needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def _store_run(store: Store, run_id: str, values: tuple[float, ...], model: str = "m") -> None:
+    store.begin_run(run_id, "bench", {})
+    ctx = RecordContext(run_id, "local", "bench", model, "onnxruntime", {"threads": 1})
+    recs = [ctx.record("latency_ms", float(np.percentile(values, 50)), "ms", stat="p50"),
+            ctx.record("latency_ms", float(np.mean(values)), "ms", stat="mean"),
+            ctx.record("peak_rss_mb", 80.0, "MB")]
+    job = Job("local", "bench", ModelRef(model, Path(f"{model}.onnx")), "onnxruntime", {"threads": 1})
+    store.save_job(run_id, JobOutcome(job, "ok", recs, [ctx.samples("latency_ms", "ms", values)]))
+    store.finish_run(run_id, "ok")
+
+
+def test_gate_runs_from_a_store_and_renderers(tmp_path: Path) -> None:
+    rng = np.random.default_rng(11)
+    with Store(tmp_path / "e.db") as st:
+        _store_run(st, "base", lognormal(rng, 10, 0.02, 40))
+        _store_run(st, "cand", lognormal(rng, 13, 0.02, 40))
+        st.begin_run("lab", "bench", {})
+        job = Job("local", "bench", ModelRef("m", Path("m.onnx")), "onnxruntime", {"threads": 1})
+        st.save_job("lab", JobOutcome(job, "error", error="local: device unreachable", error_kind="lab"))
+        res = gate_runs(st, "base", "cand", default_rules())
+        with pytest.raises(UserError, match="unknown run 'nope'"):
+            gate_runs(st, "base", "nope", default_rules())
+        lab = gate_runs(st, "base", "lab", default_rules())
+    assert res.exit_code == 1 and res.counts()[FAIL] == 1 and res.counts()[PASS] == 1
+    assert lab.exit_code == 3
+    root = ET.fromstring(gate_junit(res))
+    cases = root.findall(".//testcase")
+    assert len(cases) == 2 and root.get("failures") == "1"
+    failed = [c for c in cases if c.find("failure") is not None]
+    assert len(failed) == 1 and "latency_ms" in failed[0].get("name", "")
+    body = failed[0].find("failure")
+    assert body is not None and "baseline: " in (body.text or "") and "+3" in body.get("message", "")
+    assert ET.fromstring(gate_junit(lab)).find(".//error") is not None
+    md = gate_markdown(res)
+    assert "## edgebench gate: FAIL" in md and "| **FAIL** | local | m | onnxruntime |" in md
+    assert res.to_dict()["verdict"] == "FAIL"
+
+
+def test_records_with_extra_side_values_pair() -> None:
+    # records made by other probes carry values that are not identity (rss_before_load_mb): still paired
+    def rss(run: str, before: int) -> Record:
+        return Record(run, "d", "bench", "m", "ort", "peak_rss_mb", 10.0, "MB",
+                      {"threads": 1, "rss_before_load_mb": before})
+
+    a, b = rss("a", 3), rss("b", 4)
+    assert set(collect_side([a], [])) == set(collect_side([b], []))
