@@ -9,8 +9,9 @@ cool-down) and hands back the JobOutcome; the controller stores it in its own st
 Model files travel once per worker: the controller scatters their bytes, the worker keeps them in a
 content-addressed folder under its cache.
 
-A worker lost mid-job: Dask reschedules the task on another worker holding the device, if any; if no
-worker holds the device for `grace_s`, the controller turns the job into an error record and moves on.
+A worker lost mid-job: the job goes to another worker holding the device, if any; if no worker holds
+the device for the suite's `worker_grace` (policy), the controller turns the job into an error record and
+moves on.
 A worker's session (and device lease) stays open between one run's jobs and is released when the
 controller says the device's series is over, or after `idle_release_s` without a job.
 """
@@ -18,6 +19,7 @@ controller says the device's series is over, or after `idle_release_s` without a
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import signal
 import threading
@@ -32,7 +34,7 @@ from distributed import WorkerPlugin
 
 from .errors import LabError, UserError, one_line
 from .execute import error_kind
-from .hashing import sha256_file
+from .hashing import HashCache
 from .jobs import Job, JobOutcome
 from .lab import Lab, load_lab
 from .leases import DEFAULT_LEASE_S, LeaseTimeout
@@ -42,9 +44,9 @@ from .suite import PATH_PARAMS, Policy
 
 PLUGIN_NAME = "edgebench"
 RESOURCE_PREFIX = "device:"
-GRACE_S = 15.0  # how long a device may have no worker before its jobs fail
 POLL_S = 1.0
 BUSY_RETRY_S = 1.0
+MAX_LOSSES = 3  # a job lost with its worker is submitted again this many times
 IDLE_RELEASE_S = 60.0
 # On a worker, a session of another run holding the device must not block the task (and the Dask
 # resource with it): the task reports "busy" after this wait and the controller submits it again.
@@ -140,9 +142,25 @@ class DeviceService(WorkerPlugin):
             slot.session.close()
         return slot is not None
 
-    def local_job(self, job: Job, files: dict[str, tuple[str, bytes]]) -> Job:
+    def missing_files(self, files: dict[str, tuple[str, int]]) -> list[str]:
+        """Which of the job's host files (path -> (sha256, size)) this worker has no copy of yet."""
+        return [path for path, (sha, size) in files.items() if not self._has(self._cached(sha, path), size)]
+
+    def store_files(self, files: dict[str, tuple[str, int]], payload: dict[str, bytes]) -> None:
+        """Keep shipped files in the content-addressed folder, checked against the controller's hash."""
+        for path, data in payload.items():
+            sha, _ = files[path]
+            if hashlib.sha256(data).hexdigest() != sha:
+                raise LabError(f"{Path(path).name}: shipped file does not match its sha256 {sha}")
+            dest = self._cached(sha, path)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}")
+            tmp.write_bytes(data)
+            os.replace(tmp, dest)
+
+    def local_job(self, job: Job, files: dict[str, tuple[str, int]]) -> Job:
         """The controller's job with its host files replaced by this worker's copies."""
-        local = {path: self._materialize(sha, Path(path).name, data) for path, (sha, data) in files.items()}
+        local = {path: self._cached(sha, path) for path, (sha, _) in files.items()}
         model = job.model
         if model is not None and str(model.path) in local:
             model = ModelRef(model.name, local[str(model.path)])
@@ -153,15 +171,16 @@ class DeviceService(WorkerPlugin):
                 params[key] = str(local[value])
         return replace(job, model=model, params=params)
 
-    def _materialize(self, sha: str, name: str, data: bytes) -> Path:
+    def _cached(self, sha: str, path: str) -> Path:
         # Keep the file's own name: records show an inputs file by name, converters key on the stem.
-        path = self.files_dir / sha / name
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{name}.{os.getpid()}.{threading.get_ident()}")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
-        return path
+        return self.files_dir / sha / Path(path).name
+
+    @staticmethod
+    def _has(path: Path, size: int) -> bool:
+        try:
+            return path.stat().st_size == size
+        except OSError:
+            return False
 
     def _reap_idle(self) -> None:
         while not self._stop.wait(min(5.0, self.idle_release_s / 2)):
@@ -203,11 +222,25 @@ def prepare_task(run_id: str, device: str, policy: Policy) -> dict[str, Any]:
     return {"status": "ok", "ready": got.ready, "worker": _worker_address()}
 
 
-def run_task(run_id: str, device: str, policy: Policy, job: Job, files: dict[str, tuple[str, bytes]],
-             first: bool) -> dict[str, Any]:
-    """Dask task: run one job on this worker's device and return its outcome (without the exception)."""
+def run_task(run_id: str, device: str, policy: Policy, job: Job, files: dict[str, tuple[str, int]],
+             payload: dict[str, bytes] | None, first: bool) -> dict[str, Any]:
+    """Dask task: run one job on this worker's device and return its outcome (without the exception).
+
+    Host files (models, inputs) come by content: a worker that lacks one answers "need" and the controller
+    sends the bytes once; after that the worker's copy serves every later job and run.
+    """
     service = _service()
     worker = _worker_address()
+    try:
+        if payload:
+            service.store_files(files, payload)
+        missing = service.missing_files(files)
+    except (OSError, LabError) as exc:
+        message = f"{device}: cannot stage files on worker {worker}: {one_line(exc)}"
+        failed = error_outcome(job, message, "lab")
+        return {"status": "done", "outcome": _portable(failed, job), "worker": worker}
+    if missing:
+        return {"status": "need", "missing": missing, "worker": worker}
     try:
         got = service.acquire(run_id, device, policy)
     except Exception as exc:  # noqa: BLE001
@@ -216,12 +249,7 @@ def run_task(run_id: str, device: str, policy: Policy, job: Job, files: dict[str
     if isinstance(got, str):
         return {"status": "busy", "holder": got, "worker": worker}
     try:
-        try:
-            local = service.local_job(job, files)
-        except OSError as exc:
-            outcome = error_outcome(job, f"{device}: cannot stage files on worker {worker}: {exc}", "lab")
-        else:
-            outcome = got.session.run(local, first)
+        outcome = got.session.run(service.local_job(job, files), first)
     finally:
         service.done_with(got)
     return {"status": "done", "outcome": _portable(outcome, job), "worker": worker}
@@ -280,23 +308,27 @@ class WorkerLost(LabError):
     """No worker holding the device is left to run its job."""
 
 
+class TaskLost(LabError):
+    """The task vanished with its worker (Dask cancelled it); it may be submitted again."""
+
+
 class ClusterExecutor:
     """The controller's connection to the cluster; makes one ClusterSession per device."""
 
-    def __init__(self, address: str, run_id: str, policy: Policy, *, grace_s: float = GRACE_S,
+    def __init__(self, address: str, run_id: str, policy: Policy, *, grace_s: float | None = None,
                  connect_timeout_s: float = 15.0) -> None:
         from distributed import Client
 
         self.address = address
         self.run_id = run_id
         self.policy = policy
-        self.grace_s = grace_s
+        self.grace_s = policy.worker_grace_s if grace_s is None else grace_s
         try:
             self.client = Client(address, timeout=f"{connect_timeout_s}s", set_as_default=False)
         except Exception as exc:  # noqa: BLE001 - OSError, TimeoutError, ValueError (bad address) ...
             raise LabError(f"cannot reach the Dask scheduler at {address}: {one_line(exc)}") from None
-        self._files: dict[str, tuple[str, Any]] = {}
-        self._files_lock = threading.Lock()
+        self._hashes = HashCache()
+        self._lock = threading.Lock()
         self._gone_since: dict[str, float] = {}
 
     def session(self, device: str) -> ClusterSession:
@@ -321,31 +353,24 @@ class ClusterExecutor:
         """Return once some worker holds the device; WorkerLost once none has for grace_s (then at once)."""
         while True:
             if self.holders(device):
-                self._gone_since.pop(device, None)
+                with self._lock:
+                    self._gone_since.pop(device, None)
                 return
-            since = self._gone_since.setdefault(device, time.monotonic())
+            with self._lock:
+                since = self._gone_since.setdefault(device, time.monotonic())
             if time.monotonic() - since >= self.grace_s:
                 raise WorkerLost(f"no worker of the cluster at {self.address} holds device '{device}'")
             time.sleep(POLL_S)
 
-    def files_for(self, job: Job) -> dict[str, tuple[str, Any]]:
-        """Host files the job needs, each scattered to the cluster once per run: path -> (sha256, future)."""
-        paths = []
-        if job.model is not None:
-            paths.append(str(job.model.path))
+    def file_index(self, job: Job) -> dict[str, tuple[str, int]]:
+        """Host files the job needs: path -> (sha256, size), so workers can tell which they already have."""
+        paths = [str(job.model.path)] if job.model is not None else []
         for key in PATH_PARAMS:
             value = job.params.get(key)
             if isinstance(value, str) and Path(value).is_file():
                 paths.append(value)
-        out = {}
-        with self._files_lock:
-            for path in paths:
-                if path not in self._files:
-                    data = Path(path).read_bytes()
-                    sha = sha256_file(Path(path))
-                    self._files[path] = (sha, self.client.scatter(data, hash=False))
-                out[path] = self._files[path]
-        return out
+        with self._lock:
+            return {p: (self._hashes.sha256(Path(p)), Path(p).stat().st_size) for p in paths}
 
     def submit(self, fn: Callable[..., Any], device: str, *args: Any,
                workers: list[str] | None = None) -> Any:
@@ -354,7 +379,8 @@ class ClusterExecutor:
                                   workers=workers, allow_other_workers=False, retries=0)
 
     def wait(self, future: Any, device: str) -> Any:
-        """The task's result; WorkerLost when the device's workers vanish (never a hang)."""
+        """The task's result. WorkerLost when no worker holds the device any more, TaskLost when Dask
+        dropped the task with its worker: never a hang."""
         from distributed import CancelledError
         from distributed.scheduler import KilledWorker
 
@@ -368,10 +394,9 @@ class ClusterExecutor:
                     future.cancel()
                     raise
             except KilledWorker as exc:
-                raise WorkerLost(f"{device}: the workers running its job died ({one_line(exc)})") from None
+                raise WorkerLost(f"{device}: the workers running its job kept dying ({exc})") from None
             except (CancelledError, OSError) as exc:
-                raise WorkerLost(f"{device}: lost contact with the cluster ({type(exc).__name__}: "
-                                 f"{one_line(exc)})") from None
+                raise TaskLost(f"{device}: the job was lost with its worker ({type(exc).__name__})") from None
 
 
 class ClusterSession:
@@ -385,45 +410,83 @@ class ClusterSession:
     def prepare(self, on_state: StateFn) -> DeviceReady:
         ex = self.executor
         on_state("connecting", f"on the cluster at {ex.address}")
-        start = time.monotonic()
+        args = (ex.run_id, self.device, ex.policy)
+        reply = self._until_done(lambda: (prepare_task, args, None), on_state)
+        if reply["status"] == "error":
+            raise LabError(reply["error"])
+        ready: DeviceReady = reply["ready"]
+        return replace(ready, notes=(*ready.notes, f"on worker {self._last_worker}"))
+
+    def run(self, job: Job, first: bool) -> JobOutcome:
+        ex = self.executor
+        try:
+            files = ex.file_index(job)
+        except OSError as exc:
+            return error_outcome(job, f"cannot read {exc.filename}: {exc.strerror}", "usage")
+        shipment: dict[str, Any] = {"payload": None, "workers": None}
+
+        def task() -> tuple[Callable[..., Any], tuple[Any, ...], list[str] | None]:
+            args = (ex.run_id, self.device, ex.policy, job, files, shipment["payload"], first)
+            return run_task, args, shipment["workers"]
+
+        def on_need(reply: dict[str, Any]) -> None:
+            # Send the bytes to the worker that asked, once; later jobs find them in its cache.
+            worker = reply["worker"]
+            data = {p: Path(p).read_bytes() for p in reply["missing"]}
+            shipment["payload"] = ex.client.scatter(data, workers=[worker], hash=False, timeout=60)
+            shipment["workers"] = [worker]
+
+        def on_lost() -> None:
+            # The shipped bytes may have died with the worker: the next worker asks for them again.
+            shipment.update(payload=None, workers=None)
+
+        try:
+            reply = self._until_done(task, lambda state, detail: None, on_need, on_lost)
+        except (WorkerLost, TaskLost) as exc:
+            return error_outcome(job, one_line(exc), "lab", exc)
+        except Exception as exc:  # noqa: BLE001 - anything the cluster throws is this job's failure, not a crash
+            return error_outcome(job, f"{self.device}: cluster error: {type(exc).__name__}: {one_line(exc)}",
+                                 "lab", exc)
+        finally:
+            shipment.clear()  # drop the scattered bytes: the worker keeps them on disk
+        outcome: JobOutcome = reply["outcome"]
+        outcome.job = job
+        return outcome
+
+    def _until_done(self, task: Callable[[], tuple[Callable[..., Any], tuple[Any, ...], list[str] | None]],
+                    on_state: StateFn, on_need: Callable[[dict[str, Any]], None] | None = None,
+                    on_lost: Callable[[], None] | None = None) -> dict[str, Any]:
+        """Submit until the task answers for real: again after a lost worker (a few times), after
+        "need" (files shipped), and after "busy" (another run holds the device: queue)."""
+        ex = self.executor
+        losses, needs, start = 0, 0, time.monotonic()
         while True:
             ex.await_holder(self.device)
-            future = ex.submit(prepare_task, self.device, ex.run_id, self.device, ex.policy)
-            reply = ex.wait(future, self.device)
+            fn, args, workers = task()
+            try:
+                reply = ex.wait(ex.submit(fn, self.device, *args, workers=workers), self.device)
+            except TaskLost:
+                losses += 1
+                if losses > MAX_LOSSES:
+                    raise
+                if on_lost is not None:
+                    on_lost()
+                continue
             self._last_worker = reply.get("worker")
-            if reply["status"] == "ok":
-                ready: DeviceReady = reply["ready"]
-                return replace(ready, notes=(*ready.notes, f"on worker {self._last_worker}"))
-            if reply["status"] == "error":
-                raise LabError(reply["error"])
+            status = reply["status"]
+            if status == "need":
+                needs += 1
+                if on_need is None or needs > MAX_LOSSES:
+                    raise LabError(f"{self.device}: worker {self._last_worker} keeps asking for files")
+                on_need(reply)
+                continue
+            if status != "busy":
+                return reply
             waited = time.monotonic() - start
             if ex.policy.lease_timeout_s is not None and waited >= ex.policy.lease_timeout_s:
                 raise LeaseTimeout(f"{self.device}: still leased ({reply['holder']}) after {waited:.0f} s")
             on_state("queued", reply["holder"])
             time.sleep(BUSY_RETRY_S)
-
-    def run(self, job: Job, first: bool) -> JobOutcome:
-        ex = self.executor
-        try:
-            files = ex.files_for(job)
-        except OSError as exc:
-            return error_outcome(job, f"cannot read {exc.filename}: {exc.strerror}", "usage")
-        try:
-            while True:
-                ex.await_holder(self.device)
-                reply = ex.wait(ex.submit(run_task, self.device, ex.run_id, self.device, ex.policy, job,
-                                          {p: v for p, v in files.items()}, first), self.device)
-                self._last_worker = reply.get("worker")
-                if reply["status"] == "done":
-                    outcome: JobOutcome = reply["outcome"]
-                    outcome.job = job
-                    return outcome
-                time.sleep(BUSY_RETRY_S)  # the device went to another run between our jobs: queue again
-        except WorkerLost as exc:
-            return error_outcome(job, one_line(exc), "lab", exc)
-        except Exception as exc:  # noqa: BLE001 - anything the cluster throws is this job's failure, not a crash
-            return error_outcome(job, f"{self.device}: cluster error: {type(exc).__name__}: {one_line(exc)}",
-                                 "lab", exc)
 
     def close(self) -> None:
         ex = self.executor

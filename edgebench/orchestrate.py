@@ -223,16 +223,41 @@ class LocalSession:
 
 
 def cooldown_guard(device: Device, policy: Policy) -> CooldownGuard | None:
-    """The thermal cool-down guard from `edgebench.cooldown`, when that module exists and the device
-    has thermal sensors; None otherwise (the run simply goes on without one)."""
+    """The thermal cool-down guard (`edgebench.cooldown`) when the device has thermal sensors and runs
+    the Python agent; None otherwise, and the run goes on without one."""
+    if device.spec.agent != "python":
+        return None
     try:
         module = importlib.import_module(f"{__package__}.cooldown")
     except ModuleNotFoundError:
         return None
-    factory = getattr(module, "guard_for_device", None)
-    if factory is None:
+    # One look (no waiting) tells whether the device has thermal zones at all.
+    first = module.wait_for_cooldown(device, module.CooldownPolicy(timeout_s=0.0))
+    if first.zone is None:
         return None
-    return factory(device, timeout_s=policy.cooldown_timeout_s)
+    return AgentCooldownGuard(device, module, policy.cooldown_timeout_s)
+
+
+class AgentCooldownGuard:
+    """Waits on the device, idle, until its hottest zone is within 2 °C of idle.
+
+    The first wait estimates each zone's idle reading from its cooling curve; later waits reuse it.
+    """
+
+    def __init__(self, device: Device, module: Any, timeout_s: float) -> None:
+        self.device = device
+        self.module = module
+        self.timeout_s = timeout_s
+        self.idle_c: dict[str, float] | None = None
+
+    def wait(self) -> str | None:
+        policy = self.module.CooldownPolicy(timeout_s=self.timeout_s)
+        result = self.module.wait_for_cooldown(self.device, policy, self.idle_c)
+        if result.idle_c:
+            self.idle_c = dict(result.idle_c)
+        if result.cooled and result.waited_s < 1.0:
+            return None  # already cool: nothing worth telling
+        return f"cool-down guard: {result.describe()}"
 
 
 # ---- the fleet ---------------------------------------------------------------------------------------------
@@ -265,7 +290,7 @@ class RunResult:
     def exit_code(self) -> int:
         if any(d.state == "unreachable" for d in self.devices.values()):
             return 3
-        if any(d.failed for d in self.devices.values()):
+        if any(d.failed or d.state != "ok" for d in self.devices.values()):
             return 1
         return 0
 
@@ -369,10 +394,20 @@ def _device_worker(device: str, jobs: list[Job], sessions: SessionFactory, polic
     def emit_state(state: str, detail: str) -> None:
         events.put(_State(device, state, detail))
 
+    reported = 0
+
+    def report(outcome: JobOutcome) -> None:
+        nonlocal reported
+        events.put(_Outcome(outcome))
+        reported += 1
+        if outcome.ok:
+            summary.ok += 1
+        else:
+            summary.failed += 1
+
     def finish_all(rest: list[Job], message: str, kind: str = "lab") -> None:
         for job in rest:
-            events.put(_Outcome(error_outcome(job, message, kind)))
-            summary.failed += 1
+            report(error_outcome(job, message, kind))
 
     session: DeviceSession | None = None
     try:
@@ -391,12 +426,10 @@ def _device_worker(device: str, jobs: list[Job], sessions: SessionFactory, polic
                 return
             emit_state("running", _job_label(job))
             outcome = session.run(job, first=(i == 0))
-            events.put(_Outcome(outcome))
+            report(outcome)
             if outcome.ok:
-                summary.ok += 1
                 consecutive.clear()
                 continue
-            summary.failed += 1
             # Only device-level failures count: a model the runtime rejects says nothing about the device.
             if outcome.error_kind == "lab":
                 consecutive.append(outcome.error or "")
@@ -411,6 +444,7 @@ def _device_worker(device: str, jobs: list[Job], sessions: SessionFactory, polic
         summary.state = "failed" if summary.failed else "ok"
     except Exception as exc:  # noqa: BLE001 - a bug here must not hang the run: report it as the device's
         summary.state, summary.error = "failed", f"internal error on {device}: {type(exc).__name__}: {exc}"
+        finish_all(jobs[reported:], summary.error, "internal")
     finally:
         if session is not None:
             try:

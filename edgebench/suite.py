@@ -20,6 +20,10 @@ memory_mb = 60
 [policy]                           # optional: how the run treats failures
 retries = 2                        # extra attempts after a transport error
 quarantine_after = 3               # consecutive device failures before the device is given up
+backoff = 1.0                      # seconds before the first retry, doubling up to max_backoff (30)
+cooldown = true                    # wait for the device to cool down between jobs (thermal sensors)
+lease_timeout = 3600               # give up on a device another run holds for longer (default: wait)
+worker_grace = 15                  # --cluster: seconds a device may have no worker before its jobs fail
 ```
 
 A list value in `params` is a grid axis; to pass a list as one value (an affinity, say), wrap it:
@@ -95,6 +99,7 @@ class Policy:
     cooldown: bool = True
     cooldown_timeout_s: float = 300.0
     lease_timeout_s: float | None = None  # None: queue behind other runs for as long as it takes
+    worker_grace_s: float = 15.0  # --cluster: how long a device may have no worker before its jobs fail
 
 
 @dataclass(frozen=True)
@@ -392,6 +397,7 @@ def _policy(t: TableReader) -> Policy:
         cooldown=t.get("cooldown", bool, d.cooldown),
         cooldown_timeout_s=_non_negative(t, "cooldown_timeout", d.cooldown_timeout_s),
         lease_timeout_s=_positive(t, "lease_timeout", None),
+        worker_grace_s=_non_negative(t, "worker_grace", d.worker_grace_s),
     )
     t.done()
     return policy

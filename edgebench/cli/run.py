@@ -171,7 +171,8 @@ def _summary(result: Any, suite: Path) -> None:
     for s in result.devices.values():
         table.add_row(s.device, f"[{colours.get(s.state, 'white')}]{s.state}[/]", str(s.jobs), str(s.ok),
                       str(s.failed), str(s.skipped), f"{s.wall_s:.1f}", (s.error or "")[:160])
-    Console(stderr=True, soft_wrap=True).print(table)
+    # Cron logs are not terminals: give the table room instead of folding the error column.
+    Console(stderr=True, width=None if sys.stderr.isatty() else 200).print(table)
     failed = sum(s.failed for s in result.devices.values())
     if failed:
         note(f"edgebench: {failed} job(s) failed; retry them: edgebench run {suite} --resume {result.run_id}")
