@@ -13,10 +13,11 @@
 and runs `/usr/sbin/sshd -D -e -f sshd_config` as a child process. The board is "a Linux board": commands
 run on this host as the current user, through a real sshd, over a real TCP connection.
 
-Faults: `kill()` SIGKILLs sshd and every session process (a board losing power), `stop()` ends them
-politely, `restart()` brings the same board back on the same port, `rotate_host_key()` gives it a new host
-key (a reinstalled board). `cpu_quota=0.5` puts sshd and its sessions in a cgroup v1 CPU quota (a slower
-chip) when `/sys/fs/cgroup/cpu` is writable (`cpu_quota_supported()`).
+Faults: `kill()` SIGKILLs sshd and every session process (a board losing power); `freeze()` / `thaw()`
+SIGSTOP / SIGCONT them (a hung board whose connections stay open and silent); `stop()` ends them
+politely; `restart()` brings the same board back on the same port; `rotate_host_key()` gives it a new
+host key (a reinstalled board). `cpu_quota=0.5` puts sshd and its sessions in a cgroup v1 CPU quota (a
+slower chip) when `/sys/fs/cgroup/cpu` is writable (`cpu_quota_supported()`).
 
 Pytest fixtures are in `edgebench.testing.pytest_ssh` (`ssh_board`, `fresh_ssh_board`, `slow_ssh_board`).
 """
@@ -180,8 +181,17 @@ class SshBoard:
         self._signal_all(signal.SIGKILL)
         self._reap()
 
+    def freeze(self) -> None:
+        """SIGSTOP sshd and its sessions: the board hangs, its TCP connections stay open and silent."""
+        self._signal_all(signal.SIGSTOP, wait=False)
+
+    def thaw(self) -> None:
+        """SIGCONT everything freeze() stopped."""
+        self._signal_all(signal.SIGCONT, wait=False)
+
     def stop(self) -> None:
         """End sshd and its sessions (SIGTERM, then SIGKILL after 3 s); remove the cgroup."""
+        self.thaw()
         self._signal_all(signal.SIGTERM)
         if self.proc is not None:
             try:
@@ -206,7 +216,7 @@ class SshBoard:
         if self.running():
             self.restart()
 
-    def _signal_all(self, sig: int) -> None:
+    def _signal_all(self, sig: int, wait: bool = True) -> None:
         if self.proc is None:
             return
         import psutil
@@ -221,7 +231,8 @@ class SshBoard:
                 p.send_signal(sig)
             except psutil.NoSuchProcess:
                 pass
-        _wait_gone(procs[1:], 3.0 if sig == signal.SIGKILL else 0.5)
+        if wait:
+            _wait_gone(procs[1:], 3.0 if sig == signal.SIGKILL else 0.5)
 
     def _reap(self) -> None:
         if self.proc is not None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 import posixpath
 import select
@@ -48,6 +49,11 @@ from ..errors import (
 )
 from ..lab import DeviceSpec
 from .base import CommandResult, command_line
+
+# paramiko logs handshake failures with tracebacks from its transport thread; without a handler they
+# would reach stderr through logging's last resort. Our callers get one typed line instead; an
+# application that configures logging still receives paramiko's records.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 PASSPHRASE_ENV = "EDGEBENCH_SSH_PASSPHRASE"
 KEEPALIVE_S = 15
@@ -104,30 +110,32 @@ class SshTransport:
     def known_hosts_path(self) -> Path:
         return Path(os.path.expanduser(self.spec.known_hosts))
 
-    def connect(self) -> None:
-        """Open the connection now (it is also reopened lazily when it dropped)."""
+    def connect(self, timeout: float | None = None) -> None:
+        """Open the connection now (it is also reopened lazily when it dropped), bounded by the
+        descriptor's connect_timeout and, inside a call, by what is left of the call's timeout."""
+        limit = self.spec.connect_timeout_s if timeout is None else min(self.spec.connect_timeout_s, timeout)
         with self._lock:
             if not self._alive():
                 self._close_quietly()
-                self._client = self._open_client()
+                self._client = self._open_client(max(limit, 0.1))
 
     def _alive(self) -> bool:
         transport = self._client.get_transport() if self._client is not None else None
         return bool(transport is not None and transport.is_active())
 
-    def _transport(self) -> Any:
+    def _transport(self, timeout: float) -> Any:
         """The live paramiko Transport, reconnecting if the connection dropped since the last call."""
-        self.connect()
+        self.connect(timeout)
         return self._client.get_transport()
 
-    def _open_client(self) -> Any:
+    def _open_client(self, limit: float) -> Any:
         spec = self.spec
         client = paramiko.SSHClient()
         self._load_known_hosts(client)
         client.set_missing_host_key_policy(
             _TrustOnFirstUse(self) if spec.trust_on_first_use else _RejectUnknown(self))
         pkey = self._private_key()
-        limit = spec.connect_timeout_s
+        started = time.monotonic()
         try:
             client.connect(
                 spec.host, port=spec.port, username=spec.user or _local_user(), pkey=pkey,
@@ -146,7 +154,7 @@ class SshTransport:
                 f"remove its old line from that file)", device=self.device) from None
         except BaseException as exc:  # noqa: BLE001 - every failure becomes one typed line
             client.close()
-            raise self._connect_error(exc) from None
+            raise self._connect_error(exc, limit, started) from None
         transport = client.get_transport()
         transport.set_keepalive(KEEPALIVE_S)
         return client
@@ -193,7 +201,7 @@ class SshTransport:
                                                 f"{hint}") from None
         return self._pkey
 
-    def _connect_error(self, exc: BaseException) -> TransportError:
+    def _connect_error(self, exc: BaseException, limit: float, started: float) -> TransportError:
         where = f"{self.spec.user or _local_user()}@{self.address}"
         if isinstance(exc, paramiko.PasswordRequiredException):
             why = f"the key is encrypted; set {PASSPHRASE_ENV}"
@@ -201,13 +209,16 @@ class SshTransport:
             which = f"the key from {self.spec.source}" if self.spec.key else "the ssh-agent and default keys"
             why = f"authentication failed with {which}"
         elif isinstance(exc, socket.timeout | TimeoutError):
-            why = f"connect timed out after {self.spec.connect_timeout_s:g} s"
+            why = f"connect timed out after {limit:g} s"
         elif isinstance(exc, socket.gaierror):
             why = f"unknown host ({exc.strerror or exc})"
         elif isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
             why = "connection refused (is sshd running on that port?)"
         elif isinstance(exc, OSError):
             why = _reason(exc)
+        elif isinstance(exc, paramiko.SSHException | EOFError) and (
+                "banner" in str(exc).lower() or time.monotonic() - started >= limit * 0.95):
+            why = f"no ssh answer within {limit:g} s (is the board hung, or is that port not sshd?)"
         elif isinstance(exc, paramiko.SSHException | EOFError):
             why = f"ssh handshake failed: {one_line(exc) if str(exc) else type(exc).__name__}"
         elif isinstance(exc, KeyboardInterrupt):
@@ -241,7 +252,7 @@ class SshTransport:
         command = command_line(["sh", "-c", WRAPPER, "sh", *argv], env)
         start = time.monotonic()
         deadline = start + timeout
-        channel = self._open_channel(argv, timeout)
+        channel = self._open_channel(argv, deadline, timeout)
         out, err = bytearray(), bytearray()
         try:
             channel.exec_command(command)
@@ -252,13 +263,16 @@ class SshTransport:
         stderr, _ = split_pid_marker(_text(err))
         return CommandResult(argv, status, _text(out), stderr, time.monotonic() - start)
 
-    def _open_channel(self, argv: tuple[str, ...], timeout: float) -> Any:
-        limit = max(min(timeout, self.spec.connect_timeout_s), 0.1)
+    def _open_channel(self, argv: Sequence[str], deadline: float, timeout: float) -> Any:
+        """A new session channel before `deadline`; one reconnect if the link died since the last call."""
         for attempt in (1, 2):
-            transport = self._transport()
+            transport = self._transport(deadline - time.monotonic())
+            limit = max(deadline - time.monotonic(), 0.1)
             try:
                 return transport.open_session(timeout=limit)
             except Exception as exc:  # noqa: BLE001
+                if transport.is_active() and time.monotonic() >= deadline - 0.05:
+                    raise CommandTimeout(argv, timeout, device=self.device) from None  # board not answering
                 # The connection may have died just now; nothing ran yet, so one reconnect is safe.
                 if attempt == 2 or transport.is_active():
                     raise TransportError(f"cannot open a session for {argv[0]}: {_reason(exc)}",
@@ -299,21 +313,15 @@ class SshTransport:
                               device=self.device, stdout=_text(out), stderr=split_pid_marker(_text(err))[0])
 
     def _kill_remote(self, channel: Any, err: bytearray) -> None:
-        """Best effort: close the channel and kill the timed-out command's process tree on the board."""
+        """Close the channel and, in the background (the caller hears of the timeout at once), kill the
+        timed-out command's process tree on the board. Best effort, bounded by KILL_TIMEOUT_S."""
         channel.close()
         _, pid = split_pid_marker(_text(err))
-        if pid is None or not self._alive():
+        transport = self._client.get_transport() if self._client is not None else None
+        if pid is None or transport is None or not transport.is_active():
             return
-        try:
-            kill = self._client.get_transport().open_session(timeout=KILL_TIMEOUT_S)
-            kill.exec_command(command_line(["sh", "-c", KILL_TREE, "sh", str(pid)]))
-            deadline = time.monotonic() + KILL_TIMEOUT_S
-            while not kill.exit_status_ready() and time.monotonic() < deadline:
-                _read_available(kill, bytearray(), bytearray())
-                time.sleep(0.05)
-            kill.close()
-        except Exception:  # noqa: BLE001, S110 - the timeout is what the caller needs to hear about
-            pass
+        threading.Thread(target=_kill_tree, args=(transport, pid), name=f"ssh-kill-{self.device}-{pid}",
+                         daemon=True).start()
 
     # ---- files ----------------------------------------------------------------------------------
     def push(self, local: Path, remote: str, *, timeout: float) -> None:
@@ -356,29 +364,32 @@ class SshTransport:
 
         return self._sftp_call(f"read {remote}", timeout, read)
 
-    def _sftp_client(self, timeout: float) -> Any:
+    def _sftp_client(self, what: str, deadline: float, timeout: float) -> Any:
         with self._lock:
             if self._sftp is None or not self._alive() or self._sftp.get_channel().closed:
                 self._sftp = None
-                transport = self._transport()
-                channel = transport.open_session(timeout=max(min(timeout, self.spec.connect_timeout_s), 0.1))
-                channel.invoke_subsystem("sftp")
-                self._sftp = paramiko.SFTPClient(channel)
+                channel = self._open_channel([what.split()[0], what], deadline, timeout)
+                try:
+                    channel.settimeout(max(deadline - time.monotonic(), 0.1))
+                    channel.invoke_subsystem("sftp")
+                    self._sftp = paramiko.SFTPClient(channel)
+                except Exception as exc:  # noqa: BLE001
+                    channel.close()
+                    if time.monotonic() >= deadline - 0.05:
+                        raise CommandTimeout([what.split()[0], what], timeout, device=self.device) from None
+                    raise TransferError(f"{what} failed: no SFTP session ({_reason(exc)}; does the board's "
+                                        "sshd have `Subsystem sftp`?)", device=self.device) from None
             return self._sftp
 
     def _sftp_call(self, what: str, timeout: float, fn: Callable[[Any], T]) -> T:
         """Run one SFTP operation under a watchdog: past the deadline the connection is torn down
         (blocked paramiko reads then fail at once) and CommandTimeout is raised."""
-        fired = threading.Event()
-        try:
-            sftp = self._sftp_client(timeout)
-        except TransportError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise TransferError(f"{what} failed: no SFTP session ({_reason(exc)}; does the board's sshd "
-                                "have `Subsystem sftp`?)", device=self.device) from None
-        sftp.get_channel().settimeout(max(timeout, 0.1))
+        deadline = time.monotonic() + timeout
+        sftp = self._sftp_client(what, deadline, timeout)
+        remaining = max(deadline - time.monotonic(), 0.1)
+        sftp.get_channel().settimeout(remaining)
         client = self._client
+        fired = threading.Event()
 
         def expire() -> None:
             fired.set()
@@ -387,7 +398,7 @@ class SshTransport:
             except Exception:  # noqa: BLE001, S110
                 pass
 
-        watchdog = threading.Timer(timeout, expire)
+        watchdog = threading.Timer(remaining, expire)
         watchdog.daemon = True
         watchdog.start()
         try:
@@ -404,7 +415,8 @@ class SshTransport:
                 raise CommandTimeout([what.split()[0], what], timeout, device=self.device) from None
             if not self._alive():
                 self.close()
-                raise TransportError(f"{what} failed: connection to {self.address} lost",
+                raise ConnectionLost([what.split()[0], what],
+                                     f"{what} failed: connection to {self.address} lost",
                                      device=self.device) from None
             raise TransferError(f"{what} failed: {_reason(exc)}", device=self.device) from None
         finally:
@@ -490,6 +502,16 @@ def split_pid_marker(stderr: str) -> tuple[str, int | None]:
     except ValueError:
         return stderr, None
     return stderr[:start] + ("" if end < 0 else stderr[end + 1:]), pid
+
+
+def _kill_tree(transport: Any, pid: int) -> None:
+    try:
+        kill = transport.open_session(timeout=KILL_TIMEOUT_S)
+        kill.exec_command(command_line(["sh", "-c", KILL_TREE, "sh", str(pid)]))
+        kill.status_event.wait(KILL_TIMEOUT_S)
+        kill.close()
+    except Exception:  # noqa: BLE001, S110 - the timeout is what the caller needs to hear about
+        pass
 
 
 def _read_available(channel: Any, out: bytearray, err: bytearray) -> None:

@@ -140,3 +140,33 @@ def test_unreachable_board_is_one_line(fresh_ssh_board: SshBoard) -> None:
     assert time.monotonic() - start < 10
     message = str(err.value)
     assert "\n" not in message and "cannot connect" in message and str(fresh_ssh_board.port) in message
+
+
+def test_frozen_board_every_call_ends_at_its_timeout(fresh_ssh_board: SshBoard, tmp_path: Path) -> None:
+    """A hung board keeps its TCP connection open and silent: only our own bounds can end the calls."""
+    transport = SshTransport(fresh_ssh_board.spec())
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(24_000_000))  # far more than the channel window and socket buffers
+    transport.run(["true"], timeout=20)
+    transport.read_text("/proc/version", timeout=20)  # an SFTP session is open: the push hits the watchdog
+    fresh_ssh_board.freeze()
+    try:
+        # run: no channel opens; read_text: the SFTP watchdog fires; push: the reconnect gets no banner.
+        calls = [("run", lambda: transport.run(["echo", "hi"], timeout=2.0)),
+                 ("read_text", lambda: transport.read_text("/proc/version", timeout=2.0)),
+                 ("push", lambda: transport.push(big, str(tmp_path / "remote.bin"), timeout=2.0))]
+        for what, call in calls:
+            start = time.monotonic()
+            with pytest.raises(TransportError) as err:
+                call()
+            elapsed = time.monotonic() - start
+            assert elapsed < 2.0 + 1.5, f"{what} on a frozen board took {elapsed:.1f} s (timeout 2 s)"
+            if what in ("run", "read_text"):
+                assert isinstance(err.value, CommandTimeout), err.value
+            else:
+                assert "no ssh answer within 2 s" in str(err.value)
+        fresh_ssh_board.thaw()
+        assert transport.run(["echo", "back"], timeout=20).stdout == "back\n"  # and it recovers
+    finally:
+        fresh_ssh_board.thaw()
+        transport.close()
