@@ -336,6 +336,8 @@ class Daemon:
         await asyncio.sleep(max(0.0, delay_s))
         try:
             await self._listen()
+        except OSError as exc:
+            print(f"adbd: could not listen again on port {self.port} after reboot: {exc}", file=sys.stderr)
         finally:
             self.rebooting = False
 

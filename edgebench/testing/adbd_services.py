@@ -287,21 +287,23 @@ class SyncService:
             await stream.write(P.sync_fail(f"write failed: {os.strerror(exc.errno or errno.EIO)}"))
             await self._drain_send(stream)
             return False
-        host, _ = self.fs.resolve(path)
+        host, _ = self.fs.resolve(path, follow_last=False)
         with contextlib.suppress(OSError):
             os.utime(host, (mtime, mtime))
         await stream.write(P.sync_status(b"OKAY", 0))
         return True
 
     def _open_for_send(self, path: str, perms: int) -> int:
-        host, writable = self.fs.resolve(path)
+        # As adbd: the last component is not followed; a regular file or a symlink there is replaced.
+        host, writable = self.fs.resolve(path, follow_last=False)
         if not writable:
             raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
-        if os.path.isdir(host):
-            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), path)
         with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISREG(os.lstat(host).st_mode):
+            mode = os.lstat(host).st_mode
+            if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
                 os.unlink(host)
+            elif stat.S_ISDIR(mode):
+                raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), path)
         os.makedirs(os.path.dirname(host), mode=0o775, exist_ok=True)  # fixed_push_mkdir
         fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, perms)
         os.fchmod(fd, perms)

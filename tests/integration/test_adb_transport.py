@@ -220,3 +220,13 @@ def test_unreachable_server_or_unknown_serial_fail_fast_and_start_nothing(
     by_env = DeviceSpec(name="envphone", transport="adb", workdir="/data/local/tmp", python="python3",
                         serial=adb_phone_module.phone.serial)
     assert AdbTransport(by_env).run(["echo", "env"], timeout=10).stdout == "env\n"
+
+
+def test_a_phone_without_python_on_its_path(adb_phone_factory: Callable[..., AdbPhoneLab]) -> None:
+    lab = adb_phone_factory("bare", path="/system/bin")
+    bare = AdbTransport(lab.spec())
+    assert bare.run(["python3", "-c", "pass"], timeout=20).returncode == 127
+    res = bare.run(["sh", "-c", "echo $PATH; getprop ro.product.cpu.abi; printf x | sha256sum"], timeout=20)
+    lines = res.stdout.splitlines()
+    assert res.returncode == 0 and lines[0] == "/system/bin" and lines[1]
+    assert lines[2].startswith("2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881")
