@@ -7,6 +7,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,42 @@ def test_devices_check_reports_facts_and_exits_3_naming_the_unreachable(ssh_boar
     assert only_board.returncode == 0, only_board.stderr
     unknown = edgebench("devices", "--check", "--device", "nosuch", "--lab", str(lab), cwd=tmp_path)
     assert unknown.returncode == 2 and "unknown device 'nosuch'" in unknown.stderr
+
+
+def test_board_dying_mid_bench_is_one_line_exit_3_without_a_hang(fresh_ssh_board: SshBoard,
+                                                                 tmp_path: Path) -> None:
+    import psutil
+
+    def agent_measuring() -> bool:
+        for pid in fresh_ssh_board.session_pids():
+            try:
+                if '"kind":"bench"' in " ".join(psutil.Process(pid).cmdline()):
+                    return True
+            except psutil.NoSuchProcess:
+                pass
+        return False
+
+    cmd = [sys.executable, "-m", "edgebench", "bench", "builtin:mlp", "--device", fresh_ssh_board.name,
+           "--lab", str(fresh_ssh_board.lab_dir), "--runs", "1000000", "--min-seconds", "60",
+           "--max-seconds", "120", "--timeout", "90", "--store", str(tmp_path / "s.db")]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not agent_measuring():
+            assert proc.poll() is None and time.monotonic() < deadline, "the bench never started measuring"
+            time.sleep(0.1)
+        fresh_ssh_board.kill()  # power cut: sshd and the agent die together
+        killed = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        noticed = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert noticed < 15, f"the CLI took {noticed:.1f} s to notice the board died"
+    assert proc.returncode == 3 and "Traceback" not in err, err
+    [line] = [ln for ln in err.splitlines() if ln.startswith("edgebench: error:")]
+    assert "lost" in line and fresh_ssh_board.name in line
+    with sqlite3.connect(tmp_path / "s.db") as db:  # the failed job is kept as data
+        [(error,)] = db.execute("SELECT error FROM jobs").fetchall()
+    assert "lost" in error

@@ -170,3 +170,16 @@ def test_frozen_board_every_call_ends_at_its_timeout(fresh_ssh_board: SshBoard, 
     finally:
         fresh_ssh_board.thaw()
         transport.close()
+
+
+def test_slow_board_runs_its_sessions_under_a_cpu_quota(slow_ssh_board: SshBoard) -> None:
+    transport = SshTransport(slow_ssh_board.spec())
+    try:
+        groups = transport.run(["cat", "/proc/self/cgroup"], timeout=20).stdout
+    finally:
+        transport.close()
+    [cpu_line] = [ln for ln in groups.splitlines() if ln.split(":")[1].split(",").count("cpu")]
+    group = Path("/sys/fs/cgroup/cpu") / cpu_line.split(":", 2)[2].lstrip("/")
+    assert group.name.startswith("edgebench-slowboard-")
+    quota, period = (int((group / name).read_text()) for name in ("cpu.cfs_quota_us", "cpu.cfs_period_us"))
+    assert quota == period // 2
