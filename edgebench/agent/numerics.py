@@ -46,8 +46,14 @@ def compare_arrays(reference: Any, candidate: Any) -> dict[str, float]:
     nonfinite = int(ref.size - finite.sum())
     ref, out = ref[finite], out[finite]
     if ref.size == 0:
-        return {"max_abs_err": float("nan"), "mean_abs_err": float("nan"), "cosine": float("nan"),
-                "snr_db": float("nan"), "nonfinite": nonfinite, "size": 0}
+        return {
+            "max_abs_err": float("nan"),
+            "mean_abs_err": float("nan"),
+            "cosine": float("nan"),
+            "snr_db": float("nan"),
+            "nonfinite": nonfinite,
+            "size": 0,
+        }
     diff = out - ref
     ref_norm, out_norm = float(np.linalg.norm(ref)), float(np.linalg.norm(out))
     if ref_norm == 0.0 and out_norm == 0.0:
@@ -63,15 +69,22 @@ def compare_arrays(reference: Any, candidate: Any) -> dict[str, float]:
         snr = -SNR_CAP_DB
     else:
         snr = max(-SNR_CAP_DB, min(SNR_CAP_DB, 10.0 * float(np.log10(signal / noise))))
-    return {"max_abs_err": float(np.max(np.abs(diff))), "mean_abs_err": float(np.mean(np.abs(diff))),
-            "cosine": cosine, "snr_db": snr, "nonfinite": nonfinite, "size": int(ref.size)}
+    return {
+        "max_abs_err": float(np.max(np.abs(diff))),
+        "mean_abs_err": float(np.mean(np.abs(diff))),
+        "cosine": cosine,
+        "snr_db": snr,
+        "nonfinite": nonfinite,
+        "size": int(ref.size),
+    }
 
 
 # ---- shared pieces ----------------------------------------------------------------------------------
 def _open(task: dict, path: str | None = None, **options: Any) -> Any:
     try:
-        return open_session(task.get("runtime", "onnxruntime"), path or task["model"],
-                            int(task.get("threads", 0)), **options)
+        return open_session(
+            task.get("runtime", "onnxruntime"), path or task["model"], int(task.get("threads", 0)), **options
+        )
     except ModelLoadError as exc:
         raise TaskError("model", str(exc)) from None
     except RuntimeMissing as exc:
@@ -80,8 +93,9 @@ def _open(task: dict, path: str | None = None, **options: Any) -> Any:
 
 def _inputs(task: dict, session: Any, warnings: list[str]) -> dict[str, Any]:
     try:
-        return make_inputs(session.inputs, task.get("shapes", {}), int(task.get("seed", 0)),
-                           task.get("inputs"), warnings)
+        return make_inputs(
+            session.inputs, task.get("shapes", {}), int(task.get("seed", 0)), task.get("inputs"), warnings
+        )
     except InputError as exc:
         raise TaskError("input", str(exc)) from None
 
@@ -147,58 +161,79 @@ def run_outputs(task: dict) -> tuple[dict, list[str]]:
 
 # ---- task `profile` -----------------------------------------------------------------------------------
 def run_profile(task: dict) -> tuple[dict, list[str]]:
+    """Plain and instrumented runs, alternated so that both meet the same load on a busy device."""
     warnings: list[str] = []
     affinity = pin(task.get("affinity"))
     runtime = task.get("runtime", "onnxruntime")
     warmup, runs = int(task.get("warmup", 3)), max(1, int(task.get("runs", 20)))
     session = _open(task)
     feeds = _inputs(task, session, warnings)
-    try:
-        latencies = _timed(session.prepare(feeds), warmup, runs)
-    except Exception as exc:  # noqa: BLE001
-        raise TaskError("model", f"inference failed: {_first_line(exc)}") from None
     result: dict[str, Any] = {
-        "runtime": session.runtime, "runtime_version": session.version, "threads": int(task.get("threads", 0)),
-        "affinity": affinity, "latencies_ms": latencies, "warmup": warmup, "runs": runs,
+        "runtime": session.runtime,
+        "runtime_version": session.version,
+        "threads": int(task.get("threads", 0)),
+        "affinity": affinity,
+        "warmup": warmup,
+        "runs": runs,
         "inputs": describe(feeds),
     }
-    if runtime == "mnn":
-        result["mnn"] = _mnn_callback_profile(session, feeds, warmup, runs)
-    else:
-        del session  # one session at a time: the profiled one must not share the cores with a warm idle one
-        result["ort"] = _ort_profile(task, feeds, warmup, runs)
+    try:
+        if runtime == "mnn":
+            latencies, result["mnn"] = _mnn_callback_profile(session, feeds, warmup, runs)
+        else:
+            latencies, result["ort"] = _ort_profile(task, session, feeds, warmup, runs)
+    except TaskError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the runtime's own errors carry the reason
+        raise TaskError("model", f"inference failed while profiling: {_first_line(exc)}") from None
+    result["latencies_ms"] = latencies
     return result, warnings
 
 
-def _ort_profile(task: dict, feeds: dict[str, Any], warmup: int, runs: int) -> dict[str, Any]:
-    """Profiled runs of the model and of the calibration model; returns the gzipped trace files."""
+def _alternate(plain: Any, instrumented: Any, warmup: int, runs: int) -> list[float]:
+    """Warm both up, then alternate one plain (timed) and one instrumented run; returns the plain times."""
+    for _ in range(warmup):
+        plain()
+        instrumented()
+    clock = time.perf_counter_ns
+    samples = []
+    for _ in range(runs):
+        t0 = clock()
+        plain()
+        samples.append((clock() - t0) / 1e6)
+        instrumented()
+    return samples
+
+
+def _ort_profile(
+    task: dict, session: Any, feeds: dict[str, Any], warmup: int, runs: int
+) -> tuple[list[float], dict[str, Any]]:
+    """Plain runs and profiled runs (a second session); returns plain latencies and the gzipped traces."""
     folder = task["profile_dir"]
     os.makedirs(folder, exist_ok=True)
     token = task.get("token", str(os.getpid()))
-    session = _open(task, profile_prefix=os.path.join(folder, f"ort-{token}"))
-    try:
-        _timed(session.prepare(feeds), warmup, runs)
-    except Exception as exc:  # noqa: BLE001
-        raise TaskError("model", f"inference failed while profiling: {_first_line(exc)}") from None
-    trace = _gzip(session.end_profiling(), folder)
-    out: dict[str, Any] = {"trace": trace, "warmup": warmup, "runs": runs}
+    profiled = _open(task, profile_prefix=os.path.join(folder, f"ort-{token}"))
+    latencies = _alternate(session.prepare(feeds), profiled.prepare(feeds), warmup, runs)
+    out: dict[str, Any] = {"trace": _gzip(profiled.end_profiling(), folder), "warmup": warmup, "runs": runs}
     calibration = task.get("calibration_model")
     if calibration:
         out["calibration"] = _ort_calibration(task, calibration, folder, token, warmup, runs)
-    return out
+    return latencies, out
 
 
-def _ort_calibration(task: dict, path: str, folder: str, token: str, warmup: int, runs: int) -> dict[str, Any]:
-    """Time a chain of trivial ops plainly and profiled: the difference per op is the profiler's overhead."""
+def _ort_calibration(
+    task: dict, path: str, folder: str, token: str, warmup: int, runs: int
+) -> dict[str, Any]:
+    """A chain of trivial ops, plain and profiled: per op, the difference is the profiler's own cost."""
     import numpy as np
 
     plain = _open(task, path)
-    feeds = {i.name: np.ones([d if isinstance(d, int) and d > 0 else 1 for d in i.shape], dtype=i.dtype)
-             for i in plain.inputs}
-    plain_ms = _timed(plain.prepare(feeds), warmup, runs)
-    del plain
+    feeds = {
+        i.name: np.ones([d if isinstance(d, int) and d > 0 else 1 for d in i.shape], dtype=i.dtype)
+        for i in plain.inputs
+    }
     profiled = _open(task, path, profile_prefix=os.path.join(folder, f"cal-{token}"))
-    _timed(profiled.prepare(feeds), warmup, runs)
+    plain_ms = _alternate(plain.prepare(feeds), profiled.prepare(feeds), warmup, runs)
     return {"trace": _gzip(profiled.end_profiling(), folder), "plain_ms": plain_ms}
 
 
@@ -211,19 +246,21 @@ def _gzip(path: str, folder: str) -> str:
     return target
 
 
-def _mnn_callback_profile(session: Any, feeds: dict[str, Any], warmup: int, runs: int) -> dict[str, Any]:
-    """Per-op wall time from MNN's begin/end callbacks, aggregated over `runs` runs.
+def _mnn_callback_profile(
+    session: Any, feeds: dict[str, Any], warmup: int, runs: int
+) -> tuple[list[float], dict[str, Any]]:
+    """Per-op wall times from MNN's begin/end callbacks, per run, with plain runs alternated.
 
     The time between one op's end callback and the next op's begin callback is pure instrumentation
     (no op runs there); its median is reported as the per-op overhead for the host to subtract.
     """
     import numpy as np
 
-    session.prepare(feeds)
+    plain = session.prepare(feeds)
     interp, sess = session.interpreter, session.session
     clock = time.perf_counter_ns
     stamps: list[int] = []
-    names: list[tuple[str, str]] = []
+    keys: list[tuple[str, str]] = []
 
     def begin(_tensors: Any, _info: Any) -> bool:
         stamps.append(clock())
@@ -231,41 +268,49 @@ def _mnn_callback_profile(session: Any, feeds: dict[str, Any], warmup: int, runs
 
     def end(_tensors: Any, info: Any) -> bool:
         stamps.append(clock())
-        names.append((info.getName(), info.getType()))
+        keys.append((info.getName(), info.getType()))
         return True
 
-    for _ in range(warmup):
+    counts: list[int] = []
+
+    def instrumented() -> None:
+        before = len(keys)
         interp.runSessionWithCallBackInfo(sess, begin, end)
-    stamps.clear()
-    names.clear()
-    per_run: list[int] = []
-    for _ in range(runs):
-        before = len(names)
-        interp.runSessionWithCallBackInfo(sess, begin, end)
-        per_run.append(len(names) - before)
-    if not names:
+        counts.append(len(keys) - before)
+
+    latencies = _alternate(plain, instrumented, warmup, runs)
+    if not keys:
         raise TaskError("model", "MNN ran no ops with callbacks (empty model?)")
     t = np.asarray(stamps, dtype=np.int64).reshape(-1, 2)
-    durations = (t[:, 1] - t[:, 0]) / 1e6
+    skip = sum(counts[:warmup])
+    t, keys, counts = t[skip:], keys[skip:], counts[warmup:]
+    durations = ((t[:, 1] - t[:, 0]) / 1e6).tolist()
+    index: dict[tuple[str, str], int] = {}
+    per_run: list[list[float]] = []
+    calls: list[int] = []
     gaps: list[float] = []
     offset = 0
-    for count in per_run:
-        run = t[offset:offset + count]
+    for count in counts:
+        row: dict[int, float] = {}
+        for j in range(offset, offset + count):
+            k = index.setdefault(keys[j], len(index))
+            row[k] = row.get(k, 0.0) + durations[j]
+            if len(calls) < len(index):
+                calls.append(0)
+            calls[k] += 1
         if count > 1:
+            run = t[offset : offset + count]
             gaps.extend(((run[1:, 0] - run[:-1, 1]) / 1e6).tolist())
+        per_run.append([row.get(k, 0.0) for k in range(len(index))])
         offset += count
-    totals: dict[tuple[str, str], list[float]] = {}
-    order: list[tuple[str, str]] = []
-    for key, ms in zip(names, durations.tolist(), strict=True):
-        if key not in totals:
-            totals[key] = [0.0, 0]
-            order.append(key)
-        totals[key][0] += ms
-        totals[key][1] += 1
-    ops = [{"node": n, "op_type": ty, "total_ms": totals[(n, ty)][0], "calls": totals[(n, ty)][1]}
-           for n, ty in order]
-    return {"ops": ops, "runs": runs, "overhead_ms": float(np.median(gaps)) if gaps else 0.0,
-            "instrumented_total_ms": float(durations.sum())}
+    width = len(index)
+    ops = [{"node": n, "op_type": ty, "calls": calls[k] / len(counts)} for (n, ty), k in index.items()]
+    return latencies, {
+        "ops": ops,
+        "per_run_ms": [r + [0.0] * (width - len(r)) for r in per_run],
+        "overhead_ms": float(np.median(gaps)) if gaps else 0.0,
+        "runs": len(counts),
+    }
 
 
 # ---- task `sensitivity` -----------------------------------------------------------------------------
@@ -284,11 +329,21 @@ def run_sensitivity(task: dict) -> tuple[dict, list[str]]:
         for key, input_name in task["layers"]:
             outputs = _run_outputs(session, {**feeds, input_name: weights[key]})
             scores = [compare_arrays(baseline[n], outputs[n]) for n in names]
-            layers.append({"key": key, "cosine": [s["cosine"] for s in scores],
-                           "snr_db": [s["snr_db"] for s in scores],
-                           "max_abs_err": [s["max_abs_err"] for s in scores]})
-    return {"runtime": session.runtime, "runtime_version": session.version, "outputs": names,
-            "layers": layers, "inputs": describe(feeds)}, warnings
+            layers.append(
+                {
+                    "key": key,
+                    "cosine": [s["cosine"] for s in scores],
+                    "snr_db": [s["snr_db"] for s in scores],
+                    "max_abs_err": [s["max_abs_err"] for s in scores],
+                }
+            )
+    return {
+        "runtime": session.runtime,
+        "runtime_version": session.version,
+        "outputs": names,
+        "layers": layers,
+        "inputs": describe(feeds),
+    }, warnings
 
 
 def run(task: dict) -> tuple[dict, list[str]]:

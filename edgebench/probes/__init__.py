@@ -18,6 +18,9 @@ ProbeFn = Callable[[Device, Job, RecordContext], ProbeResult]
 # probe kind -> "module:function" in this package
 PROBES: dict[str, str] = {
     "bench": "bench:run_bench",
+    "accuracy": "accuracy:run_accuracy",
+    "profile": "profile:run_profile",
+    "sensitivity": "sensitivity:run_sensitivity",
     "thermal": "thermal:run_thermal",
     "power": "power:run_power",
 }

@@ -1,0 +1,386 @@
+"""Verbs: variants, accuracy, profile, sensitivity (model variants and their numerics)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ..errors import UserError
+from ..jobs import Job, JobOutcome
+from ..models import resolve_model
+from ..oneshot import OneShot, run_now
+from ..records import Record
+from .common import (
+    JSON_OPT,
+    LAB_OPT,
+    STORE_OPT,
+    note,
+    open_lab,
+    parse_cpus,
+    parse_shapes,
+    print_json,
+    records_json,
+    render_table,
+    warn,
+)
+
+DEVICE_OPT = typer.Option("local", "--device", "-d", help="Device name from the lab.")
+SHAPE_OPT = typer.Option(None, "--shape", help="NAME=DIMS for dynamic inputs, e.g. x=1x3x224 (repeatable).")
+INPUTS_OPT = typer.Option(None, "--inputs", help=".npz with one array per model input.")
+THREADS_OPT = typer.Option(0, "--threads", min=0, help="Intra-op threads (0 = the runtime's default).")
+TIMEOUT_OPT = typer.Option(None, "--timeout", help="Bound on every remote call (default: descriptor).")
+NO_STORE_OPT = typer.Option(False, "--no-store", help="Do not keep the results.")
+OUT_OPT = typer.Option(..., "--out", "-o", help="Folder for the variant files.")
+CALIB_OPT = typer.Option(None, "--calib", help=".npz of calibration inputs (one array per input).")
+VARIANTS_ARG = typer.Argument(..., help="Variant model file(s) (.onnx, .mnn).")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("variants")(variants)
+    app.command("accuracy")(accuracy)
+    app.command("profile")(profile)
+    app.command("sensitivity")(sensitivity)
+
+
+# ---- variants ------------------------------------------------------------------------------------------
+def variants(
+    model: str = typer.Argument(..., help="fp32 ONNX model file or builtin:NAME."),
+    out: Path = OUT_OPT,
+    calib: Path = CALIB_OPT,
+    shape: list[str] = SHAPE_OPT,
+    only: str = typer.Option(None, "--only", help="Comma-separated subset, e.g. fp16,int8-dynamic,mnn-fp32."),
+    samples: int = typer.Option(8, "--samples", min=1, help="Random calibration samples (without --calib)."),
+    seed: int = typer.Option(0, "--seed"),
+    store: Path = STORE_OPT,
+    no_store: bool = NO_STORE_OPT,
+    as_json: bool = JSON_OPT,
+) -> int:
+    """Make fp16, int8 (dynamic, static) and MNN (fp32, int8-weight, int8) variants of a model."""
+    from ..provenance import host_provenance
+    from ..records import new_run_id
+    from ..variants import RANDOM_CALIBRATION_WARNING, VARIANT_KINDS, make_variants, variant_outcomes
+
+    ref = resolve_model(model)
+    kinds = [k.strip() for k in only.split(",") if k.strip()] if only else list(VARIANT_KINDS)
+    if calib is None and any(k in kinds for k in ("int8-static", "mnn-int8")):
+        note("edgebench: WARNING: " + RANDOM_CALIBRATION_WARNING.format(variant="int8-static / mnn-int8"))
+    note(f"edgebench: variants of {ref.name} into {out}")
+
+    def progress(v: Any) -> None:
+        size = f"{v.size_bytes} B" if v.ok else "FAILED"
+        note(f"edgebench:   {v.name}: {size} ({v.seconds:.1f} s)")
+
+    vset = make_variants(
+        ref,
+        out,
+        calib=calib,
+        shapes=parse_shapes(shape),
+        kinds=kinds,
+        samples=samples,
+        seed=seed,
+        on_variant=progress,
+    )
+    manifest = out / f"{ref.path.stem}.variants.json"
+    import json
+
+    manifest.write_text(json.dumps(vset.manifest(), indent=1) + "\n")
+    run_id = new_run_id()
+    outcomes = variant_outcomes(run_id, vset)
+    if not no_store:
+        _store_outcomes(store, run_id, outcomes, host_provenance())
+    for v in vset.variants:
+        for w in v.warnings:
+            loud = "calibrated on RANDOM" in w
+            note(f"edgebench: {'WARNING' if loud else 'warning'}: {w}")
+        if not v.ok:
+            note(f"edgebench: warning: {v.name}: not made: {v.error}")
+    records = [r for o in outcomes for r in o.records]
+    errors = [{"variant": v.name, "error": v.error} for v in vset.variants if not v.ok]
+    if as_json:
+        print_json(
+            records_json(
+                records,
+                run_id=run_id,
+                manifest=str(manifest),
+                errors=errors,
+                warnings=[w for v in vset.variants for w in v.warnings],
+            )
+        )
+    else:
+        rows = [["fp32", str(ref.path), vset.source_size, 1.0, ""]]
+        for v in vset.variants:
+            rows.append(
+                [
+                    v.name,
+                    str(v.path) if v.path else "-",
+                    v.size_bytes,
+                    v.size_bytes / vset.source_size if v.size_bytes else None,
+                    v.error or _variant_note(v.params),
+                ]
+            )
+        render_table(
+            f"variants of {ref.name} (run {run_id})", ["variant", "file", "bytes", "x fp32", "note"], rows
+        )
+    return 0 if any(v.ok for v in vset.variants) else 1
+
+
+def _variant_note(params: dict[str, Any]) -> str:
+    parts = []
+    if params.get("calibration"):
+        parts.append(f"calibration={params['calibration']} ({params.get('samples')} samples)")
+    if params.get("format"):
+        parts.append(f"format={params['format']}")
+    return ", ".join(parts)
+
+
+def _store_outcomes(store: Path, run_id: str, outcomes: list[JobOutcome], provenance: dict[str, Any]) -> None:
+    from ..store import Store
+
+    with Store(store) as st:
+        st.begin_run(run_id, "variants", provenance)
+        for o in outcomes:
+            st.save_job(run_id, o)
+        st.finish_run(run_id, "ok" if all(o.ok for o in outcomes) else "failed")
+
+
+# ---- device verbs --------------------------------------------------------------------------------------
+def _run_jobs(lab: Path, device: str, jobs: list[Job], store: Path, no_store: bool, kind: str) -> OneShot:
+    the_lab = open_lab(lab)
+    spec = the_lab.get(device)
+    shot = run_now(spec, jobs, None if no_store else store, kind)
+    for o in shot.outcomes:
+        warn(o.warnings, f"{o.job.device}: {o.job.model.name if o.job.model else ''}: ")
+    return shot
+
+
+def _finish(shot: OneShot) -> int:
+    """All failed: the first failure's own error and exit code. Some failed: say which, exit 1."""
+    failed = [o for o in shot.outcomes if not o.ok]
+    if failed and len(failed) == len(shot.outcomes):
+        shot.raise_first_error()
+    for o in failed:
+        note(f"edgebench: error: {o.job.model.name if o.job.model else o.job.probe}: {o.error}")
+    return 1 if failed else 0
+
+
+def _base_params(threads: int, shape: list[str] | None, inputs: Path | None, seed: int) -> dict[str, Any]:
+    params: dict[str, Any] = {"threads": threads, "seed": seed}
+    if shape:
+        params["shapes"] = parse_shapes(shape)
+    if inputs is not None:
+        if not inputs.is_file():
+            raise UserError(f"{inputs}: inputs file not found")
+        params["inputs"] = str(inputs)
+    return params
+
+
+def accuracy(
+    variant: list[str] = VARIANTS_ARG,
+    reference: str = typer.Option(..., "--reference", "-r", help="The fp32 reference model."),
+    device: str = DEVICE_OPT,
+    runtime: str = typer.Option(
+        None,
+        "--runtime",
+        help="Runtime for ONNX variants (default onnxruntime; .mnn files always run on mnn).",
+    ),
+    reference_runtime: str = typer.Option(None, "--reference-runtime", help="Runtime for the reference."),
+    inputs: Path = INPUTS_OPT,
+    shape: list[str] = SHAPE_OPT,
+    threads: int = THREADS_OPT,
+    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs (without --inputs)."),
+    timeout: float = TIMEOUT_OPT,
+    store: Path = STORE_OPT,
+    no_store: bool = NO_STORE_OPT,
+    lab: Path = LAB_OPT,
+    as_json: bool = JSON_OPT,
+) -> int:
+    """Compare variants' outputs with the fp32 reference on a device: max/mean abs error, cosine, SNR."""
+    ref = resolve_model(reference)
+    params = _base_params(threads, shape, inputs, seed)
+    params["reference"] = str(ref.path)
+    if reference_runtime:
+        params["reference_runtime"] = reference_runtime
+    jobs = [
+        Job(
+            device=device,
+            probe="accuracy",
+            model=resolve_model(v),
+            runtime=runtime,
+            params=dict(params),
+            timeout_s=timeout,
+        )
+        for v in variant
+    ]
+    note(
+        f"edgebench: accuracy of {', '.join(j.model.name for j in jobs if j.model)} against {ref.name} "
+        f"on {device}"
+    )
+    shot = _run_jobs(lab, device, jobs, store, no_store, "accuracy")
+    code = _finish(shot)
+    records = shot.records
+    if as_json:
+        print_json(records_json(records, run_id=shot.run_id, errors=_errors(shot)))
+    else:
+        _accuracy_table(records, f"accuracy against {ref.name} on {device} (run {shot.run_id})")
+    return code
+
+
+def _accuracy_table(records: list[Record], title: str) -> None:
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in records:
+        key = (str(r.params.get("variant")), str(r.params.get("output")))
+        row = rows.setdefault(key, {"where": r.params.get("reference_device")})
+        row[r.metric] = r.value
+    render_table(
+        title,
+        ["variant", "output", "max_abs_err", "mean_abs_err", "cosine", "snr_db", "reference ran on"],
+        [
+            [v, o, d.get("max_abs_err"), d.get("mean_abs_err"), d.get("cosine"), d.get("snr_db"), d["where"]]
+            for (v, o), d in rows.items()
+        ],
+    )
+
+
+def _errors(shot: OneShot) -> list[dict[str, Any]]:
+    return [o.error_dict() for o in shot.outcomes if not o.ok]
+
+
+def profile(
+    model: str = typer.Argument(..., help="Model file (.onnx, .mnn) or builtin:NAME."),
+    device: str = DEVICE_OPT,
+    runtime: str = typer.Option(None, "--runtime", help="onnxruntime or mnn (.mnn files: mnn)."),
+    threads: int = THREADS_OPT,
+    runs: int = typer.Option(20, "--runs", min=1, help="Profiled runs (after the warm-up)."),
+    warmup: int = typer.Option(3, "--warmup", min=0),
+    affinity: str = typer.Option(None, "--affinity", help="Pin the agent to CPUs, e.g. 4-7."),
+    shape: list[str] = SHAPE_OPT,
+    inputs: Path = INPUTS_OPT,
+    seed: int = typer.Option(0, "--seed"),
+    top: int = typer.Option(15, "--top", min=1, help="Ops shown in the summary."),
+    timeout: float = TIMEOUT_OPT,
+    store: Path = STORE_OPT,
+    no_store: bool = NO_STORE_OPT,
+    lab: Path = LAB_OPT,
+    as_json: bool = JSON_OPT,
+) -> int:
+    """Per-op times on a device (onnxruntime's profiler or MNN's per-op callbacks) against the latency."""
+    ref = resolve_model(model)
+    params = _base_params(threads, shape, inputs, seed)
+    params.update(runs=runs, warmup=warmup)
+    if affinity:
+        params["affinity"] = parse_cpus(affinity)
+    job = Job(device=device, probe="profile", model=ref, runtime=runtime, params=params, timeout_s=timeout)
+    note(f"edgebench: profile {ref.name} on {device}")
+    shot = _run_jobs(lab, device, [job], store, no_store, "profile")
+    shot.raise_first_error()
+    records = shot.records
+    summary = profile_summary(records, top)
+    if as_json:
+        print_json(records_json(records, run_id=shot.run_id, summary=summary))
+    else:
+        render_table(
+            f"top ops of {ref.name} on {device} (run {shot.run_id})",
+            ["node", "op_type", "ms / inference", "share of latency"],
+            [
+                [o["node"], o["op_type"], o["ms"], f"{o['share']:.1%}" if o["share"] is not None else None]
+                for o in summary["top_ops"]
+            ],
+        )
+        render_table(
+            "by op type",
+            ["op_type", "ms / inference"],
+            [[t["op_type"], t["ms"]] for t in summary["op_types"][:top]],
+        )
+        note(
+            f"edgebench: latency p50 {summary['latency_ms']:.4g} ms; per-op times add up to "
+            f"{summary['op_time_total_ms']:.4g} ms ({summary['coverage']:.0%}); profiler overhead "
+            f"{summary['profiler_overhead_us']:.3g} us per op subtracted"
+        )
+    return 0
+
+
+def profile_summary(records: list[Record], top: int) -> dict[str, Any]:
+    """The slowest ops, time per op type and the totals, from a profile's records."""
+
+    def first(metric: str, **match: Any) -> float | None:
+        return next(
+            (
+                r.value
+                for r in records
+                if r.metric == metric and all(r.params.get(k) == v for k, v in match.items())
+            ),
+            None,
+        )
+
+    latency = first("latency_ms", stat="p50")
+    ops = sorted((r for r in records if r.metric == "op_time_ms"), key=lambda r: r.value or 0.0, reverse=True)
+    return {
+        "latency_ms": latency,
+        "op_time_total_ms": first("op_time_total_ms"),
+        "coverage": first("op_time_coverage"),
+        "profiler_overhead_us": first("profiler_overhead_us"),
+        "top_ops": [
+            {
+                "node": r.params["node"],
+                "op_type": r.params["op_type"],
+                "ms": r.value,
+                "share": (r.value or 0.0) / latency if latency else None,
+            }
+            for r in ops[:top]
+        ],
+        "op_types": [
+            {"op_type": r.params["op_type"], "ms": r.value} for r in records if r.metric == "op_type_time_ms"
+        ],
+    }
+
+
+def sensitivity(
+    model: str = typer.Argument(..., help="fp32 ONNX model file or builtin:NAME."),
+    bits: int = typer.Option(8, "--bits", help="Weight bits of the fake quantization (8 or 4; 2..8)."),
+    device: str = DEVICE_OPT,
+    inputs: Path = INPUTS_OPT,
+    shape: list[str] = SHAPE_OPT,
+    threads: int = THREADS_OPT,
+    seed: int = typer.Option(0, "--seed"),
+    top: int = typer.Option(20, "--top", min=1, help="Layers shown in the table."),
+    timeout: float = TIMEOUT_OPT,
+    store: Path = STORE_OPT,
+    no_store: bool = NO_STORE_OPT,
+    lab: Path = LAB_OPT,
+    as_json: bool = JSON_OPT,
+) -> int:
+    """Per-layer quantization sensitivity: each weight layer fake-quantized alone, cosine vs fp32."""
+    from ..probes.sensitivity import bits_of
+
+    ref = resolve_model(model)
+    params = _base_params(threads, shape, inputs, seed)
+    params["bits"] = bits
+    job = Job(device=device, probe="sensitivity", model=ref, runtime=None, params=params, timeout_s=timeout)
+    bits_of(job)  # a bad --bits is a usage error before any device is opened
+    note(f"edgebench: sensitivity of {ref.name} at {bits} bits on {device}")
+    shot = _run_jobs(lab, device, [job], store, no_store, "sensitivity")
+    shot.raise_first_error()
+    records = shot.records
+    if as_json:
+        print_json(records_json(records, run_id=shot.run_id))
+    else:
+        cos = [r for r in records if r.metric == "cosine"]
+        snr = {r.params["rank"]: r.value for r in records if r.metric == "snr_db"}
+        render_table(
+            f"most sensitive layers of {ref.name} at int{bits} ({len(cos)} layers, run {shot.run_id})",
+            ["rank", "node", "op_type", "weight", "cosine", "snr_db"],
+            [
+                [
+                    r.params["rank"],
+                    r.params["node"],
+                    r.params["op_type"],
+                    r.params["weight"],
+                    r.value,
+                    snr.get(r.params["rank"]),
+                ]
+                for r in cos[:top]
+            ],
+        )
+    return 0

@@ -1,0 +1,183 @@
+"""Probe `accuracy`: a variant's outputs against its fp32 reference, both run on the device.
+
+Both models see the same input arrays: the user's `inputs` .npz, or the seeded random inputs the reference
+run made and saved on the device. Outputs come back as .npz files pulled through the transport. When the
+device cannot run the reference (its runtime is missing there, or it rejects the model), the reference
+runs on the host instead and every record says so (`reference_device = "host"`).
+
+Records per output: `max_abs_err`, `mean_abs_err`, `cosine`, `snr_db` (params: output, variant, reference).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..agent.numerics import compare_arrays
+from ..device import Device
+from ..errors import EdgebenchError, MeasurementError, ModelError, UserError, one_line
+from ..jobs import Job
+from ..lab import builtin_local
+from ..models import ModelRef, resolve_model
+from ..records import ProbeResult, RecordContext
+from .common import identity_params, job_timeout, require_model
+from .numerics import DeviceOutputs, device_outputs, pull, remove_remote, runtime_for, scratch_dir
+
+NEEDS_MODEL = True
+PARAMS = frozenset({"reference", "reference_runtime", "inputs", "shapes", "seed", "threads"})
+METRICS = (("max_abs_err", ""), ("mean_abs_err", ""), ("cosine", "ratio"), ("snr_db", "dB"))
+
+
+def reference_of(job: Job) -> ModelRef:
+    ref = job.params.get("reference")
+    if not ref:
+        raise UserError("probe 'accuracy' needs a reference model (param `reference`, or --reference)")
+    if isinstance(ref, ModelRef):
+        return ref
+    return resolve_model(str(ref))
+
+
+def run_accuracy(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
+    variant = require_model(job)
+    reference = reference_of(job)
+    runtime = runtime_for(variant, job.runtime)
+    ref_runtime = runtime_for(reference, job.params.get("reference_runtime"))
+    ctx.runtime = runtime
+    timeout = job_timeout(device, job)
+    result = ProbeResult()
+    user_inputs = job.params.get("inputs")
+    with scratch_dir() as tmp:
+        workdir = Path(tmp)
+        remote_inputs = _push_inputs(device, user_inputs, timeout)
+        ref, where, remote_inputs, scratch = _reference_outputs(
+            device, reference, ref_runtime, job, remote_inputs, workdir, result
+        )
+        try:
+            out = device_outputs(device, variant, runtime, job, remote_inputs, False, workdir)
+        finally:
+            remove_remote(device, scratch, timeout)
+    result.warnings += out.warnings
+    ctx.base_params = {
+        **identity_params(job),
+        "variant": variant.name,
+        "reference": reference.name,
+        "reference_device": where,
+    }
+    if not user_inputs:
+        ctx.base_params.update(inputs="random", seed=int(job.params.get("seed", 0)))
+    _compare(ctx, ref, out, result)
+    return result
+
+
+def _push_inputs(device: Device, inputs: str | None, timeout: float) -> str | None:
+    if not inputs:
+        return None
+    path = Path(inputs)
+    if not path.is_file():
+        raise UserError(f"{inputs}: inputs file not found")
+    return device.ensure_files([path], timeout)[0]
+
+
+def _reference_outputs(
+    device: Device,
+    reference: ModelRef,
+    runtime: str,
+    job: Job,
+    remote_inputs: str | None,
+    workdir: Path,
+    result: ProbeResult,
+) -> tuple[DeviceOutputs, str, str | None, list[str]]:
+    """Run the reference on the device, or on the host when the device cannot.
+
+    Returns its outputs, where it ran, the device path of the inputs the variant must use, and device
+    scratch files to remove afterwards.
+    """
+    save = remote_inputs is None
+    try:
+        ref = device_outputs(device, reference, runtime, job, remote_inputs, save, workdir)
+    except (MeasurementError, ModelError) as exc:
+        cannot = isinstance(exc, ModelError) or getattr(exc, "kind", "") == "runtime"
+        if not cannot or device.spec.transport == "local":
+            raise
+        result.warnings.append(
+            f"the reference {reference.name} cannot run on {device.name} ({one_line(exc)}); "
+            "it ran on the host instead (reference_device=host)"
+        )
+        return _reference_on_host(device, reference, runtime, job, remote_inputs, workdir)
+    result.warnings += ref.warnings
+    if save:
+        return ref, "device", ref.inputs_remote, [ref.inputs_remote or ""]
+    return ref, "device", remote_inputs, []
+
+
+def _reference_on_host(
+    device: Device, reference: ModelRef, runtime: str, job: Job, remote_inputs: str | None, workdir: Path
+) -> tuple[DeviceOutputs, str, str | None, list[str]]:
+    timeout = job_timeout(device, job)
+    with Device(builtin_local()) as host:
+        host_inputs = None
+        if remote_inputs is not None:
+            host_inputs = host.ensure_files([Path(job.params["inputs"])], timeout)[0]
+        try:
+            ref = device_outputs(host, reference, runtime, job, host_inputs, host_inputs is None, workdir)
+        except EdgebenchError as exc:
+            raise MeasurementError(
+                f"the reference {reference.name} runs neither on {device.name} nor on the "
+                f"host: {one_line(exc)}",
+                device=device.name,
+            ) from None
+        if remote_inputs is None:
+            # The variant on the device must see the very arrays the host fed the reference.
+            local = pull(host, ref.inputs_remote or "", workdir / "inputs.npz", timeout)
+            remote_inputs = device.ensure_files([local], timeout)[0]
+    return ref, "host", remote_inputs, []
+
+
+def pair_outputs(ref: DeviceOutputs, out: DeviceOutputs, warnings: list[str]) -> list[tuple[str, str]]:
+    """Outputs are matched by name; when no name matches but the counts agree, by position."""
+    common = [n for n in ref.order if n in out.arrays]
+    if not common and len(ref.order) == len(out.order):
+        warnings.append(
+            "no output name matches the reference's; outputs were paired by position: "
+            + ", ".join(f"{a}<->{b}" for a, b in zip(ref.order, out.order, strict=True))
+        )
+        return list(zip(ref.order, out.order, strict=True))
+    missing = [n for n in ref.order if n not in out.arrays]
+    if missing:
+        warnings.append(f"the variant has no output {', '.join(missing)} (it has {', '.join(out.order)})")
+    return [(n, n) for n in common]
+
+
+def _compare(ctx: RecordContext, ref: DeviceOutputs, out: DeviceOutputs, result: ProbeResult) -> None:
+    pairs = pair_outputs(ref, out, result.warnings)
+    if not pairs:
+        raise MeasurementError(f"no output of the variant matches the reference's ({', '.join(ref.order)})")
+    for ref_name, out_name in pairs:
+        a, b = ref.arrays[ref_name], out.arrays[out_name]
+        if a.size != b.size:
+            result.warnings.append(
+                f"output {ref_name}: shape {list(b.shape)} cannot be compared with the "
+                f"reference's {list(a.shape)}"
+            )
+            continue
+        if a.shape != b.shape:
+            result.warnings.append(
+                f"output {ref_name}: shape {list(b.shape)} differs from the reference's "
+                f"{list(a.shape)} (same size: compared element by element)"
+            )
+        scores = compare_arrays(a, b)
+        extra = {"output": ref_name}
+        if scores["nonfinite"]:
+            extra["nonfinite"] = scores["nonfinite"]
+            result.warnings.append(
+                f"output {ref_name}: {scores['nonfinite']} non-finite values (left out of the comparison)"
+            )
+        if a.dtype.kind not in "fc":
+            extra["dtype"] = str(a.dtype)
+        for metric, unit in METRICS:
+            result.records.append(ctx.record(metric, _finite_or_none(scores[metric]), unit, **extra))
+
+
+def _finite_or_none(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None

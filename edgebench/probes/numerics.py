@@ -1,0 +1,148 @@
+"""Host-side pieces the numerics probes share: files to and from the device, deterministic .npz files,
+and running a model on the device for its outputs (saved to an .npz there and pulled)."""
+
+from __future__ import annotations
+
+import io
+import os
+import posixpath
+import secrets
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..device import Device
+from ..errors import ModelError, TransferError, UserError
+from ..jobs import Job
+from ..models import ModelRef
+from .common import RUNTIMES, job_timeout, model_file_for
+
+_EPOCH = (2020, 1, 1, 0, 0, 0)
+
+
+def runtime_for(model: ModelRef, requested: str | None) -> str:
+    """The runtime a model file needs: .mnn files run on MNN; ONNX on the requested one (default ORT)."""
+    if requested and requested not in RUNTIMES:
+        raise UserError(f"unknown runtime '{requested}' (use {' or '.join(RUNTIMES)})")
+    if model.format == "mnn":
+        if requested == "onnxruntime":
+            raise ModelError(f"{model.path}: onnxruntime cannot run an MNN model (use --runtime mnn)")
+        return "mnn"
+    return requested or "onnxruntime"
+
+
+def write_npz(path: Path, arrays: dict[str, Any]) -> Path:
+    """An uncompressed .npz with fixed timestamps: the same arrays give the same bytes (and cache hits)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name in sorted(arrays):
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, np.ascontiguousarray(arrays[name]), allow_pickle=False)
+            zf.writestr(zipfile.ZipInfo(f"{name}.npy", _EPOCH), buf.getvalue())
+    os.replace(tmp, path)
+    return path
+
+
+def read_npz(path: Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: np.array(data[k]) for k in data.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise UserError(f"{path}: not a readable .npz file ({exc})") from None
+
+
+def remote_tmp(device: Device, suffix: str) -> str:
+    """A fresh path under the device's WORKDIR/tmp."""
+    return posixpath.join(device.spec.workdir, "tmp", f"eb-{secrets.token_hex(6)}{suffix}")
+
+
+def remote_tmp_dir(device: Device) -> str:
+    return posixpath.join(device.spec.workdir, "tmp")
+
+
+def pull(device: Device, remote: str, local: Path, timeout: float) -> Path:
+    """Pull a file the agent wrote, then remove it from the device (it is scratch, not cache)."""
+    try:
+        device.transport.pull(remote, local, timeout=timeout)
+    finally:
+        remove_remote(device, [remote], timeout)
+    if not local.is_file():
+        raise TransferError(f"pull {remote}: nothing arrived", device=device.name)
+    return local
+
+
+def remove_remote(device: Device, paths: list[str], timeout: float) -> None:
+    """Best effort: scratch files left behind are harmless, a failed clean-up must not fail the job."""
+    paths = [p for p in paths if p]
+    if not paths:
+        return
+    try:
+        device.transport.run(["rm", "-f", "--", *paths], timeout=min(timeout, 60.0))
+    except Exception:  # noqa: BLE001 - clean-up only
+        pass
+
+
+@dataclass
+class DeviceOutputs:
+    """Outputs of one model run on a device, pulled to the host."""
+
+    arrays: dict[str, np.ndarray]
+    order: list[str]
+    runtime_version: str
+    warnings: list[str] = field(default_factory=list)
+    inputs_remote: str | None = None  # the inputs .npz the agent saved on the device, when asked to
+
+
+def device_outputs(
+    device: Device,
+    model: ModelRef,
+    runtime: str,
+    job: Job,
+    remote_inputs: str | None,
+    save_inputs: bool,
+    workdir: Path,
+) -> DeviceOutputs:
+    """Push the model, run it once on the device, pull its outputs .npz."""
+    timeout = job_timeout(device, job)
+    remote_model = device.ensure_files([model_file_for(model, runtime)], timeout)[0]
+    out = remote_tmp(device, ".npz")
+    inputs_out = remote_tmp(device, ".inputs.npz") if save_inputs else None
+    task = {
+        "kind": "outputs",
+        "runtime": runtime,
+        "model": remote_model,
+        "threads": int(job.params.get("threads") or 0),
+        "shapes": shapes_of(job),
+        "seed": int(job.params.get("seed", 0)),
+        "inputs": remote_inputs,
+        "out": out,
+        "inputs_out": inputs_out,
+    }
+    try:
+        reply = device.run_agent(task, timeout)
+    except Exception:
+        remove_remote(device, [out, inputs_out or ""], timeout)
+        raise
+    local = pull(device, out, workdir / f"{secrets.token_hex(4)}.npz", timeout)
+    arrays = read_npz(local)
+    r = reply.result
+    return DeviceOutputs(
+        arrays,
+        list(r.get("output_order") or arrays),
+        str(r.get("runtime_version", "")),
+        list(reply.warnings),
+        inputs_out,
+    )
+
+
+def shapes_of(job: Job) -> dict[str, list[int]]:
+    return {k: [int(d) for d in v] for k, v in (job.params.get("shapes") or {}).items()}
+
+
+def scratch_dir() -> tempfile.TemporaryDirectory:
+    return tempfile.TemporaryDirectory(prefix="edgebench-")

@@ -1,0 +1,152 @@
+"""Probe `sensitivity`: per-layer quantization sensitivity, one weight layer at a time.
+
+The host finds every weight layer (Conv, ConvTranspose, Gemm, MatMul with a constant operand, Gather
+embeddings; also inside If/Loop subgraphs), makes a copy of the model whose weights are overridable
+inputs, and fake-quantizes each layer's weights alone (symmetric, per output channel, `bits` 2..8). The
+device runs the model once with fp32 weights and once per layer with that layer's quantized weights fed
+in, and compares each run's outputs with the fp32 run.
+
+Records, ranked from the most sensitive layer: `cosine` (the worst over the model's float outputs) and
+`snr_db`, with params node, op_type, bits, weight, rank (and `shared_by` when several nodes use one
+weight). Layers with the lowest cosine are the ones to keep at higher precision.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from ..device import Device
+from ..errors import MeasurementError, ModelError, UserError
+from ..jobs import Job
+from ..models import ModelRef, models_cache_dir
+from ..quantize import MAX_BITS, MIN_BITS, WeightLayer, fake_quantize, overridable_weights, weight_array
+from ..records import ProbeResult, RecordContext
+from .common import identity_params, job_timeout, require_model, shapes_param
+from .numerics import write_npz
+
+NEEDS_MODEL = True
+PARAMS = frozenset({"bits", "threads", "shapes", "inputs", "seed"})
+DEFAULT_BITS = 8
+PREPARE_REVISION = 1  # bump when the overridable model or the weight files change, so caches regenerate
+
+
+def bits_of(job: Job) -> int:
+    try:
+        bits = int(job.params.get("bits", DEFAULT_BITS))
+    except (TypeError, ValueError):
+        raise UserError(
+            f"bits {job.params.get('bits')!r}: expected an integer {MIN_BITS}..{MAX_BITS}"
+        ) from None
+    if not MIN_BITS <= bits <= MAX_BITS:
+        raise UserError(f"bits {bits}: expected {MIN_BITS}..{MAX_BITS} (8 or 4 are the usual)")
+    return bits
+
+
+def prepare(model: ModelRef, bits: int) -> tuple[Path, Path, list[WeightLayer]]:
+    """The overridable model and the fake-quantized weights (.npz), cached by content and bit width."""
+    if model.format != "onnx":
+        raise ModelError(f"{model.path}: sensitivity needs an ONNX model (fp32), not {model.format}")
+    digest = hashlib.sha256(model.path.read_bytes()).hexdigest()[:16]
+    folder = models_cache_dir() / "sensitivity" / f"{digest}-r{PREPARE_REVISION}"
+    try:
+        proto = onnx.load(str(model.path))
+    except Exception as exc:  # noqa: BLE001 - protobuf raises many types
+        raise ModelError(f"{model.path}: not a valid ONNX model ({type(exc).__name__})") from None
+    overridable, layers = overridable_weights(proto)
+    if not layers:
+        raise ModelError(
+            f"{model.path}: no weight layer (Conv, ConvTranspose, Gemm, MatMul with a constant "
+            "weight, Gather over a float table) to quantize"
+        )
+    model_path = folder / "overridable.onnx"
+    if not model_path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".overridable.{os.getpid()}.onnx"
+        onnx.save(overridable, tmp)
+        tmp.replace(model_path)
+    weights_path = folder / f"weights-int{bits}.npz"
+    if not weights_path.exists():
+        arrays = {
+            layer.key: fake_quantize(weight_array(overridable, layer), bits, layer.axis) for layer in layers
+        }
+        write_npz(weights_path, arrays)
+    return model_path, weights_path, layers
+
+
+def run_sensitivity(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
+    model = require_model(job)
+    bits = bits_of(job)
+    if job.runtime not in (None, "onnxruntime"):
+        raise UserError("sensitivity runs on onnxruntime (the fp32 ONNX model); drop --runtime")
+    ctx.runtime = "onnxruntime"
+    ctx.base_params = {**identity_params(job), "bits": bits}
+    timeout = job_timeout(device, job)
+    model_path, weights_path, layers = prepare(model, bits)
+    files = [model_path, weights_path]
+    inputs = job.params.get("inputs")
+    if inputs:
+        if not Path(inputs).is_file():
+            raise UserError(f"{inputs}: inputs file not found")
+        files.append(Path(inputs))
+    remote = device.ensure_files(files, timeout)
+    task: dict[str, Any] = {
+        "kind": "sensitivity",
+        "runtime": "onnxruntime",
+        "model": remote[0],
+        "weights": remote[1],
+        "layers": [[layer.key, layer.input_name] for layer in layers],
+        "threads": int(job.params.get("threads") or 0),
+        "shapes": shapes_param(job),
+        "seed": int(job.params.get("seed", 0)),
+        "inputs": remote[2] if inputs else None,
+    }
+    reply = device.run_agent(task, timeout)
+    return sensitivity_records(ctx, layers, reply.result, list(reply.warnings))
+
+
+def sensitivity_records(
+    ctx: RecordContext, layers: list[WeightLayer], result: dict[str, Any], warnings: list[str]
+) -> ProbeResult:
+    by_key = {layer.key: layer for layer in layers}
+    scored = []
+    for entry in result["layers"]:
+        layer = by_key.get(entry["key"])
+        if layer is None:
+            raise MeasurementError(f"the device scored an unknown layer {entry['key']!r}")
+        cosines = [c for c in entry["cosine"] if c == c]
+        worst = min(range(len(entry["cosine"])), key=lambda i: entry["cosine"][i]) if cosines else 0
+        scored.append(
+            (
+                min(cosines) if cosines else None,
+                entry["snr_db"][worst] if cosines else None,
+                result["outputs"][worst],
+                layer,
+            )
+        )
+    missing = set(by_key) - {e["key"] for e in result["layers"]}
+    if missing:
+        raise MeasurementError(f"the device skipped {len(missing)} of {len(layers)} layers")
+    scored.sort(key=lambda s: (s[0] is None, s[0] if s[0] is not None else 0.0))
+    out = ProbeResult(warnings=warnings)
+    for rank, (cosine, snr, output, layer) in enumerate(scored, start=1):
+        params: dict[str, Any] = {
+            "node": layer.node,
+            "op_type": layer.op_type,
+            "weight": layer.weight,
+            "rank": rank,
+            "output": output,
+            "shape": list(layer.shape),
+            "per_channel": layer.axis is not None,
+        }
+        if len(layer.nodes) > 1:
+            params["shared_by"] = list(layer.nodes)
+        if layer.scope:
+            params["scope"] = layer.scope
+        out.records.append(ctx.record("cosine", cosine, "ratio", **params))
+        out.records.append(ctx.record("snr_db", snr, "dB", **params))
+    return out
