@@ -119,6 +119,8 @@ class SshBoard:
         """Generate keys (first time), pick a free port (first time), start sshd and wait until it answers."""
         if not sshd_available():
             raise RuntimeError(f"{SSHD} not found: install the Debian package openssh-server")
+        if self.cpu_quota and not cpu_quota_supported():
+            raise RuntimeError("cpu_quota needs a writable cgroup v1 cpu controller at /sys/fs/cgroup/cpu")
         self.root.mkdir(parents=True, exist_ok=True)
         self.workdir.mkdir(parents=True, exist_ok=True)
         if not self.host_key.exists():
@@ -143,7 +145,11 @@ class SshBoard:
             self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.config)], stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=log, start_new_session=True)
         if self.cpu_quota:
-            self._enter_cgroup(self.proc.pid)
+            try:
+                self._enter_cgroup(self.proc.pid, self.cpu_quota)
+            except OSError:
+                self.kill()
+                raise
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -244,13 +250,11 @@ class SshBoard:
         self.proc = None
 
     # ---- cgroup (a slower chip) -------------------------------------------------------------------
-    def _enter_cgroup(self, pid: int) -> None:
-        if not cpu_quota_supported():
-            raise RuntimeError("cgroup v1 cpu controller not writable at /sys/fs/cgroup/cpu")
+    def _enter_cgroup(self, pid: int, quota: float) -> None:
         group = CGROUP_CPU / f"edgebench-{self.name}-{self.port}"
         group.mkdir(exist_ok=True)
         (group / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
-        (group / "cpu.cfs_quota_us").write_text(str(max(1000, int(self.cpu_quota * CFS_PERIOD_US))))
+        (group / "cpu.cfs_quota_us").write_text(str(max(1000, int(quota * CFS_PERIOD_US))))
         (group / "cgroup.procs").write_text(str(pid))  # children (sessions) inherit the group
         self._cgroup = group
 

@@ -98,3 +98,14 @@ def test_tilde_in_known_hosts_is_expanded(ssh_board: SshBoard, tmp_path: Path,
     (home / ".ssh" / "known_hosts").write_text("")
     with pytest.raises(HostKeyError, match=str(home)):
         SshTransport(ssh_board.spec(known_hosts="~/.ssh/known_hosts"))
+
+
+def test_hashed_known_hosts_entries_are_understood(ssh_board: SshBoard, tmp_path: Path) -> None:
+    known = tmp_path / "known_hosts"
+    known.write_text(ssh_board.host_key_line() + "\n")
+    hashed = subprocess.run(["ssh-keygen", "-H", "-f", str(known)], capture_output=True, text=True,
+                            timeout=30)
+    if hashed.returncode != 0:
+        pytest.skip("ssh-keygen cannot hash known_hosts here")
+    assert known.read_text().startswith("|1|")
+    SshTransport(ssh_board.spec(known_hosts=str(known))).close()
