@@ -24,9 +24,10 @@ import stat
 import struct
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import BinaryIO
 
 from adbutils import AdbClient, AdbConnection
 from adbutils.errors import AdbError
@@ -349,14 +350,14 @@ class AdbTransport:
         out.stdout[:] = data[:index]
         return int(tail)
 
-    def _sync_send(self, source: object, remote: str, mode: int, mtime: int, wd: _Watchdog) -> None:
+    def _sync_send(self, source: BinaryIO, remote: str, mode: int, mtime: int, wd: _Watchdog) -> None:
         conn = self._open_service("sync:", wd)
         try:
             sock = conn.conn
             spec = f"{remote},{mode}".encode()
             try:
                 sock.sendall(_SYNC_HEADER.pack(b"SEND", len(spec)) + spec)
-                while block := source.read(SYNC_DATA_MAX):  # type: ignore[attr-defined]
+                while block := source.read(SYNC_DATA_MAX):
                     sock.sendall(_SYNC_HEADER.pack(b"DATA", len(block)) + block)
                 sock.sendall(_SYNC_HEADER.pack(b"DONE", mtime & 0xFFFFFFFF))
             except (BrokenPipeError, ConnectionResetError):
@@ -378,7 +379,7 @@ class AdbTransport:
             raise TransferError(f"{what} {remote}: {reason}", device=self.device)
         raise AdbError(f"unexpected sync reply {ident!r}")
 
-    def _sync_recv(self, remote: str, wd: _Watchdog) -> Iterator[bytes]:
+    def _sync_recv(self, remote: str, wd: _Watchdog) -> Generator[bytes, None, None]:
         conn = self._open_service("sync:", wd)
         try:
             sock = conn.conn
