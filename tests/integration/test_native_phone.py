@@ -1,0 +1,113 @@
+"""A stock phone (no Python on its PATH) measured through a native runner over the real adb server.
+
+No Android build of onnxruntime_perf_test or benchmark.out can be made here, so the runner binary is a
+stand-in that replays a captured real output of the tool (the fixtures in edgebench/native/fixtures) and
+records the argv it was given; everything around it — the push of the runner, the argv mapping, the adb
+transport, the parsing into records and the error path — is real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from edgebench.testing.adblab import write_descriptor
+
+pytestmark = pytest.mark.integration
+
+
+def replay_runner(folder: Path, fixture: str, exit_code: int = 0) -> Path:
+    """A /bin/sh script that prints a captured output of the tool and saves its argv on the phone."""
+    text = resources.files("edgebench.native").joinpath("fixtures", fixture).read_text()
+    body = "\n".join(ln for ln in text.splitlines() if not ln.startswith("# "))
+    script = folder / f"replay-{fixture}.sh"
+    script.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\" > /data/local/tmp/runner-args.txt\n"
+                      f"cat <<'CAPTURED'\n{body}\nCAPTURED\nexit {exit_code}\n")
+    return script
+
+
+def stock_phone(adb_phone_factory, tmp_path: Path, runners: str):  # type: ignore[no-untyped-def]
+    lab = adb_phone_factory(name="stock", path="/system/bin")
+    write_descriptor(lab.lab_dir, "stock", lab.phone, extra='agent = "native"\n[runners]\n' + runners)
+    return lab
+
+
+def edgebench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "edgebench", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=180, env={**os.environ})
+
+
+def test_phone_has_no_python(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    lab = stock_phone(adb_phone_factory, tmp_path, "")
+    res = lab.phone.server.run_adb("-s", lab.phone.serial, "shell", "command -v python3 || echo none")
+    assert res.stdout.strip() == "none"
+
+
+def test_bench_through_onnxruntime_perf_test(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    runner = replay_runner(tmp_path, "onnxruntime_perf_test.acl.txt")
+    lab = stock_phone(adb_phone_factory, tmp_path,
+                      f'onnxruntime_perf_test = {{ path = "onnxruntime_perf_test", push = "{runner}" }}\n')
+    res = edgebench("bench", "builtin:convnet", "--device", "stock", "--lab", str(lab.lab_dir), "--threads", "2",
+                    "--runs", "8", "--json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    got = {(r["metric"], r["params"].get("stat")): r for r in doc["records"]}
+    assert got[("latency_ms", "p50")]["value"] == pytest.approx(16.7086)
+    assert got[("latency_ms", "mean")]["value"] == pytest.approx(17.735)
+    assert got[("load_ms", None)]["value"] == pytest.approx(27.3071)
+    assert got[("first_inference_ms", None)]["value"] == 20
+    assert ("latency_ms", "p99") not in got  # 8 runs cannot support the p99 the tool printed
+    assert "p99 from 8 runs; dropped" in res.stderr
+    p50 = got[("latency_ms", "p50")]
+    assert p50["params"]["aggregated_by"] == "tool" and p50["params"]["runner"] == "onnxruntime_perf_test"
+    assert p50["device"] == "stock" and p50["runtime"] == "onnxruntime"
+    args = (lab.root / "data/local/tmp/runner-args.txt").read_text().split("\n")
+    assert args[:2] == ["-I", "-s"] and "-x" in args and args[args.index("-x") + 1] == "2"
+    assert args[args.index("-r") + 1] == "8" and args[-2].endswith(".onnx")
+
+
+def test_distribution_from_repeated_invocations(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from edgebench.jobs import Job
+    from edgebench.models import resolve_model
+    from edgebench.oneshot import run_now
+
+    runner = replay_runner(tmp_path, "mnn_benchmark.rockpi.txt")
+    lab = stock_phone(adb_phone_factory, tmp_path,
+                      f'mnn_benchmark = {{ path = "benchmark.out", push = "{runner}" }}\n')
+    job = Job("stock", "bench", resolve_model("builtin:convnet"), "mnn",
+              {"runs": 1, "invocations": 12, "threads": 4})
+    shot = run_now(lab.spec(), [job], tmp_path / "s.db", "bench")
+    shot.raise_first_error()
+    stats = {r.params["stat"]: r for r in shot.records if r.metric == "latency_ms"}
+    assert stats["p50"].params["aggregated_by"] == "edgebench"
+    assert stats["p50"].params["sample"] == "single inference" and stats["p50"].params["n"] == 12
+    assert "p99" not in stats and "p90" in stats
+    args = (lab.root / "data/local/tmp/runner-args.txt").read_text().split("\n")
+    assert args[1:6] == ["1", "1", "0", "4", "2"]  # loop, warmup, forward=CPU, threads, precision
+    assert args[0].startswith("/data/local/tmp/edgebench/native/")
+
+
+def test_tool_error_becomes_one_line(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    runner = replay_runner(tmp_path, "onnxruntime_perf_test.load_error.txt", exit_code=1)
+    lab = stock_phone(adb_phone_factory, tmp_path,
+                      f'onnxruntime_perf_test = {{ path = "onnxruntime_perf_test", push = "{runner}" }}\n')
+    res = edgebench("bench", "builtin:convnet", "--device", "stock", "--lab", str(lab.lab_dir), cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert "INVALID_PROTOBUF" in res.stderr and "Traceback" not in res.stderr
+    # The failure is kept in the store as an error record.
+    out = edgebench("results", "--json", cwd=tmp_path)
+    [err] = json.loads(out.stdout)["errors"]
+    assert "INVALID_PROTOBUF" in err["error"] and err["device"] == "stock"
+
+
+def test_missing_runner_names_the_descriptor(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    lab = stock_phone(adb_phone_factory, tmp_path, "")
+    res = edgebench("bench", "builtin:convnet", "--device", "stock", "--lab", str(lab.lab_dir), cwd=tmp_path)
+    assert res.returncode == 2
+    assert "no 'onnxruntime_perf_test' in [runners]" in res.stderr and "stock.toml" in res.stderr
