@@ -81,12 +81,13 @@ def test_results_exports_json_and_csv(workdir: Path) -> None:
 def test_dynamic_shapes_and_p99_refusal(workdir: Path) -> None:
     model = small_dynamic_model(workdir / "dyn.onnx")
     res = edgebench("bench", str(model), "--shape", "x=2x7x64", "--runs", "20", "--min-seconds", "0",
-                    "--json", cwd=workdir)
+                    "--affinity", "0", "--json", cwd=workdir)
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert ("latency_ms", "p99") not in metrics(doc)
     assert "p99 needs at least 100 samples" in res.stderr
     assert doc["records"][0]["params"]["shapes"] == {"x": [2, 7, 64]}
+    assert doc["records"][0]["params"]["affinity"] == [0]
     # Without --shape the dynamic dims default to 1, loudly.
     res = edgebench("bench", str(model), "--runs", "10", "--min-seconds", "0", "--json", cwd=workdir)
     assert res.returncode == 0 and "dimension 1 (seq) is dynamic" in res.stderr
