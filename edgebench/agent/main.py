@@ -25,6 +25,8 @@ TASKS = {
     "power": "sustained",
     "idle": "sustained",
     "sample": "sustained",
+    "matmul": "matmul",
+    "bandwidth": "bandwidth",
 }
 
 

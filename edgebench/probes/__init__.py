@@ -18,6 +18,10 @@ ProbeFn = Callable[[Device, Job, RecordContext], ProbeResult]
 # probe kind -> "module:function" in this package
 PROBES: dict[str, str] = {
     "bench": "bench:run_bench",
+    "matmul": "matmul:run_matmul",
+    "bandwidth": "bandwidth:run_bandwidth",
+    "threads": "threads:run_threads",
+    "roofline": "roofline:run_roofline",
     "accuracy": "accuracy:run_accuracy",
     "profile": "profile:run_profile",
     "sensitivity": "sensitivity:run_sensitivity",

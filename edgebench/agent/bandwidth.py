@@ -1,0 +1,309 @@
+"""Task `bandwidth`: STREAM-style read, copy and triad over float64 arrays far larger than the last cache.
+
+Byte counting follows STREAM: `read` counts 8·N bytes (one array read), `copy` 16·N (read a, write c) and
+`triad` 24·N (read b and c, write a). Write-allocate traffic is NOT counted, as in STREAM: an ordinary store
+to a line that is not cached first reads that line, so the memory really moves 32·N bytes for triad and
+24·N for a copy with ordinary stores. libc's memcpy switches to non-temporal stores for large copies, which
+skip the write-allocate read, so `copy` can report more GB/s than `triad` on the same memory.
+
+The work is split across Python threads (numpy ufuncs and ctypes calls release the GIL), each pinned to its
+own CPU and handling one contiguous slice. Triad runs in cache-sized blocks with a per-thread temporary that
+stays in L2, so it makes the same three array passes as the C kernel (a naive `a = b + s * c` makes five).
+Arrays are at least 4x the total last-level cache (STREAM's rule), from sysfs unless the task overrides it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .main import TaskError
+
+KERNELS = ("read", "copy", "triad")
+# STREAM bytes moved per element (float64) by each kernel; write-allocate not counted.
+BYTES_PER_ELEMENT = {"read": 8, "copy": 16, "triad": 24}
+LLC_MULTIPLE = 4
+DEFAULT_ARRAY_BYTES = 256 * 2**20  # when the device does not report its caches
+MIN_TRIALS = 10
+SCALAR = 3.0
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def _size(text: str) -> int:
+    mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1].upper(), 1)
+    return int(text[:-1] if text[-1].isalpha() else text) * mult
+
+
+def cache_instances(root: str = "/sys/devices/system/cpu") -> dict[int, dict[str, int]]:
+    """Distinct data/unified caches by level: {level: {shared_cpu_list: size}} (one entry per instance)."""
+    found: dict[int, dict[str, int]] = {}
+    for index in glob.glob(f"{root}/cpu[0-9]*/cache/index[0-9]*"):
+        level, size, kind = _read(f"{index}/level"), _read(f"{index}/size"), _read(f"{index}/type")
+        shared = _read(f"{index}/shared_cpu_list") or index
+        if not level or not size or kind == "Instruction":
+            continue
+        try:
+            found.setdefault(int(level), {})[shared] = _size(size)
+        except ValueError:
+            continue
+    return found
+
+
+def last_level_cache(root: str = "/sys/devices/system/cpu") -> int | None:
+    """Total bytes of the last-level cache over all its instances (e.g. one L3 per CCX or cluster)."""
+    caches = cache_instances(root)
+    if not caches:
+        return None
+    return sum(caches[max(caches)].values())
+
+
+def l2_per_core(root: str = "/sys/devices/system/cpu") -> int | None:
+    """One core's L2 (or its L1 when there is no L2): the triad's temporary block must fit there."""
+    caches = cache_instances(root)
+    for level in (2, 1):
+        if level in caches:
+            return min(caches[level].values())
+    return None
+
+
+def available_bytes() -> int | None:
+    for line in (_read("/proc/meminfo") or "").splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """How big the arrays are and why."""
+
+    llc_bytes: int | None
+    llc_source: str
+    array_bytes: int
+    block_elements: int
+    notes: tuple[str, ...] = ()
+
+
+def choose_sizing(task: dict[str, Any]) -> Sizing:
+    notes: list[str] = []
+    llc, source = task.get("llc_bytes"), "task"
+    if not llc:
+        llc, source = last_level_cache(), "sysfs"
+    if task.get("array_bytes"):
+        array = int(task["array_bytes"])
+        source = f"{source}; arrays set by the task"
+        if llc and array < LLC_MULTIPLE * llc:
+            notes.append(
+                f"arrays of {array / 2**20:.0f} MiB are under {LLC_MULTIPLE}x the last-level cache "
+                f"({llc / 2**20:.0f} MiB): the caches inflate the result"
+            )
+    elif llc:
+        array = LLC_MULTIPLE * int(llc)
+    else:
+        array, source = DEFAULT_ARRAY_BYTES, "unknown"
+        notes.append(
+            f"the device reports no cache sizes: using {array / 2**20:.0f} MiB arrays "
+            "(set llc_bytes in the descriptor's [spec])"
+        )
+    free = available_bytes()
+    if free and 3 * array > free // 2:
+        array = max(8 * 2**20, free // 6)
+        notes.append(f"arrays cut to {array / 2**20:.0f} MiB to fit in half the free memory")
+    l2 = int(task.get("block_bytes") or 0) or max(32 * 1024, min(2**20, (l2_per_core() or 2**20) // 2))
+    return Sizing(int(llc) if llc else None, source, int(array), max(1024, l2 // 8), tuple(notes))
+
+
+class Workers:
+    """Persistent threads, one per slice, released together for each trial by a barrier."""
+
+    def __init__(self, count: int, cpus: list[int] | None) -> None:
+        self.count = count
+        self.job: Callable[[int], None] = lambda k: None
+        self.start = threading.Barrier(count + 1)
+        self.end = threading.Barrier(count + 1)
+        self.stop = False
+        self.errors: list[BaseException] = []
+        self.threads = [
+            threading.Thread(target=self._loop, args=(k, cpus), daemon=True) for k in range(count)
+        ]
+        for t in self.threads:
+            t.start()
+
+    def _loop(self, k: int, cpus: list[int] | None) -> None:
+        if cpus and len(cpus) >= self.count and hasattr(os, "sched_setaffinity"):
+            try:
+                os.sched_setaffinity(0, {cpus[k]})  # 0 = the calling thread on Linux
+            except OSError:
+                pass
+        while True:
+            self.start.wait()
+            if self.stop:
+                return
+            try:
+                self.job(k)
+            except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+                self.errors.append(exc)
+            self.end.wait()
+
+    def run(self, job: Callable[[int], None]) -> float:
+        """Run job(k) on every worker at once; seconds from release to the last one finishing."""
+        self.job = job
+        t0 = time.perf_counter_ns()
+        self.start.wait()
+        self.end.wait()
+        elapsed = (time.perf_counter_ns() - t0) / 1e9
+        if self.errors:
+            raise self.errors[0]
+        return elapsed
+
+    def close(self) -> None:
+        self.stop = True
+        self.start.wait()
+        for t in self.threads:
+            t.join()
+
+
+class Arrays:
+    """a, b, c (float64) split into one slice per worker; triad temporaries per worker."""
+
+    def __init__(self, np: Any, elements: int, workers: int, block: int) -> None:
+        self.np = np
+        self.n = elements
+        self.block = block
+        self.a, self.b, self.c = (np.empty(elements) for _ in range(3))
+        self.bounds: list[tuple[int, int]] = []
+        self.tmp: list[Any] = []
+        self.reshape(workers)
+        self.sums: list[float] = [0.0] * workers
+
+    def reshape(self, workers: int) -> None:
+        step = -(-self.n // workers)
+        self.bounds = [(k * step, min(self.n, (k + 1) * step)) for k in range(workers)]
+        self.tmp = [self.np.empty(self.block) for _ in range(workers)]
+        self.sums = [0.0] * workers
+
+    def init(self, k: int) -> None:
+        """First touch from the worker that will use the slice (memory lands near its CPU)."""
+        lo, hi = self.bounds[k]
+        self.a[lo:hi] = 1.0
+        self.b[lo:hi] = 2.0
+        self.c[lo:hi] = 0.5
+
+    def read(self, k: int) -> None:
+        lo, hi = self.bounds[k]
+        add, total, step = self.np.add.reduce, 0.0, self.block * 8
+        for i in range(lo, hi, step):
+            total += float(add(self.a[i : min(i + step, hi)]))
+        self.sums[k] = total
+
+    def copy(self, k: int) -> None:
+        lo, hi = self.bounds[k]
+        if hi > lo:
+            # libc memmove through ctypes: one call per slice, the GIL released for its duration.
+            ctypes.memmove(self.c.ctypes.data + 8 * lo, self.a.ctypes.data + 8 * lo, 8 * (hi - lo))
+
+    def triad(self, k: int) -> None:
+        lo, hi = self.bounds[k]
+        np, tmp, block = self.np, self.tmp[k], self.block
+        a, b, c = self.a, self.b, self.c
+        for i in range(lo, hi, block):
+            j = min(i + block, hi)
+            t = tmp[: j - i]
+            np.multiply(c[i:j], SCALAR, out=t)
+            np.add(b[i:j], t, out=a[i:j])
+
+
+def check(arrays: Arrays, kernel: str) -> str | None:
+    """The kernel really ran: spot values and the read sum match what it must have produced."""
+    np = arrays.np
+    idx = np.linspace(0, arrays.n - 1, 17).astype(np.int64)
+    if kernel == "read":
+        total, want = sum(arrays.sums), float(np.sum(arrays.a, dtype=np.float64))
+        return None if abs(total - want) <= 1e-9 * max(abs(want), 1.0) else f"read sum {total} != {want}"
+    if kernel == "copy":
+        return None if np.array_equal(arrays.c[idx], arrays.a[idx]) else "copy left c different from a"
+    want = arrays.b[idx] + SCALAR * arrays.c[idx]
+    return None if np.allclose(arrays.a[idx], want) else "triad result is wrong"
+
+
+def measure(workers: Workers, arrays: Arrays, kernel: str, trials: int) -> list[float]:
+    """The first trial (page faults, frequency ramp) and `trials` more; all in ms."""
+    job = getattr(arrays, kernel)
+    times = [workers.run(job) * 1e3 for _ in range(trials + 1)]
+    problem = check(arrays, kernel)
+    if problem:
+        raise TaskError("measurement", f"bandwidth {kernel}: {problem}")
+    return times
+
+
+def run(task: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    import numpy as np
+
+    from .bench import pin
+
+    warnings: list[str] = []
+    cpus = pin(task.get("affinity"))
+    kernels = task.get("kernels") or list(KERNELS)
+    unknown = [k for k in kernels if k not in KERNELS]
+    if unknown:
+        raise TaskError("usage", f"unknown bandwidth kernel {unknown[0]!r} (use {', '.join(KERNELS)})")
+    trials = int(task.get("trials", MIN_TRIALS))
+    if trials < 1:
+        raise TaskError("usage", "trials must be at least 1")
+    if trials < MIN_TRIALS:
+        warnings.append(f"{trials} trials is fewer than STREAM's {MIN_TRIALS}: the best may not be the best")
+    threads_list = [int(t) for t in task.get("threads") or [len(cpus or []) or os.cpu_count() or 1]]
+    sizing = choose_sizing(task)
+    warnings += list(sizing.notes)
+    elements = sizing.array_bytes // 8
+    arrays = Arrays(np, elements, 1, sizing.block_elements)
+    results: list[dict[str, Any]] = []
+    budget = float(task.get("budget_s", 600.0))
+    deadline = time.monotonic() + budget
+    first = True
+    for threads in threads_list:
+        if time.monotonic() > deadline:
+            warnings.append(f"time budget ({budget:g} s) reached before threads={threads}")
+            break
+        arrays.reshape(threads)
+        workers = Workers(threads, cpus)
+        try:
+            if first:
+                workers.run(arrays.init)
+                first = False
+            for kernel in kernels:
+                times = measure(workers, arrays, kernel, trials)
+                results.append(
+                    {
+                        "kernel": kernel,
+                        "threads": threads,
+                        "bytes": BYTES_PER_ELEMENT[kernel] * elements,
+                        "trial_ms": times,
+                        "warmup_trials": 1,
+                    }
+                )
+        finally:
+            workers.close()
+    return {
+        "llc_bytes": sizing.llc_bytes,
+        "llc_source": sizing.llc_source,
+        "array_bytes": elements * 8,
+        "elements": elements,
+        "block_bytes": sizing.block_elements * 8,
+        "affinity": cpus,
+        "byte_counting": "STREAM (write-allocate not counted)",
+        "results": results,
+    }, warnings

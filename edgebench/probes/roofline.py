@@ -1,0 +1,157 @@
+"""Probe `roofline`: a model's static cost (edgebench.roofline) against a device's measured ceilings.
+
+The job may carry the ceilings (`ceilings`, as Ceilings.to_params) and the measured latency (`measured`,
+as Measured.to_params), which is what `edgebench roofline` does after looking them up in the store. Without
+them (a suite's roofline job) the probe measures the ceilings itself (its matmul and bandwidth records are
+kept, as probe matmul / bandwidth) and, unless `bench` is false, benches the model for the efficiency.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..ceilings import Ceilings, Measured, ceiling_jobs, ceilings_from_records
+from ..device import Device
+from ..errors import MeasurementError, UserError
+from ..jobs import Job
+from ..records import ProbeResult, RecordContext
+from ..roofline import Floor, ModelCost, analyze, efficiency_check, floor
+from .common import require_model, shapes_param
+
+BENCH_DEFAULTS = {"runs": 50, "min_seconds": 1.0}
+
+
+def run_roofline(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
+    model = require_model(job)
+    if model.format != "onnx":
+        raise UserError(f"{model.path}: roofline analyses ONNX models (got {model.format})")
+    shapes = shapes_param(job)
+    cost = analyze(model.path, shapes, job.params.get("values") or {})
+    out = ProbeResult()
+    ceilings = job.params.get("ceilings")
+    found = Ceilings.from_params(ceilings) if ceilings else measure_here(device, job, ctx, cost, out)
+    measured = job.params.get("measured")
+    result = (
+        Measured.from_params(measured)
+        if measured
+        else (bench_here(device, job, ctx, out) if job.params.get("bench", True) else None)
+    )
+    out.extend(roofline_records(ctx, cost, found, result, shapes))
+    return out
+
+
+def measure_here(device: Device, job: Job, ctx: RecordContext, cost: ModelCost, out: ProbeResult) -> Ceilings:
+    """Measure the ceilings on this device; their records join the result under their own probe names."""
+    from . import probe_function
+
+    dtypes = sorted({d for d in cost.floor_flops_by_dtype if d in ("fp32", "fp16", "int8")} | {"fp32"})
+    records = []
+    for sub in ceiling_jobs(device.name, dtypes):
+        sub = dataclasses.replace(sub, timeout_s=job.timeout_s)
+        sctx = dataclasses.replace(ctx, probe=sub.probe, model=None, runtime=None, base_params={})
+        result = probe_function(sub.probe)(device, sub, sctx)
+        out.extend(result)
+        records += result.records
+    found = ceilings_from_records(
+        device.name,
+        [r for r in records if r.metric == "effective_tops"],
+        [r for r in records if r.metric == "bandwidth_gbps"],
+    )
+    if found is None:
+        raise MeasurementError("could not measure the device's ceilings", device=device.name)
+    return found
+
+
+def bench_here(device: Device, job: Job, ctx: RecordContext, out: ProbeResult) -> Measured | None:
+    from .bench import run_bench
+
+    params = {
+        **BENCH_DEFAULTS,
+        **{k: v for k, v in job.params.items() if k in ("shapes", "threads", "affinity")},
+    }
+    sub = dataclasses.replace(job, probe="bench", params=params)
+    bctx = dataclasses.replace(ctx, probe="bench", runtime=job.runtime or "onnxruntime", base_params={})
+    result = run_bench(device, sub, bctx)
+    out.extend(result)
+    p50 = next(
+        (r for r in result.records if r.metric == "latency_ms" and r.params.get("stat") == "p50"), None
+    )
+    return (
+        Measured(float(p50.value), ctx.run_id, {k: v for k, v in p50.params.items() if k != "stat"})
+        if p50 is not None and p50.value
+        else None
+    )
+
+
+def roofline_records(
+    ctx: RecordContext,
+    cost: ModelCost,
+    ceilings: Ceilings | None,
+    measured: Measured | None,
+    shapes: dict[str, list[int]],
+) -> ProbeResult:
+    """The model's cost as records, plus floor_ms / efficiency when the device's ceilings are known."""
+    rctx = dataclasses.replace(ctx, base_params={**ctx.base_params, "shapes": cost.inputs})
+    out = ProbeResult(warnings=list(cost.warnings))
+    out.records += [
+        rctx.record(
+            "flops",
+            cost.flops,
+            "FLOP",
+            scope="total",
+            branch_choice=cost.branch_choice,
+            by_dtype=cost.flops_by_dtype,
+        ),
+        rctx.record("weight_bytes", cost.weight_bytes, "B", stored_weight_bytes=cost.stored_weight_bytes),
+        rctx.record(
+            "activation_bytes",
+            cost.activation_bytes,
+            "B",
+            input_bytes=cost.input_bytes,
+            output_bytes=cost.output_bytes,
+        ),
+        rctx.record("arithmetic_intensity", cost.intensity, "FLOP/B", floor_bytes=cost.floor_bytes),
+    ]
+    out.records += [
+        rctx.record("flops", v, "FLOP", scope="op_type", op_type=op)
+        for op, v in cost.flops_by_op.items()
+        if v
+    ]
+    if ceilings is None:
+        return out
+    fl = floor(cost, ceilings.peak_tops, ceilings.bandwidth_gbps)
+    out.warnings += list(fl.notes)
+    out.records.append(rctx.record("floor_ms", fl.floor_ms, "ms", **floor_params(fl, ceilings, cost)))
+    if measured is not None and measured.p50_ms > 0:
+        eff, problem = efficiency_check(fl.floor_ms, measured.p50_ms)
+        if problem:
+            out.warnings.append(problem)
+        out.records.append(
+            rctx.record(
+                "efficiency",
+                eff,
+                "ratio",
+                bound=fl.bound,
+                floor_ms=fl.floor_ms,
+                measured_p50_ms=measured.p50_ms,
+                bench_run=measured.run_id,
+                bench_params=measured.params,
+                ceiling_suspect=problem is not None,
+            )
+        )
+    return out
+
+
+def floor_params(fl: Floor, ceilings: Ceilings, cost: ModelCost) -> dict[str, Any]:
+    return {
+        "bound": fl.bound,
+        "compute_ms": fl.compute_ms,
+        "memory_ms": fl.memory_ms,
+        "peak_tops": fl.peak_tops,
+        "bandwidth_gbps": fl.bandwidth_gbps,
+        "floor_bytes": cost.floor_bytes,
+        "floor_flops": sum(cost.floor_flops_by_dtype.values()),
+        "matmul_run": ceilings.matmul_run,
+        "bandwidth_run": ceilings.bandwidth_run,
+    }
