@@ -14,7 +14,7 @@ import typer
 from ..errors import EdgebenchError, one_line
 
 # Modules under edgebench.cli that add commands; each has register(app).
-COMMAND_MODULES = ("core", "probe", "run", "gate", "numerics", "roofline")
+COMMAND_MODULES = ("core", "probe", "run", "gate", "numerics", "report", "roofline")
 
 
 def build_app() -> typer.Typer:

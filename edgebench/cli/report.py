@@ -1,0 +1,160 @@
+"""Verbs: report (HTML / Markdown comparison report) and fit (which model fits which chip)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..errors import UserError
+from .common import JSON_OPT, STORE_OPT, note, parse_shapes, print_json, records_json, render_table, warn
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report)
+    app.command("fit")(fit)
+
+
+def _open_store(path: Path):  # type: ignore[no-untyped-def]
+    """An existing store (never create an empty one by mistake)."""
+    from ..store import Store
+
+    if not path.exists():
+        raise UserError(f"{path}: no such store")
+    return Store(path)
+
+
+def _budgets(suite: Path | None, items: list[str] | None):  # type: ignore[no-untyped-def]
+    from ..fit import budgets_from_suite, parse_budgets
+
+    base = budgets_from_suite(suite) if suite is not None else ()
+    return parse_budgets(items or [], base)
+
+
+_OUT = typer.Option(..., "--out", "-o", help="Report file, e.g. reports/nightly.html.")
+_RUNS = typer.Option(None, "--run", help="Run id (repeatable; default: every run in the store).")
+_SUITE_REPORT = typer.Option(None, "--suite", help="Suite file whose budget table colours the matrix.")
+_BUDGET = typer.Option(
+    None, "--budget", help="KEY=VALUE: latency_p99_ms, memory_mb, energy_mj, load_ms (repeatable)."
+)
+_FORMAT = typer.Option(None, "--format", help="html or md (default: from the --out suffix, else html).")
+_TITLE = typer.Option(None, "--title", help="Report title.")
+_MODELS = typer.Option(
+    None, "--model", "-m", help="Model file or builtin:NAME to add (measured or not; repeatable)."
+)
+_DEVICES = typer.Option(None, "--device", "-d", help="Only these devices (repeatable).")
+_SUITE_FIT = typer.Option(None, "--suite", help="Take budgets from this suite's budget table.")
+_SHAPES = typer.Option(None, "--shape", help="NAME=DIMS for dynamic inputs of --model files.")
+_NO_STORE = typer.Option(False, "--no-store", help="Do not keep the verdicts in the store.")
+
+
+def report(
+    out: Path = _OUT,
+    store: Path = STORE_OPT,
+    run: list[str] = _RUNS,
+    suite: Path = _SUITE_REPORT,
+    budget: list[str] = _BUDGET,
+    fmt: str = _FORMAT,
+    title: str = _TITLE,
+) -> int:
+    """Write a self-contained comparison report (HTML with plots, or a Markdown summary)."""
+    from ..report import format_for, load_report_data, render, write_report
+
+    kind = format_for(out, fmt)
+    budgets = _budgets(suite, budget)
+    with _open_store(store) as st:
+        data = load_report_data(st, list(run) if run else None, budgets, title)
+    text = render(data, kind)
+    write_report(text, out)
+    warn(data.fit_warnings)
+    note(f"edgebench: wrote {kind} report of {len(data.runs)} run(s) to {out}")
+    return 0
+
+
+def fit(
+    store: Path = STORE_OPT,
+    model: list[str] = _MODELS,
+    device: list[str] = _DEVICES,
+    budget: list[str] = _BUDGET,
+    suite: Path = _SUITE_FIT,
+    shape: list[str] = _SHAPES,
+    no_store: bool = _NO_STORE,
+    as_json: bool = JSON_OPT,
+) -> int:
+    """Which model fits which chip: measured verdicts, and predicted ones for pairs never benched."""
+    from ..fit import assess, count_model
+    from ..models import resolve_model
+    from ..provenance import host_provenance
+    from ..records import new_run_id
+
+    budgets = _budgets(suite, budget)
+    shapes = parse_shapes(shape)
+    counts = {}
+    for ref in model or []:
+        resolved = resolve_model(ref)
+        counts[resolved.name] = count_model(resolved.path, resolved.name, shapes)
+    with _open_store(store) as st:
+        runs = st.runs()
+        order = [r.run_id for r in runs]
+        records = [r for r in st.records() if r.probe != "fit"]
+        result = assess(
+            records,
+            budgets,
+            counts=counts,
+            samples=st.samples(),
+            device_info=st.device_info(),
+            devices=list(device) if device else None,
+            models=list(counts),
+            run_order=order,
+        )
+        run_id = new_run_id()
+        out = result.records(run_id)
+        if not result.verdicts:
+            raise UserError(f"{store}: no bench measurements to judge (run `edgebench bench` first)")
+        if not no_store:
+            st.import_records(run_id, out, kind="fit", provenance=host_provenance())
+    if not budgets:
+        result.warnings.insert(0, "no budgets given (--budget latency_p99_ms=15 ...): showing values only")
+    warn(result.warnings)
+    if as_json:
+        summary = [s.__dict__ for s in result.cv_summaries()]
+        print_json(records_json(out, run_id=run_id, cv=summary, warnings=result.warnings))
+        return 0
+    _show(result, run_id, no_store)
+    return 0
+
+
+def _show(result, run_id: str, no_store: bool) -> None:  # type: ignore[no-untyped-def]
+    from ..report.html import pct
+
+    rows = []
+    for v in result.verdicts:
+        verdict = {True: "yes", False: "NO", None: "?"}[v.fits]
+        values = ", ".join(f"{k}={x:.4g}" for k, x in v.values.items())
+        if not values and v.predicted:
+            values = ", ".join(f"{k}={x:.4g}" for k, x in v.predicted.items())
+        rows.append(
+            [
+                v.device,
+                v.model,
+                v.runtime,
+                verdict,
+                v.basis,
+                v.limiting,
+                pct(v.margin, signed=True) if v.margin is not None else None,
+                values,
+                ", ".join(v.unchecked) or None,
+            ]
+        )
+    render_table(
+        f"fit ({'not stored' if no_store else 'run ' + run_id})",
+        ["device", "model", "runtime", "fits", "basis", "limiting", "margin", "values", "not checked"],
+        rows,
+    )
+    for s in result.cv_summaries():
+        if s.device == "*" and s.quantity == "latency_p50_ms":
+            note(
+                f"edgebench: prediction cross-validation (held out per {s.holdout}): {s.within:.0%} of "
+                f"{s.pairs} "
+                f"pairs within ±10%, median error {s.median_abs_err:.1%}"
+            )
