@@ -510,7 +510,7 @@ def judge_single(key: PairKey, rule: GateRule, base: Side, cand: Side) -> PairVe
     eff = worse_effect(base.value, cand.value, rule)
     frame = effect_frame(rule)
     delta = abs(cand.value - base.value)
-    common = dict(unit=cand.unit, baseline=base.value, candidate=cand.value,
+    common: dict[str, Any] = dict(unit=cand.unit, baseline=base.value, candidate=cand.value,
                   change=_change_from_effect(eff, rule), n_baseline=1, n_candidate=1,
                   method="threshold (single value, no samples)")
     what = rule.describe(cand.unit)
@@ -526,7 +526,7 @@ def judge_samples(key: PairKey, rule: GateRule, test: SampleTest, q_worse: float
     """Combine magnitude (bootstrap bound vs the limit) and significance (BH-corrected p) into a verdict."""
     frame = effect_frame(rule)
     low, high = _change_bounds(test.ci_low, test.ci_high, rule)
-    common = dict(unit=unit, baseline=test.baseline_stat, candidate=test.candidate_stat,
+    common: dict[str, Any] = dict(unit=unit, baseline=test.baseline_stat, candidate=test.candidate_stat,
                   change=_change_from_effect(test.effect, rule), ci_low=low, ci_high=high,
                   p_value=test.p_worse, q_value=q_worse, n_baseline=test.n_baseline,
                   n_candidate=test.n_candidate, method=test.method)
@@ -619,7 +619,7 @@ def evaluate(baseline: dict[PairKey, Side], candidate: dict[PairKey, Side], rule
 
 def _missing(key: PairKey, rule: GateRule, base: Side, failures: Sequence[JobFailure]) -> PairVerdict:
     failure = next((f for f in failures if f.covers(key)), None)
-    common = dict(unit=base.unit, baseline=base.value)
+    common: dict[str, Any] = dict(unit=base.unit, baseline=base.value)
     if failure is None:
         return PairVerdict(key, rule, MISSING, "in the baseline, not in the candidate", **common)
     if failure.kind == "lab":

@@ -68,7 +68,7 @@ def _stats_from_records(recs: dict[str, float], scale: float) -> dict[str, Any] 
     """A stats block from stored statistics when the raw samples were not kept."""
     if "p50" not in recs and "mean" not in recs:
         return None
-    median = recs.get("p50", recs.get("mean"))
+    median = recs["p50"] if "p50" in recs else recs["mean"]
     mean = recs.get("mean", median)
     q1, q3 = recs.get("p25", median), recs.get("p75", median)
     std = recs.get("stddev", 0.0)
@@ -209,6 +209,11 @@ def _number(stats: dict[str, Any], key: str, path: Path, where: str, required: b
     return float(value)
 
 
+def _table(doc: dict[str, Any], key: str) -> dict[str, Any]:
+    value = doc.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _record_ts(doc: dict[str, Any]) -> str:
     """The file's datetime as a record timestamp (UTC, trailing Z); now when absent or unreadable."""
     raw = doc.get("datetime")
@@ -241,7 +246,7 @@ def read_pytest_benchmark(path: Path) -> dict[str, Any]:
 def records_from_pytest_benchmark(doc: dict[str, Any], path: Path, run_id: str,
                                   device: str | None = None) -> tuple[list[Record], list[Samples]]:
     """Records and samples for one pytest-benchmark document (validated field by field)."""
-    machine = doc.get("machine_info") if isinstance(doc.get("machine_info"), dict) else {}
+    machine = _table(doc, "machine_info")
     dev = device or str(machine.get("node") or "unknown")
     ts = _record_ts(doc)
     records: list[Record] = []
@@ -298,8 +303,7 @@ def import_file(store: Any, path: Path, device: str | None = None) -> tuple[str,
     doc = read_pytest_benchmark(path)
     run_id = new_run_id()
     records, samples = records_from_pytest_benchmark(doc, path, run_id, device)
-    machine = doc.get("machine_info") if isinstance(doc.get("machine_info"), dict) else {}
-    commit = doc.get("commit_info") if isinstance(doc.get("commit_info"), dict) else {}
+    machine, commit = _table(doc, "machine_info"), _table(doc, "commit_info")
     provenance = {"source": "pytest-benchmark", "file": Path(path).name, "datetime": doc.get("datetime"),
                   "pytest_benchmark_version": doc.get("version"),
                   "python": machine.get("python_version"), "host": machine.get("node"),
