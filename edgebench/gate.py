@@ -45,6 +45,9 @@ VERDICTS = (FAIL, MISSING, NOISY, IMPROVED, PASS)
 NON_IDENTITY_PARAMS = frozenset({
     "stat", "runs", "warmup", "warmup_seconds", "min_seconds", "max_seconds", "seed", "rss_before_load_mb",
 })
+# Per probe: counts that only say how much was measured (the native runner's `n` and `sample` follow its
+# runs); elsewhere `n` can be identity (matmul's matrix size), so these are not dropped globally.
+NON_IDENTITY_BY_PROBE = {"bench": frozenset({"n", "sample", "aggregated_by"})}
 LOCATION_STATS = ("p50", "mean")
 DEFAULT_STAT = "p50"
 
@@ -181,14 +184,16 @@ class PairKey:
         return d
 
 
-def identity_params(params: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in params.items() if k not in NON_IDENTITY_PARAMS}
+def identity_params(params: dict[str, Any], probe: str = "") -> dict[str, Any]:
+    """The params that make a measurement what it is (see NON_IDENTITY_PARAMS)."""
+    drop = NON_IDENTITY_PARAMS | NON_IDENTITY_BY_PROBE.get(probe, frozenset())
+    return {k: v for k, v in params.items() if k not in drop}
 
 
 def record_key(r: Record | Samples, stat: str | None = None) -> PairKey:
     st = stat if stat is not None else str(r.params.get("stat", ""))
     return PairKey(r.device, r.model or "-", r.runtime or "-", r.probe, r.metric, st,
-                   params_key(identity_params(r.params)))
+                   params_key(identity_params(r.params, r.probe)))
 
 
 @dataclass(frozen=True)

@@ -168,7 +168,7 @@ def build_series(records: Sequence[Record], stat: str | None = "p50") -> list[Se
         rstat = r.params.get("stat")
         if rstat is not None and stat is not None and rstat != stat:
             continue
-        ident = identity_params(r.params)
+        ident = identity_params(r.params, r.probe)
         key = (r.device, r.model, r.runtime, r.probe, r.metric, rstat, params_key(ident))
         groups[key][r.run_id].append(r)
     out = []
@@ -176,7 +176,7 @@ def build_series(records: Sequence[Record], stat: str | None = "p50") -> list[Se
         points = sorted((Point(run_id, min(r.ts for r in recs), float(np.median([r.value for r in recs])))
                          for run_id, recs in runs.items()), key=lambda p: (p.ts, p.run_id))
         first = next(iter(runs.values()))[0]
-        out.append(Series(device, model, runtime, probe, metric, rstat, identity_params(first.params),
+        out.append(Series(device, model, runtime, probe, metric, rstat, identity_params(first.params, probe),
                           first.unit, tuple(points)))
     return sorted(out, key=lambda s: s.label())
 

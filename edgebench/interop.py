@@ -118,7 +118,7 @@ def export_run(store: Any, run_id: str, include_data: bool = True) -> dict[str, 
 
     def key(r: Record | Samples) -> tuple[Any, ...]:
         return (r.device, r.model or "-", r.runtime or "-", r.probe, r.metric,
-                params_key(identity_params(r.params)))
+                params_key(identity_params(r.params, r.probe)))
 
     by_measurement: dict[tuple[Any, ...], dict[str, Any]] = defaultdict(dict)
     stat_records: dict[tuple[Any, ...], dict[str, float]] = defaultdict(dict)

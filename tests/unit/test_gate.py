@@ -279,3 +279,17 @@ def test_records_with_extra_side_values_pair() -> None:
 
     a, b = rss("a", 3), rss("b", 4)
     assert set(collect_side([a], [])) == set(collect_side([b], []))
+
+
+def test_native_runner_records_pair_across_run_counts() -> None:
+    def side(run: str, runs: int, values: list[float]) -> dict[PairKey, Side]:
+        ctx = RecordContext(run, "phone", "bench", "m", "mnn", {"threads": 4, "runner": "benchmark.out"})
+        what = f"mean of {runs} inferences"
+        rec = ctx.record("latency_ms", float(np.median(values)), "ms", stat="p50", aggregated_by="edgebench",
+                         sample=what, n=len(values))
+        return collect_side([rec], [ctx.samples("latency_ms", "ms", values, sample=what)])
+
+    a = side("a", 10, [5.0, 5.1, 5.2])
+    b = side("b", 50, [5.0, 5.1, 5.2, 5.3])
+    assert set(a) == set(b)
+    assert next(iter(b.values())).samples == (5.0, 5.1, 5.2, 5.3)
