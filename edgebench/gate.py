@@ -210,6 +210,8 @@ def collect_side(records: Iterable[Record], samples: Iterable[Samples]) -> dict[
     """Group one run's records by pair key; attach the samples whose params equal the records' minus stat.
 
     Several records under one key (a repeated job) are summarised by their median; their samples pooled.
+    A key whose every value is missing or not finite (NaN outputs, say) keeps a NaN value, so a candidate
+    that lost its number fails rather than going missing.
     """
     pooled: dict[PairKey, list[float]] = defaultdict(list)
     for s in samples:
@@ -217,15 +219,16 @@ def collect_side(records: Iterable[Record], samples: Iterable[Samples]) -> dict[
     values: dict[PairKey, list[float]] = defaultdict(list)
     units: dict[PairKey, str] = {}
     for r in records:
-        if r.value is None or not math.isfinite(r.value):
-            continue
         key = record_key(r)
-        values[key].append(float(r.value))
         units[key] = r.unit
+        if r.value is not None and math.isfinite(r.value):
+            values[key].append(float(r.value))
     out = {}
-    for key, vals in values.items():
+    for key, unit in units.items():
+        vals = values.get(key, [])
         raw = pooled.get(replace(key, stat=""))
-        out[key] = Side(float(np.median(vals)), units[key], tuple(raw) if raw else None, len(vals))
+        value = float(np.median(vals)) if vals else math.nan
+        out[key] = Side(value, unit, tuple(raw) if raw and vals else None, len(vals))
     return out
 
 
@@ -596,10 +599,15 @@ def evaluate(baseline: dict[PairKey, Side], candidate: dict[PairKey, Side], rule
         for rule in rules:
             if not rule.matches(key):
                 continue
-            covered.add(key)
             base, cand = baseline[key], candidate.get(key)
+            if math.isnan(base.value):
+                continue  # nothing to compare against
+            covered.add(key)
             if cand is None:
                 done.append(_missing(key, rule, base, candidate_failures))
+            elif math.isnan(cand.value):
+                done.append(PairVerdict(key, rule, FAIL, "the candidate measured no finite value",
+                                        unit=base.unit, baseline=base.value, n_baseline=base.n_records))
             elif base.samples is None or cand.samples is None:
                 done.append(judge_single(key, rule, base, cand))
             else:

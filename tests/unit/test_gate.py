@@ -293,3 +293,13 @@ def test_native_runner_records_pair_across_run_counts() -> None:
     b = side("b", 50, [5.0, 5.1, 5.2, 5.3])
     assert set(a) == set(b)
     assert next(iter(b.values())).samples == (5.0, 5.1, 5.2, 5.3)
+
+
+def test_a_candidate_that_lost_its_number_fails() -> None:
+    def side(run: str, value: float | None) -> dict[PairKey, Side]:
+        ctx = RecordContext(run, "phone", "accuracy", "enc-int8", "onnxruntime", {"variant": "enc-int8"})
+        return collect_side([ctx.record("cosine", value, "ratio", output="y")], [])
+
+    res = evaluate(side("a", 0.999), side("b", None), default_rules())
+    assert [(v.verdict, v.reason) for v in res.verdicts] == [(FAIL, "the candidate measured no finite value")]
+    assert evaluate(side("a", None), side("b", 0.9), default_rules()).verdicts == ()
