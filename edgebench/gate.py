@@ -653,4 +653,28 @@ def gate_runs(store: Any, baseline: str, candidate: str, rules: Sequence[GateRul
                            e["kind"] or "internal", e["error"] or "") for e in store.errors([candidate])]
     base = collect_side(store.records([baseline]), store.samples([baseline]))
     cand = collect_side(store.records([candidate]), store.samples([candidate]))
-    return evaluate(base, cand, rules, opts, failures, baseline, candidate)
+    result = evaluate(base, cand, rules, opts, failures, baseline, candidate)
+    changed = fingerprint_changes(store.device_info([baseline]), store.device_info([candidate]))
+    return replace(result, notes=result.notes + tuple(changed))
+
+
+FINGERPRINT_KEYS = ("kernel", "build", "cpu_model", "cores", "arch", "memory_mb", "governors", "runtimes")
+
+
+def fingerprint_changes(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) -> list[str]:
+    """What changed on a device between the runs (kernel, build, runtime versions ...): a slowdown's
+    likely cause, said next to the verdicts (a note, never a verdict)."""
+    old = {d["device"]: d.get("fingerprint") or {} for d in before}
+    notes = []
+    for d in after:
+        prev, now = old.get(d["device"]), d.get("fingerprint") or {}
+        if prev is None:
+            continue
+        for k in FINGERPRINT_KEYS:
+            a, b = prev.get(k), now.get(k)
+            if isinstance(a, dict) and isinstance(b, dict):
+                notes += [f"{d['device']}: {k}.{sub} changed from {a.get(sub)} to {b.get(sub)}"
+                          for sub in sorted(set(a) | set(b)) if a.get(sub) != b.get(sub)]
+            elif a is not None and b is not None and a != b:
+                notes.append(f"{d['device']}: {k} changed from {a} to {b}")
+    return notes

@@ -303,3 +303,15 @@ def test_a_candidate_that_lost_its_number_fails() -> None:
     res = evaluate(side("a", 0.999), side("b", None), default_rules())
     assert [(v.verdict, v.reason) for v in res.verdicts] == [(FAIL, "the candidate measured no finite value")]
     assert evaluate(side("a", None), side("b", 0.9), default_rules()).verdicts == ()
+
+
+def test_device_changes_between_runs_are_noted(tmp_path: Path) -> None:
+    rng = np.random.default_rng(12)
+    with Store(tmp_path / "e.db") as st:
+        _store_run(st, "base", lognormal(rng, 10, 0.02, 20))
+        _store_run(st, "cand", lognormal(rng, 10, 0.02, 20))
+        st.save_device("base", "local", {"kernel": "6.1", "runtimes": {"onnxruntime": "1.17.0"}}, {})
+        st.save_device("cand", "local", {"kernel": "6.1", "runtimes": {"onnxruntime": "1.18.1"}}, {})
+        res = gate_runs(st, "base", "cand", default_rules())
+    assert res.notes == ("local: runtimes.onnxruntime changed from 1.17.0 to 1.18.1",)
+    assert "> local: runtimes.onnxruntime changed" in gate_markdown(res)
