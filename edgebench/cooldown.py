@@ -3,10 +3,12 @@
     result = wait_for_cooldown(device)                           # margin 2 °C, timeout 10 min
     if not result.cooled: log(result.describe())
     later = wait_for_cooldown(device, idle_c=result.idle_c)      # reuse the idle readings between jobs
+    wait_for_cooldown(device, idle_c=35.0)                       # a known idle temperature
 
 "Cool" means the hottest thermal zone is within `margin_c` of its idle reading. The idle reading is
-given (`idle_c`, e.g. from an earlier result or a lab's records) or estimated on the device from the
-zone's own cooling curve (Newton cooling, T = idle + b·exp(-t/tau)) after `min_observe_s` of readings.
+given (`idle_c`: per zone, e.g. from an earlier result, or one figure for the hottest zone) or
+estimated on the device from the zone's own cooling curve (Newton cooling, T = idle + b·exp(-t/tau))
+after `min_observe_s` of readings.
 The waiting happens inside the agent, idle, so the guard adds no load of its own; it never raises for
 a device that stays warm: the result says so and the caller decides.
 """
@@ -76,7 +78,9 @@ class CooldownResult:
 
 
 def wait_for_cooldown(
-    device: Device, policy: CooldownPolicy | None = None, idle_c: Mapping[str, float] | None = None
+    device: Device,
+    policy: CooldownPolicy | None = None,
+    idle_c: Mapping[str, float] | float | None = None,
 ) -> CooldownResult:
     """Wait (on the device, idle) until its hottest zone is within the margin of its idle reading."""
     policy = policy or CooldownPolicy()
@@ -87,7 +91,7 @@ def wait_for_cooldown(
         "timeout_s": policy.timeout_s,
         "period_s": policy.period_s,
         "min_observe_s": policy.min_observe_s,
-        "idle_c": dict(idle_c) if idle_c else None,
+        "idle_c": dict(idle_c) if isinstance(idle_c, Mapping) else idle_c,
     }
     reply = device.run_agent(task, timeout=policy.timeout_s + AGENT_START_ALLOWANCE_S)
     return result_from_agent(reply.result, policy.margin_c)

@@ -211,32 +211,44 @@ def idle_phase(seconds: float, origin: float) -> list[float]:
 
 
 # ---- cool-down -----------------------------------------------------------------------------------
+def _fit_at(times: list[float], temps: list[float], tau: float) -> tuple[float, float, float]:
+    """Least-squares a, b of T = a + b*exp(-(t - t0)/tau) for a fixed tau; returns (sse, a, b)."""
+    n = len(times)
+    xs = [math.exp(-(t - times[0]) / tau) for t in times]
+    mx, my = sum(xs) / n, sum(temps) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx <= 1e-12:
+        return math.inf, my, 0.0
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, temps, strict=True)) / sxx
+    a = my - b * mx
+    return sum((a + b * x - y) ** 2 for x, y in zip(xs, temps, strict=True)), a, b
+
+
 def settle_estimate(times: list[float], temps: list[float]) -> tuple[float, bool]:
     """Where an idle zone's temperature is heading: the asymptote of T = a + b*exp(-t/tau).
 
-    Newton cooling fitted by least squares over a grid of time constants (no numpy on the device).
-    Returns (asymptote, cooling); when the zone is flat or warming the asymptote is its last reading.
+    Newton cooling fitted by least squares: a coarse grid of time constants, then a golden-section
+    search around the best (no numpy on the device). Returns (asymptote, cooling); when the zone is
+    flat or warming the asymptote is its last reading.
     """
-    n = len(times)
-    if n < 3 or times[-1] - times[0] <= 0:
+    if len(times) < 3 or times[-1] - times[0] <= 0:
         return temps[-1], False
     span = times[-1] - times[0]
-    best: tuple[float, float, float] | None = None  # (sse, a, b)
-    for k in range(40):
-        tau = span / 20.0 * (1.18**k)  # span/20 .. ~30 x span
-        xs = [math.exp(-(t - times[0]) / tau) for t in times]
-        mx, my = sum(xs) / n, sum(temps) / n
-        sxx = sum((x - mx) ** 2 for x in xs)
-        if sxx <= 1e-12:
-            continue
-        b = sum((x - mx) * (y - my) for x, y in zip(xs, temps, strict=True)) / sxx
-        a = my - b * mx
-        sse = sum((a + b * x - y) ** 2 for x, y in zip(xs, temps, strict=True))
-        if best is None or sse < best[0]:
-            best = (sse, a, b)
-    if best is None or best[2] <= 0:
+    grid = [math.log(span / 20.0) + k * math.log(1.18) for k in range(40)]  # tau: span/20 .. ~30 x span
+    scores = [_fit_at(times, temps, math.exp(g))[0] for g in grid]
+    k = min(range(len(grid)), key=scores.__getitem__)
+    lo, hi = grid[max(0, k - 1)], grid[min(len(grid) - 1, k + 1)]
+    ratio = (math.sqrt(5) - 1) / 2
+    for _ in range(25):
+        m1, m2 = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+        if _fit_at(times, temps, math.exp(m1))[0] < _fit_at(times, temps, math.exp(m2))[0]:
+            hi = m2
+        else:
+            lo = m1
+    sse, a, b = _fit_at(times, temps, math.exp((lo + hi) / 2))
+    if not math.isfinite(sse) or b <= 0:
         return temps[-1], False
-    return min(best[1], temps[-1]), True
+    return min(a, temps[-1]), True
 
 
 def cooldown_verdict(
@@ -244,27 +256,29 @@ def cooldown_verdict(
     zones: dict[str, list[float]],
     margin_c: float,
     min_observe_s: float,
-    idle_c: dict[str, float] | None = None,
+    idle_c: dict[str, float] | float | None = None,
     history_s: float = 120.0,
 ) -> dict[str, Any]:
     """Is the hottest zone within `margin_c` of its idle reading?
 
-    The idle reading is given (`idle_c`, from an earlier measurement) or estimated from the zone's own
+    The idle reading is given (`idle_c`: per zone, or one figure for whichever zone is hottest, e.g.
+    from an earlier measurement) or estimated from the zone's own
     cooling curve once `min_observe_s` of readings exist. Pure function: unit-tested on the host.
     """
     if not zones or not times:
         return {"cooled": True, "reason": "no thermal zones", "zone": None, "temp_c": None, "idle_c": {}}
     latest = {z: v[-1] for z, v in zones.items()}
     hottest = max(latest, key=lambda z: latest[z])
-    if idle_c and hottest in idle_c:
-        ref = idle_c[hottest]
+    given = idle_c if isinstance(idle_c, dict) else {hottest: float(idle_c)} if idle_c is not None else {}
+    if hottest in given:
+        ref = given[hottest]
         cooled = latest[hottest] <= ref + margin_c
         return {
             "cooled": cooled,
             "reason": "given idle reading",
             "zone": hottest,
             "temp_c": latest[hottest],
-            "idle_c": dict(idle_c),
+            "idle_c": dict(given),
         }
     if times[-1] - times[0] < min_observe_s:
         return {
@@ -274,18 +288,28 @@ def cooldown_verdict(
             "temp_c": latest[hottest],
             "idle_c": {},
         }
-    keep = [i for i, t in enumerate(times) if t >= times[-1] - history_s]
-    estimates = {}
-    for zone, series in zones.items():
-        estimates[zone], _ = settle_estimate([times[i] for i in keep], [series[i] for i in keep])
-    ref = estimates[hottest]
+    ref = zone_idle_estimates(times, {hottest: zones[hottest]}, history_s)[hottest]
     cooled = latest[hottest] - ref <= margin_c
     return {
         "cooled": cooled,
         "reason": "estimated idle reading",
         "zone": hottest,
         "temp_c": latest[hottest],
-        "idle_c": estimates,
+        "idle_c": {hottest: ref},
+    }
+
+
+def zone_idle_estimates(
+    times: list[float], zones: dict[str, list[float]], history_s: float = 120.0, points: int = 60
+) -> dict[str, float]:
+    """Each zone's idle reading, estimated from (at most `points` of) its last `history_s` of readings."""
+    keep = [i for i, t in enumerate(times) if t >= times[-1] - history_s]
+    keep = keep[:: max(1, math.ceil(len(keep) / points))] if len(keep) > points else keep
+    if keep and keep[-1] != len(times) - 1:
+        keep.append(len(times) - 1)
+    return {
+        zone: settle_estimate([times[i] for i in keep], [series[i] for i in keep])[0]
+        for zone, series in zones.items()
     }
 
 
@@ -295,7 +319,7 @@ def run_idle(task: dict) -> tuple[dict, list[str]]:
     warnings = list(sensors.warnings)
     margin, timeout = float(task.get("margin_c", 2.0)), float(task.get("timeout_s", 600.0))
     period, min_observe = float(task.get("period_s", 1.0)), float(task.get("min_observe_s", 10.0))
-    idle_c = task.get("idle_c") or None
+    idle_c = task.get("idle_c")
     origin = time.monotonic()
     times: list[float] = []
     zones: dict[str, list[float]] = {}
@@ -316,6 +340,9 @@ def run_idle(task: dict) -> tuple[dict, list[str]]:
             break
         time.sleep(min(period, max(0.0, timeout - now)))
     hottest = verdict.get("zone")
+    if verdict.get("reason") == "estimated idle reading":
+        # Every zone's idle reading, once, so the caller can pass them to the next guard.
+        verdict["idle_c"] = {**zone_idle_estimates(times, zones), **verdict["idle_c"]}
     return {
         **verdict,
         "waited_s": time.monotonic() - origin,

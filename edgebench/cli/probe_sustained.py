@@ -89,6 +89,11 @@ def thermal(
     cooldown_margin: float = typer.Option(
         2.0, "--cooldown-margin", min=0.0, help="Cool = within this many °C of idle."
     ),
+    idle_temp: float = typer.Option(
+        None,
+        "--idle-temp",
+        help="The device's known idle temperature, °C (default: estimated while cooling).",
+    ),
     timeout: float = TIMEOUT_OPT,
     store: Path = STORE_OPT,
     no_store: bool = NO_STORE_OPT,
@@ -110,6 +115,8 @@ def thermal(
         params["rate_hz"] = rate
     if window is not None:
         params["window_s"] = window
+    if idle_temp is not None:
+        params["idle_c"] = idle_temp
     records = _run(model, device, runtime, params, timeout, store, no_store, lab, "thermal")
     if as_json:
         print_json(records_json(records[1], run_id=records[0], summary=_summary(records[1])))

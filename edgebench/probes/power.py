@@ -24,6 +24,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -237,7 +238,7 @@ _CURRENT = {
     "a": 1e3,
 }
 _VOLTAGE = {"voltage_v": 1.0, "voltage": 1.0, "v": 1.0, "main_voltage_v": 1.0, "voltage_mv": 1e-3, "mv": 1e-3}
-_SPLIT = re.compile(r"[,;\s]+")
+_DELIMITED = re.compile(r"[,;\t]")
 
 
 @dataclass
@@ -253,7 +254,7 @@ class MonitorFormat:
     def from_header(cls, names: list[str]) -> MonitorFormat | None:
         fmt = cls()
         for i, raw in enumerate(names):
-            name = raw.strip().lower().replace("(", "_").replace(")", "").replace(" ", "_").strip("_")
+            name = re.sub(r"[^a-z0-9]+", "_", raw.lower()).strip("_")  # "Power (W)" -> power_w
             for attr, table in (
                 ("time", _TIME),
                 ("power", _POWER),
@@ -295,6 +296,14 @@ class MonitorFormat:
         return (t, power) if np.isfinite(power) else None
 
 
+def split_cells(line: str) -> list[str]:
+    """CSV-ish (comma, semicolon or tab) when delimited, else whitespace-separated."""
+    text = line.strip()
+    if _DELIMITED.search(text):
+        return [c.strip() for c in re.split(r"[,;\t]", text) if c.strip()]
+    return text.split()
+
+
 def parse_monitor_lines(lines: list[tuple[float, str]]) -> tuple[np.ndarray, np.ndarray]:
     """(host times, power mW) from (host arrival time, line) pairs.
 
@@ -304,7 +313,7 @@ def parse_monitor_lines(lines: list[tuple[float, str]]) -> tuple[np.ndarray, np.
     fmt: MonitorFormat | None = None
     parsed: list[tuple[float, float | None, float]] = []
     for arrival, line in lines:
-        cells = [c for c in _SPLIT.split(line.strip()) if c]
+        cells = split_cells(line)
         if not cells:
             continue
         if any(re.search(r"[a-df-zA-DF-Z_]", c) for c in cells):  # a header (letters other than exponents)
@@ -568,20 +577,34 @@ def run_power(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     log = parse_sensor_log(r["sensors"])
     phases = {k: list(v) for k, v in r["phases"].items()}
     trim = float(job.params.get("trim_s", default_trim(log.period_s)))
-    refuse_charging_seen(log, r["source"])
-    if monitor:
-        series, uncertainty = monitor_series(lines, r["clock"], (h0, h1))
-        if series.t.size == 0:
-            raise MeasurementError(f"power monitor gave no samples ({mon.failure()})", device=device.name)
-        trim += min(uncertainty, 1.0)
-    elif r["source"]["kind"] == "rail":
-        series = rail_series(log, r["source"]["channels"], phases, trim)
-    else:
-        series = battery_series(log, r["source"]["channels"], phases, trim)
-    analysis = analyze_power(series, phases, len(r["inferences"]["latencies_ms"]), trim)
+    with named_errors(device.name):
+        refuse_charging_seen(log, r["source"])
+        if monitor:
+            series, uncertainty = monitor_series(lines, r["clock"], (h0, h1))
+            if series.t.size == 0:
+                raise MeasurementError(f"power monitor gave no samples ({mon.failure()})")
+            trim += min(uncertainty, 1.0)
+        elif r["source"]["kind"] == "rail":
+            series = rail_series(log, r["source"]["channels"], phases, trim)
+        else:
+            series = battery_series(log, r["source"]["channels"], phases, trim)
+        analysis = analyze_power(series, phases, len(r["inferences"]["latencies_ms"]), trim)
     out = power_records(ctx, analysis, r, log, series, phases)
     out.warnings = list(reply.warnings) + out.warnings
     return out
+
+
+@contextlib.contextmanager
+def named_errors(device: str) -> Iterator[None]:
+    """The analysis is device-agnostic; its errors reach the user naming the device."""
+    try:
+        yield
+    except ChargingError as exc:
+        raise ChargingError(f"{device}: {exc}") from None
+    except MeasurementError as exc:
+        raise MeasurementError(str(exc), device=device, kind=exc.kind) from None
+    except UserError as exc:
+        raise UserError(f"{device}: {exc}") from None
 
 
 def _run_power_agent(device: Device, task: dict[str, Any], timeout: float):  # type: ignore[no-untyped-def]

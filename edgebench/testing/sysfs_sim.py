@@ -61,6 +61,7 @@ class SimConfig:
     util_env: str | None = None  # "KEY=VALUE": only processes with it in their environment (plus burners)
     zones: tuple[str, ...] = ("cpu-thermal", "gpu-thermal", "battery")
     idle_c: float = 35.0
+    start_c: float | None = None  # start this hot and cool down (default: at idle)
     heat_c: float = 40.0  # rise at full load and full frequency
     tau_s: float = 5.0
     fmin_khz: int = 600_000
@@ -315,7 +316,12 @@ class Simulator:
     def __init__(self, cfg: SimConfig) -> None:
         self.cfg = cfg
         now = time.monotonic()
-        self.state = SimState(started=now, temp_c=cfg.idle_c, freq_khz=cfg.fmin_khz, cap_khz=cfg.fmax_khz)
+        self.state = SimState(
+            started=now,
+            temp_c=cfg.idle_c if cfg.start_c is None else cfg.start_c,
+            freq_khz=cfg.fmin_khz,
+            cap_khz=cfg.fmax_khz,
+        )
         self.meter: CpuMeter | ProcMeter = (
             ProcMeter(cfg.util_env, cfg.cpus) if cfg.util_env else CpuMeter(cfg.util_cpus)
         )
@@ -361,8 +367,12 @@ class Simulator:
         s.capped_at, s.cap_khz = now, self.cfg.cap_khz
         if self.cfg.burners:
             for _ in range(self.cfg.burners):
+                # Each burner in its own session: with CFS autogroups a session shares the CPU as one
+                # task, so burners in the simulator's session would together count as one.
                 burner = subprocess.Popen(
-                    [sys.executable, "-c", BURNER, str(os.getpid())], stdin=subprocess.DEVNULL
+                    [sys.executable, "-c", BURNER, str(os.getpid())],
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
                 )
                 if self.cfg.burner_cpus:
                     os.sched_setaffinity(burner.pid, self.cfg.burner_cpus)
@@ -466,9 +476,11 @@ def simulate(cfg: SimConfig, announce: bool = True) -> None:
         sim.stop()
 
 
-def monitor(root: Path, hz: float, duration_s: float | None) -> None:
-    """Print the sandbox battery's draw as `t_s,current_ma,voltage_v` lines, like a power monitor's logger."""
-    battery = root / "sys" / "class" / "power_supply" / "battery"
+def monitor(state_path: Path, hz: float, duration_s: float | None) -> None:
+    """Print the simulated device's supply draw as `t_s,current_ma,voltage_v` lines, like a power monitor.
+
+    A monitor sits in the supply line, so it sees the device's draw whether or not a charger is on.
+    """
     print("t_s,current_ma,voltage_v", flush=True)
     start = time.monotonic()
     period = 1.0 / hz
@@ -483,12 +495,12 @@ def monitor(root: Path, hz: float, duration_s: float | None) -> None:
     signal.signal(signal.SIGINT, _stop)
     while not stopping and (duration_s is None or time.monotonic() - start < duration_s):
         try:
-            ua = float((battery / "current_now").read_text())
-            uv = float((battery / "voltage_now").read_text())
-        except (OSError, ValueError):
-            ua = uv = float("nan")
-        # A monitor sits in the supply line: it sees the draw, always positive.
-        print(f"{time.monotonic() - start:.4f},{abs(ua) / 1000:.3f},{uv / 1e6:.4f}", flush=True)
+            state = json.loads(state_path.read_text())
+            line = f"{state['draw_ma']:.3f},{state['voltage_uv'] / 1e6:.4f}"
+        except (OSError, ValueError, KeyError):
+            line = None
+        if line:
+            print(f"{time.monotonic() - start:.4f},{line}", flush=True)
         tick += 1
         time.sleep(max(0.0, start + tick * period - time.monotonic()))
 
@@ -506,6 +518,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--util-cpus", default="", help="measure utilisation of these CPUs only, e.g. 0,1")
     p.add_argument("--zones", default="cpu-thermal,gpu-thermal,battery")
     p.add_argument("--idle-c", type=float, default=35.0)
+    p.add_argument("--start-c", type=float, default=None, help="start this hot (then cool with --tau)")
     p.add_argument("--heat-c", type=float, default=40.0, help="temperature rise at full load")
     p.add_argument("--tau", type=float, default=5.0, help="thermal time constant, s")
     p.add_argument("--fmin-khz", type=int, default=600_000)
@@ -549,6 +562,7 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
         burner_cpus=_cpus(a.burner_cpus),
         zones=tuple(z for z in a.zones.split(",") if z),
         idle_c=a.idle_c,
+        start_c=a.start_c,
         heat_c=a.heat_c,
         tau_s=a.tau,
         fmin_khz=a.fmin_khz,
@@ -581,7 +595,7 @@ def _cpus(text: str) -> tuple[int, ...]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.monitor:
-        monitor(args.root, args.hz, args.duration)
+        monitor(args.state or args.root / "sysfs-sim.json", args.hz, args.duration)
     else:
         simulate(config_from_args(args))
     return 0
@@ -682,6 +696,7 @@ class SysfsSim:
             self.proc.send_signal(signal.SIGUSR1)
 
     def monitor_argv(self, hz: float = 20.0) -> list[str]:
+        """argv of a power monitor on this simulated device (for `sensors.power.monitor`)."""
         return [
             sys.executable,
             "-m",
@@ -689,6 +704,8 @@ class SysfsSim:
             "--root",
             str(self.root),
             "--monitor",
+            "--state",
+            str(self.config.state_path),
             "--hz",
             str(hz),
         ]
