@@ -127,8 +127,8 @@ def budgets_from_suite(path: Path) -> tuple[Budget, ...]:
 
 
 @dataclass(frozen=True)
-class NodeCost:
-    """What one graph node costs: FLOPs, the weight bytes it reads, the activation bytes it moves."""
+class OpCost:
+    """What one node costs at run time: FLOPs, the weight bytes it reads, the activation bytes it moves."""
 
     op_type: str
     flops: float
@@ -143,8 +143,9 @@ class ModelCounts:
     name: str
     flops: float
     weight_bytes: float
-    nodes: tuple[NodeCost, ...] = ()
+    nodes: tuple[OpCost, ...] = ()
     source: str = ""
+    warnings: tuple[str, ...] = ()
 
     @property
     def node_count(self) -> int | None:
@@ -152,133 +153,66 @@ class ModelCounts:
 
 
 def count_model(path: Path, name: str, shapes: Mapping[str, Sequence[int]] | None = None) -> ModelCounts:
-    """Static counts of an ONNX model file, per node (the roofline analysis)."""
+    """Static counts of an ONNX model file, per node, from the roofline analysis (`edgebench.roofline`).
+
+    The analysis gives each node's FLOPs and the bytes it writes; this adds the weight bytes each node reads
+    (its constant inputs, shape and index parameters excepted) and the activation bytes it reads, which is
+    what tells a memory-bound node from a compute-bound one.
+    """
+    from .roofline import PARAM_INPUTS, analyze, load_model, storage_bytes
+
     if path.suffix.lower() != ".onnx":
         raise ModelError(f"{path}: fit needs the ONNX model to count FLOPs and bytes (got {path.suffix})")
-    nodes = _graph_costs(path, dict(shapes or {}))
+    model = load_model(path)
+    cost = analyze(model, {k: [int(d) for d in v] for k, v in (shapes or {}).items()})
+    stored: dict[str, int] = {}
+    for init in model.graph.initializer:
+        stored[init.name] = storage_bytes(init.data_type, int(np.prod(init.dims)) if init.dims else 1)
+    constant: dict[str, frozenset[str]] = {n: frozenset([n]) for n in stored}
+    reads: dict[str, tuple[float, float]] = {}  # node key -> (weight bytes, tensor names read)
+    readers: dict[str, list[str]] = {}
+    for node in model.graph.node:
+        key = node.name or f"{node.op_type}:{node.output[0] if node.output else ''}"
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            t = node.attribute[0].t
+            stored[node.output[0]] = storage_bytes(t.data_type, int(np.prod(t.dims)) if t.dims else 1)
+            constant[node.output[0]] = frozenset([node.output[0]])
+            continue
+        ins = [x for x in node.input if x]
+        if ins and all(x in constant for x in ins):  # folded at load time: a constant, not work
+            for out in node.output:
+                constant[out] = frozenset().union(*(constant[x] for x in ins))
+            continue
+        params = PARAM_INPUTS.get(node.op_type, set()) if not node.domain else set()
+        sources: set[str] = set()
+        for i, x in enumerate(node.input):
+            if x in constant and i not in params:
+                sources |= constant[x]
+        reads[key] = (float(sum(stored.get(src, 0) for src in sources)), 0.0)
+        readers[key] = [x for x in ins if x not in constant]
+    written: dict[str, float] = {}
+    by_key = {n.name or f"{n.op_type}:{n.output[0] if n.output else ''}": n for n in model.graph.node}
+    for nc in cost.nodes:
+        node = by_key.get(nc.name)
+        outs = [o for o in (node.output if node is not None else []) if o]
+        for o in outs:
+            written[o] = nc.output_bytes / len(outs)
+    itemsize = {vi.name: vi.type.tensor_type.elem_type for vi in model.graph.input}
+    for name, dims in cost.inputs.items():
+        written[name] = float(storage_bytes(itemsize.get(name, 1), int(np.prod(dims)) if dims else 1))
+    nodes = []
+    for nc in cost.nodes:
+        weights, _ = reads.get(nc.name, (0.0, 0.0))
+        read = sum(written.get(x, 0.0) for x in readers.get(nc.name, []))
+        nodes.append(OpCost(nc.op_type, float(nc.flops), weights, read + float(nc.output_bytes)))
     return ModelCounts(
         name=name,
-        flops=float(sum(n.flops for n in nodes)),
-        weight_bytes=float(_initializer_bytes(path)),
+        flops=float(cost.flops),
+        weight_bytes=float(cost.weight_bytes),
         nodes=tuple(nodes),
         source=str(path),
+        warnings=tuple(cost.warnings),
     )
-
-
-def _initializer_bytes(path: Path) -> int:
-    import onnx
-    from onnx import numpy_helper
-
-    model = onnx.load(str(path))
-    return sum(numpy_helper.to_array(i).nbytes for i in model.graph.initializer)
-
-
-def _graph_costs(path: Path, shapes: dict[str, Sequence[int]]) -> list[NodeCost]:
-    """Per-node FLOPs and bytes from ONNX shape inference (dynamic dims: --shape, else 1).
-
-    FLOPs: 2 x multiply-adds for MatMul, Gemm, Conv and ConvTranspose; one per output element for every
-    other op (elementwise and data movement), one per input element for reductions. Only the ratios
-    between models matter to the calibrated prediction, so these conventions need not match any counter.
-    """
-    import onnx
-    from onnx import helper, numpy_helper, shape_inference
-
-    try:
-        model = onnx.load(str(path))
-    except Exception as exc:  # noqa: BLE001 - protobuf raises many types for a corrupt file
-        raise ModelError(f"{path}: not a valid ONNX model ({type(exc).__name__})") from None
-    graph = model.graph
-    inits = {i.name: i for i in graph.initializer}
-    for inp in graph.input:
-        if inp.name in inits:
-            continue
-        dims = inp.type.tensor_type.shape.dim
-        given = shapes.get(inp.name)
-        if given is not None and len(given) != len(dims):
-            raise UserError(f"--shape {inp.name}: model input has {len(dims)} dimensions, got {len(given)}")
-        for i, d in enumerate(dims):
-            if given is not None:
-                d.dim_value = int(given[i])
-            elif not d.HasField("dim_value") or d.dim_value <= 0:
-                d.dim_value = 1
-    try:
-        model = shape_inference.infer_shapes(model, data_prop=True)
-    except Exception as exc:  # noqa: BLE001 - onnx raises InferenceError and others
-        raise ModelError(f"{path}: shape inference failed ({one_line_text(exc)})") from None
-    dims: dict[str, list[int]] = {}
-    itemsize: dict[str, int] = {}
-    for vi in [*model.graph.value_info, *model.graph.input, *model.graph.output]:
-        t = vi.type.tensor_type
-        if t.HasField("shape"):
-            dims[vi.name] = [max(int(d.dim_value), 1) if d.HasField("dim_value") else 1 for d in t.shape.dim]
-            itemsize[vi.name] = _itemsize(helper, t.elem_type)
-    for init in graph.initializer:
-        dims[init.name] = list(init.dims)
-        itemsize[init.name] = numpy_helper.to_array(init).itemsize
-    weight_names = set(inits)
-    # Constant nodes hold weights too (some exporters emit them instead of initializers).
-    for node in model.graph.node:
-        if node.op_type == "Constant":
-            weight_names.update(node.output)
-
-    def size(name: str) -> int:
-        return int(np.prod(dims.get(name, [1]))) if name else 0
-
-    def nbytes(name: str) -> int:
-        return size(name) * itemsize.get(name, 4) if name else 0
-
-    out = []
-    for node in model.graph.node:
-        if node.op_type == "Constant":
-            continue
-        out_elems = size(node.output[0]) if node.output else 0
-        flops = _node_flops(node, dims, out_elems, size)
-        weights = sum(nbytes(x) for x in node.input if x in weight_names)
-        acts = sum(nbytes(x) for x in node.input if x and x not in weight_names) + sum(
-            nbytes(x) for x in node.output
-        )
-        out.append(NodeCost(node.op_type, float(flops), float(weights), float(acts)))
-    return out
-
-
-def _itemsize(helper: Any, elem_type: int) -> int:
-    try:
-        return int(helper.tensor_dtype_to_np_dtype(elem_type).itemsize)
-    except Exception:  # noqa: BLE001 - undefined or string element types
-        return 4
-
-
-def _node_flops(node: Any, dims: dict[str, list[int]], out_elems: int, size: Any) -> float:
-    op = node.op_type
-    attrs = {a.name: a for a in node.attribute}
-    if op in ("MatMul", "MatMulInteger", "QLinearMatMul"):
-        a = dims.get(node.input[0] if op != "QLinearMatMul" else node.input[0], [1])
-        return 2.0 * out_elems * (a[-1] if a else 1)
-    if op == "Gemm":
-        a = dims.get(node.input[0], [1, 1])
-        trans_a = attrs["transA"].i if "transA" in attrs else 0
-        k = (a[0] if trans_a else a[-1]) if a else 1
-        return 2.0 * out_elems * k + (out_elems if len(node.input) > 2 and node.input[2] else 0)
-    if op in ("Conv", "ConvInteger", "QLinearConv"):
-        w = dims.get(node.input[1] if op != "QLinearConv" else node.input[3], [1, 1])
-        return 2.0 * out_elems * int(np.prod(w[1:]))
-    if op == "ConvTranspose":
-        w = dims.get(node.input[1], [1, 1])
-        # weights are (C_in, C_out / group, k...): every input element meets C_out / group x k... weights
-        return 2.0 * size(node.input[0]) * int(np.prod(w[1:]))
-    if op.startswith("Reduce") or op in (
-        "GlobalAveragePool",
-        "GlobalMaxPool",
-        "Softmax",
-        "LayerNormalization",
-    ):
-        return float(max(size(node.input[0]), out_elems))
-    return float(out_elems)
-
-
-def one_line_text(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__
 
 
 def counts_from_records(records: Iterable[Record]) -> dict[str, ModelCounts]:
@@ -1319,7 +1253,7 @@ __all__ = [
     "CvSummary",
     "FitResult",
     "ModelCounts",
-    "NodeCost",
+    "OpCost",
     "Observation",
     "Verdict",
     "assess",

@@ -31,7 +31,7 @@ def _budgets(suite: Path | None, items: list[str] | None):  # type: ignore[no-un
     return parse_budgets(items or [], base)
 
 
-_OUT = typer.Option(..., "--out", "-o", help="Report file, e.g. reports/nightly.html.")
+_OUT = typer.Option(None, "--out", "-o", help="Report file, e.g. reports/nightly.html (required).")
 _RUNS = typer.Option(None, "--run", help="Run id (repeatable; default: every run in the store).")
 _SUITE_REPORT = typer.Option(None, "--suite", help="Suite file whose budget table colours the matrix.")
 _BUDGET = typer.Option(
@@ -60,6 +60,8 @@ def report(
     """Write a self-contained comparison report (HTML with plots, or a Markdown summary)."""
     from ..report import format_for, load_report_data, render, write_report
 
+    if out is None:
+        raise UserError("--out is required (e.g. --out reports/nightly.html, or .md for Markdown)")
     kind = format_for(out, fmt)
     budgets = _budgets(suite, budget)
     with _open_store(store) as st:

@@ -459,26 +459,91 @@ def accuracy(records: Sequence[Record]) -> pd.DataFrame:
     return pd.DataFrame(list(rows.values()), columns=cols)
 
 
-def history(records: Sequence[Record]) -> pd.DataFrame:
-    """Change points and series from probe `history` (whatever metrics it keeps), one row per record."""
-    rows = [
-        {
-            "device": r.device,
-            "model": r.model or "",
-            "runtime": r.runtime or "",
-            "metric": r.metric,
-            "value": r.value,
-            "unit": r.unit,
-            "params": r.params,
-            "detail": params_label(r.params),
-            "run_id": r.run_id,
-        }
-        for r in records
-        if r.probe == "history"
-    ]
-    return pd.DataFrame(
-        rows, columns=["device", "model", "runtime", "metric", "value", "unit", "params", "detail", "run_id"]
-    )
+HISTORY_MIN_RUNS = 5
+_HISTORY_COLS = [
+    "device",
+    "model",
+    "runtime",
+    "series",
+    "run_id",
+    "previous_run",
+    "before",
+    "after",
+    "change",
+    "p_value",
+    "unit",
+]
+
+
+def history(
+    records: Sequence[Record], min_runs: int = HISTORY_MIN_RUNS, max_series: int = 200
+) -> tuple[pd.DataFrame, list[dict[str, Any]], int]:
+    """Change points: stored `history` records, else found now in the bench series of the selected runs.
+
+    Returns (change points, the series that stepped with their points for plotting, series examined).
+    Series need `min_runs` runs; detection is edgebench.history's (a change-point test, not a threshold).
+    """
+    stored = [r for r in records if r.probe == "history" and r.metric == "change_point"]
+    rows: list[dict[str, Any]] = []
+    plotted: list[dict[str, Any]] = []
+    examined = 0
+    if stored:
+        for r in stored:
+            p = r.params
+            label = f"{p.get('series_probe', '?')}:{p.get('series_metric', '?')}" + (
+                f"[{p['stat']}]" if p.get("stat") else ""
+            )
+            rows.append(
+                {
+                    "device": r.device,
+                    "model": r.model or "",
+                    "runtime": r.runtime or "",
+                    "series": label,
+                    "run_id": r.run_id,
+                    "previous_run": p.get("previous_run", ""),
+                    "before": p.get("before"),
+                    "after": p.get("after"),
+                    "change": r.value,
+                    "p_value": p.get("p_value"),
+                    "unit": p.get("level_unit", ""),
+                }
+            )
+        return pd.DataFrame(rows, columns=_HISTORY_COLS), plotted, len({(r.device, r.model) for r in stored})
+    from ..history import build_series, change_points
+
+    bench = [r for r in records if r.probe == "bench" and r.metric in ("latency_ms", "peak_rss_mb")]
+    candidates = [s for s in build_series(bench, stat="p50") if len(s.points) >= min_runs][:max_series]
+    for series in candidates:
+        examined += 1
+        cps = change_points(series)
+        if not cps:
+            continue
+        for cp in cps:
+            rows.append(
+                {
+                    "device": series.device,
+                    "model": series.model or "",
+                    "runtime": series.runtime or "",
+                    "series": f"{series.probe}:{series.metric}" + (f"[{series.stat}]" if series.stat else ""),
+                    "run_id": cp.run_id,
+                    "previous_run": cp.previous_run,
+                    "before": cp.before,
+                    "after": cp.after,
+                    "change": cp.change,
+                    "p_value": cp.p_value,
+                    "unit": series.unit,
+                }
+            )
+        plotted.append(
+            {
+                "label": series.label(),
+                "unit": series.unit,
+                "values": [p.value for p in series.points],
+                "runs": [p.run_id for p in series.points],
+                "steps": [cp.run_id for cp in cps],
+            }
+        )
+    return pd.DataFrame(rows, columns=_HISTORY_COLS), plotted, examined
 
 
 def deltas(records: Sequence[Record], run_order: Sequence[str], threshold: float = 0.05) -> pd.DataFrame:

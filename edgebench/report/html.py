@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
 from typing import Any
@@ -51,9 +52,18 @@ _FINGERPRINT_KEYS = (
 )
 
 
+_SCHEME = re.compile(r"\b([a-z])([a-z0-9+.-]*:)(?=&#47;|//)", re.IGNORECASE)
+
+
 def esc(value: Any) -> str:
-    """HTML-escaped text; `://` is written as an entity so no address appears literally in the file."""
-    return html.escape("" if value is None else str(value), quote=True).replace("://", ":&#47;&#47;")
+    """HTML-escaped text in which no address survives literally.
+
+    Stored text (an error message, a build string) may quote an address; it is shown as written, but with
+    `://` and the scheme's second letter as character references, so nothing in the file reads (or is
+    followed) as a link.
+    """
+    text = html.escape("" if value is None else str(value), quote=True).replace("://", ":&#47;&#47;")
+    return _SCHEME.sub(lambda m: f"{m.group(1)}&#{ord(m.group(2)[0])};{m.group(2)[1:]}", text)
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -98,8 +108,10 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "", 
         body.append("<tr>" + "".join(cells) + "</tr>")
     klass = f' class="{cls}"' if cls else ""
     rows_html = "".join(body)
-    return (f'<div class="wrap"><table{klass}><thead><tr>{head}</tr></thead>'
-            f"<tbody>{rows_html}</tbody></table></div>")
+    return (
+        f'<div class="wrap"><table{klass}><thead><tr>{head}</tr></thead>'
+        f"<tbody>{rows_html}</tbody></table></div>"
+    )
 
 
 def figure(uri: str, name: str, caption: str) -> str:
@@ -525,8 +537,18 @@ def _accuracy(d: ReportData) -> tuple[str, bool]:
     acc = frames.accuracy(d.measurements)
     if acc.empty:
         return nodata("accuracy checks"), False
+    # Cosine similarity lives in the last decimals (0.9999 vs 0.99999): six of them, not three digits.
     rows = [
-        [r.device, r.model, r.runtime, r.detail, r.cosine, r.max_abs_err, r.mean_abs_err, r.snr_db]
+        [
+            r.device,
+            r.model,
+            r.runtime,
+            r.detail,
+            _decimals(r.cosine, 6),
+            r.max_abs_err,
+            r.mean_abs_err,
+            r.snr_db,
+        ]
         for r in acc.itertuples()
     ]
     return table(
@@ -534,12 +556,59 @@ def _accuracy(d: ReportData) -> tuple[str, bool]:
     ), True
 
 
+def _decimals(value: Any, n: int) -> str:
+    return "–" if value is None or value != value else f"{value:.{n}f}"
+
+
 def _history(d: ReportData) -> tuple[str, bool]:
-    h = frames.history(d.measurements)
-    if h.empty:
-        return nodata("history analyses"), False
-    rows = [[r.device, r.model, r.runtime, r.metric, r.value, r.unit, r.detail] for r in h.itertuples()]
-    return table(["device", "model", "runtime", "metric", "value", "unit", "detail"], rows), True
+    steps, stepped, examined = frames.history(d.measurements)
+    if steps.empty:
+        if examined:
+            return (
+                f'<p class="nodata">No steps found in {examined} series of at least '
+                f"{frames.HISTORY_MIN_RUNS} runs.</p>"
+            ), False
+        return (
+            f'<p class="nodata">No history: change points need series of at least {frames.HISTORY_MIN_RUNS} '
+            "runs (select more runs, or store `edgebench history` results).</p>"
+        ), False
+    rows = [
+        [
+            r.device,
+            r.model,
+            r.runtime,
+            r.series,
+            r.run_id,
+            r.previous_run,
+            r.before,
+            r.after,
+            pct(r.change, signed=True),
+            r.p_value,
+        ]
+        for r in steps.itertuples()
+    ]
+    out = [
+        table(
+            [
+                "device",
+                "model",
+                "runtime",
+                "series",
+                "first run at new level",
+                "previous run",
+                "before",
+                "after",
+                "change",
+                "p",
+            ],
+            rows,
+        )
+    ]
+    out.append('<div class="figure-row">')
+    for i, s in enumerate(stepped[:12]):
+        out.append(figure(plots.history_plot(s), f"history-{i}", f"history of {s['label']}"))
+    out.append("</div>")
+    return "".join(out), True
 
 
 def _fit(d: ReportData) -> tuple[str, bool]:

@@ -126,6 +126,18 @@ def render_markdown(data: ReportData) -> str:
                     ],
                 )
             )
+    steps, _, _ = frames.history(data.measurements)
+    if not steps.empty:
+        out += ["", "## History change points", ""]
+        out.append(
+            md_table(
+                ["device", "model", "series", "first run at new level", "before", "after", "change"],
+                [
+                    [r.device, r.model, r.series, r.run_id, r.before, r.after, _pct(r.change, signed=True)]
+                    for r in steps.itertuples()
+                ],
+            )
+        )
     out += ["", "## Errors", ""]
     if data.errors:
         out.append(

@@ -37,6 +37,17 @@ def to_data_uri(fig: Figure) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+def _horizontal() -> dict[str, Any]:
+    """Horizontal box plots: `orientation` since matplotlib 3.10, `vert=False` before."""
+    import inspect
+
+    from matplotlib.axes import Axes
+
+    if "orientation" in inspect.signature(Axes.boxplot).parameters:
+        return {"orientation": "horizontal"}
+    return {"vert": False}
+
+
 def _style(ax: Any, title: str, xlabel: str, ylabel: str) -> None:
     ax.set_title(title, fontsize=10, loc="left")
     ax.set_xlabel(xlabel, fontsize=9)
@@ -123,11 +134,11 @@ def latency_plot(device: str, dists: Sequence[Mapping[str, Any]]) -> str:
     data = [d["values"] for d in dists]
     ax.boxplot(
         data,
-        vert=False,
         whis=(1, 99),
         showfliers=True,
         widths=0.6,
         flierprops={"markersize": 2, "alpha": 0.4},
+        **_horizontal(),
     )
     ax.set_yticks(range(1, len(labels) + 1), labels)
     lows = [float(np.min(v)) for v in data if len(v)]
@@ -241,10 +252,14 @@ def cv_plot(points: pd.DataFrame) -> str:
     return to_data_uri(fig)
 
 
-def history_plot(title: str, df: pd.DataFrame) -> str:
-    """A history series: value per step, change points marked."""
-    fig = new_figure()
+def history_plot(series: Mapping[str, Any]) -> str:
+    """A nightly series: value per run (oldest first), the runs where it stepped marked."""
+    fig = new_figure(height=3.0)
     ax = fig.add_subplot()
-    ax.plot(np.arange(len(df)), df["value"].astype(float), "o-", ms=3, color=_PALETTE[0])
-    _style(ax, title, "run (oldest first)", str(df["unit"].iloc[0]) if len(df) else "")
+    values = np.asarray(series["values"], dtype=float)
+    ax.plot(np.arange(len(values)), values, "o-", ms=3, color=_PALETTE[0])
+    for run in series["steps"]:
+        if run in series["runs"]:
+            ax.axvline(series["runs"].index(run) - 0.5, color=_PALETTE[1], ls="--", lw=1)
+    _style(ax, _short(f"history: {series['label']}", 70), "run (oldest first)", series.get("unit", ""))
     return to_data_uri(fig)

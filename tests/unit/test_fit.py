@@ -30,14 +30,14 @@ def synthetic_model(
     """A model made of a few node kinds, sized by the arguments."""
     nodes = []
     for _ in range(4):
-        nodes.append(fit.NodeCost("Conv", conv_gflop * 1e9 / 4, 40_000.0, 200_000.0))
-        nodes.append(fit.NodeCost("Relu", 50_000.0, 0.0, 400_000.0))
+        nodes.append(fit.OpCost("Conv", conv_gflop * 1e9 / 4, 40_000.0, 200_000.0))
+        nodes.append(fit.OpCost("Relu", 50_000.0, 0.0, 400_000.0))
     for _ in range(3):
-        nodes.append(fit.NodeCost("MatMul", gemv_mb * 1e6 / 2 / 3, gemv_mb * 1e6 / 3, 8_000.0))
-        nodes.append(fit.NodeCost("Add", 1_000.0, 4_000.0, 8_000.0))
-    nodes.append(fit.NodeCost("MatMul", attn_gflop * 1e9, 0.0, 1_000_000.0))
+        nodes.append(fit.OpCost("MatMul", gemv_mb * 1e6 / 2 / 3, gemv_mb * 1e6 / 3, 8_000.0))
+        nodes.append(fit.OpCost("Add", 1_000.0, 4_000.0, 8_000.0))
+    nodes.append(fit.OpCost("MatMul", attn_gflop * 1e9, 0.0, 1_000_000.0))
     for _ in range(n_act):
-        nodes.append(fit.NodeCost("Mul", 100_000.0, 0.0, 800_000.0))
+        nodes.append(fit.OpCost("Mul", 100_000.0, 0.0, 800_000.0))
     return fit.ModelCounts(
         name, sum(n.flops for n in nodes), sum(n.weight_bytes for n in nodes), tuple(nodes)
     )
@@ -384,7 +384,9 @@ def test_count_model_conv_and_shapes(tmp_path: Path) -> None:
     onnx.save(build_convnet(size=32, channels=16), path)
     c = fit.count_model(path, "conv")
     conv0 = next(n for n in c.nodes if n.op_type == "Conv")
-    assert conv0.flops == 2 * (32 * 32 * 32) * (3 * 9)  # 32 output channels at 32x32, 3x3x3 weights each
+    out = 32 * 32 * 32  # 32 output channels at 32x32
+    assert conv0.flops == 2 * out * (3 * 9) + out  # 3x3x3 weights each, plus the bias (roofline convention)
+    assert conv0.weight_bytes == 4 * (32 * 27 + 32)
     mlp = tmp_path / "mlp.onnx"
     onnx.save(build_mlp(hidden=64, width=32, layers=2), mlp)
     one = fit.count_model(mlp, "mlp")
