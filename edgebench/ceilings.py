@@ -112,20 +112,33 @@ def find_ceilings(store: Store, device: str) -> Ceilings | None:
     )
 
 
-def ceiling_jobs(device: str, dtypes: list[str]) -> list[Job]:
+def ceiling_jobs(
+    device: str, dtypes: list[str], overrides: dict[str, dict[str, Any]] | None = None
+) -> list[Job]:
     """A quick but honest measurement: every backend at all cores, sizes swept to the plateau, no skinny
-    shapes; bandwidth for every thread count (it often peaks before all cores)."""
+    shapes; bandwidth for every thread count (it often peaks before all cores). `overrides` adds params per
+    probe ({"matmul": {...}, "bandwidth": {...}}), e.g. to restrict sizes in a suite or a test."""
+    extra = overrides or {}
     return [
-        Job(device=device, probe="matmul", params={"dtype": dtypes, "threads": "max", "skinny": False}),
-        Job(device=device, probe="bandwidth", params={}),
+        Job(
+            device=device,
+            probe="matmul",
+            params={"dtype": dtypes, "threads": "max", "skinny": False, **extra.get("matmul", {})},
+        ),
+        Job(device=device, probe="bandwidth", params={**extra.get("bandwidth", {})}),
     ]
 
 
-def measure_ceilings(spec: DeviceSpec, store_path: Path | None, dtypes: list[str]) -> Ceilings:
+def measure_ceilings(
+    spec: DeviceSpec,
+    store_path: Path | None,
+    dtypes: list[str],
+    overrides: dict[str, dict[str, Any]] | None = None,
+) -> Ceilings:
     """Run the ceiling jobs on the device now (stored as their own run when a store is given)."""
     from .oneshot import run_now
 
-    shot = run_now(spec, ceiling_jobs(spec.name, dtypes), store_path, "ceilings")
+    shot = run_now(spec, ceiling_jobs(spec.name, dtypes, overrides), store_path, "ceilings")
     shot.raise_first_error()
     records = shot.records
     found = ceilings_from_records(

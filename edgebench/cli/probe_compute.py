@@ -12,7 +12,9 @@ from ..errors import UserError
 from ..jobs import Job
 from ..models import resolve_model
 from ..oneshot import run_now
+from ..probes.bandwidth import check_params as check_bandwidth
 from ..probes.knobs import shape_triples
+from ..probes.matmul import check_params as check_matmul
 from ..records import Record
 from .common import (
     JSON_OPT,
@@ -145,6 +147,7 @@ def matmul(
         params["skinny"] = ["x".join(map(str, s)) for s in shape_triples(flat(skinny))]
     if no_square:
         params["square"] = False
+    check_matmul(params)
     run_id, records = run_one(device, "matmul", params, timeout, store, no_store, lab)
     if as_json:
         print_json(records_json(records, run_id=run_id, peak_tops=peaks(records)))
@@ -234,6 +237,7 @@ def bandwidth(
         params["array_mb"] = array_mb
     if llc_mb:
         params["llc_mb"] = llc_mb
+    check_bandwidth(params)
     run_id, records = run_one(device, "bandwidth", params, timeout, store, no_store, lab)
     if as_json:
         print_json(records_json(records, run_id=run_id))

@@ -46,6 +46,15 @@ def bandwidth_task(device: Device, job: Job, threads: list[int], budget_s: float
     return task
 
 
+def check_params(params: dict[str, Any]) -> None:
+    """Refuse bad params before any device is touched (the CLI calls this first)."""
+    choices(params, "kernel", KERNELS, aliases=("kernels",))
+    thread_counts(params, 1)
+    for key in ("trials", "array_mb", "llc_mb", "max_seconds"):
+        if params.get(key) is not None:
+            number(params, key, 0, minimum=1e-9)
+
+
 def run_bandwidth(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     p = job.params
     timeout = job_timeout(device, job)

@@ -64,6 +64,13 @@ def matmul_task(job: Job, backend: str, threads: list[int], budget_s: float) -> 
     return task
 
 
+def check_params(params: dict[str, Any]) -> None:
+    """Refuse bad params before any device is touched (the CLI calls this first)."""
+    choices(params, "backend", BACKENDS, aliases=("backends",))
+    thread_counts(params, 1)
+    matmul_task(Job(device="-", probe="matmul", params=params), "numpy", [1], 1.0)
+
+
 def run_matmul(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     """Measure every requested backend; a backend that fails becomes a warning unless all of them fail."""
     p = job.params

@@ -3,7 +3,8 @@
 The job may carry the ceilings (`ceilings`, as Ceilings.to_params) and the measured latency (`measured`,
 as Measured.to_params), which is what `edgebench roofline` does after looking them up in the store. Without
 them (a suite's roofline job) the probe measures the ceilings itself (its matmul and bandwidth records are
-kept, as probe matmul / bandwidth) and, unless `bench` is false, benches the model for the efficiency.
+kept, as probe matmul / bandwidth; `matmul` and `bandwidth` dicts in the params restrict those runs) and,
+unless `bench` is false, benches the model for the efficiency.
 """
 
 from __future__ import annotations
@@ -47,7 +48,10 @@ def measure_here(device: Device, job: Job, ctx: RecordContext, cost: ModelCost, 
 
     dtypes = sorted({d for d in cost.floor_flops_by_dtype if d in ("fp32", "fp16", "int8")} | {"fp32"})
     records = []
-    for sub in ceiling_jobs(device.name, dtypes):
+    overrides = {
+        k: dict(job.params[k]) for k in ("matmul", "bandwidth") if isinstance(job.params.get(k), dict)
+    }
+    for sub in ceiling_jobs(device.name, dtypes, overrides):
         sub = dataclasses.replace(sub, timeout_s=job.timeout_s)
         sctx = dataclasses.replace(ctx, probe=sub.probe, model=None, runtime=None, base_params={})
         result = probe_function(sub.probe)(device, sub, sctx)
