@@ -137,6 +137,23 @@ def sensor_samples(ctx: RecordContext, log: SensorLog) -> list[Samples]:
     ]
     for c in log.channels:
         out.append(ctx.samples(c.metric, c.unit, c.values.tolist(), series="sensor", sensor=c.id, **c.labels))
+    if log.android:
+        # Android's thermal service, polled every few seconds: its throttling status and HAL temperatures.
+        status = log.android.get("status") or []
+        if status:
+            out.append(
+                ctx.samples("android_thermal_t_s", "s", [a for a, _ in status], series="android_thermal")
+            )
+            out.append(
+                ctx.samples(
+                    "android_thermal_status", "level", [b for _, b in status], series="android_thermal"
+                )
+            )
+        for name, points in (log.android.get("temps") or {}).items():
+            out.append(
+                ctx.samples("android_temp_t_s", "s", [a for a, _ in points], series="android_hal", zone=name)
+            )
+            out.append(ctx.samples("temp_c", "C", [b for _, b in points], series="android_hal", zone=name))
     for key, changes in log.status.items():
         # Text statuses keep their change times; the texts themselves go into params.
         out.append(

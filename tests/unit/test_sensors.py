@@ -207,3 +207,43 @@ def test_sandbox_tree_has_the_kernel_layout(tree: SimConfig) -> None:
     assert (link / "scaling_max_freq").read_text().strip() == "2400000"
     assert (tree.sys / "devices/system/cpu/possible").read_text().strip() == "0-3"
     assert (tree.sys / "class/power_supply/battery/type").read_text().strip() == "Battery"
+
+
+def test_sampler_polls_android_thermal_service(
+    tree: SimConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where `dumpsys` exists (a stand-in here), its status and HAL temperatures join the log and samples."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "dumpsys"
+    fake.write_text(
+        "#!/bin/sh\nprintf 'Thermal Status: 1\\nCurrent temperatures from HAL:\\n"
+        "\\tTemperature{mValue=44.0, mType=0, mName=CPU0, mStatus=1}\\n'\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    sampler = S.Sampler(S.discover({"sysfs_root": str(tree.root)}), period_s=0.05, dumpsys=True).start()
+    time.sleep(0.3)
+    log = sampler.stop()
+    assert log["android_thermal"]["status"][0][1] == 1
+    assert log["android_thermal"]["temps"]["CPU0"][0][1] == 44.0
+    from edgebench.probes.sensing import sensor_samples
+    from edgebench.records import RecordContext
+
+    samples = sensor_samples(RecordContext("r", "d", "thermal"), parse_sensor_log(log))
+    hal = [s for s in samples if s.params.get("series") == "android_hal" and s.metric == "temp_c"]
+    assert hal and hal[0].params["zone"] == "CPU0" and hal[0].values == (44.0,)
+
+
+def test_load_loop_back_to_back_and_duty_cycle() -> None:
+    from edgebench.agent.sustained import run_load
+
+    origin = time.monotonic()
+    busy = run_load(lambda: time.sleep(0.002), 0.3, 0.0, origin)
+    assert len(busy["t"]) > 50 and all(b > a for a, b in zip(busy["t"], busy["t"][1:], strict=False))
+    assert min(busy["latencies_ms"]) >= 2.0
+    paced = run_load(lambda: time.sleep(0.002), 0.5, 50.0, time.monotonic())
+    gaps = [b - a for a, b in zip(paced["t"], paced["t"][1:], strict=False)]
+    assert len(paced["t"]) == 25 and min(gaps) > 0.015 and paced["missed"] == 0
+    late = run_load(lambda: time.sleep(0.03), 0.3, 100.0, time.monotonic())
+    assert late["missed"] > 0  # each inference outlasts the 10 ms period
