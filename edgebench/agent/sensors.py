@@ -230,7 +230,7 @@ def _cpufreq_groups(root: str) -> list[tuple[list[int], str]]:
 
 def discover_cpufreq(root: str, found: SensorSet) -> None:
     """Current frequency, the cap (scaling_max_freq) and, when readable, the hardware's own reading."""
-    limits = {}
+    limits: dict[str, dict[str, Any]] = {}
     for cpus, path in _cpufreq_groups(root):
         name = cpu_list(cpus)
         labels = {"cpus": name}
@@ -246,8 +246,9 @@ def discover_cpufreq(root: str, found: SensorSet) -> None:
             k: read_number(os.path.join(path, f))
             for k, f in (("cpuinfo_max_mhz", "cpuinfo_max_freq"), ("cpuinfo_min_mhz", "cpuinfo_min_freq"))
         }
-        limits[name] = {k: v / 1000.0 for k, v in limit.items() if v is not None}
-        limits[name]["governor"] = read_text(os.path.join(path, "scaling_governor"))
+        group: dict[str, Any] = {k: v / 1000.0 for k, v in limit.items() if v is not None}
+        group["governor"] = read_text(os.path.join(path, "scaling_governor"))
+        limits[name] = group
     if limits:
         found.static["cpufreq"] = limits
 

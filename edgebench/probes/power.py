@@ -38,6 +38,7 @@ from .common import identity_params, job_timeout, push_model_and_inputs, shapes_
 from .sensing import (
     DEFAULT_PERIOD_S,
     SensorLog,
+    number_param,
     parse_sensor_log,
     require_python_agent,
     sensor_samples,
@@ -52,6 +53,22 @@ CHARGING_HINT = (
     "power monitor (sensors.power.monitor in the descriptor)"
 )
 PHASES = ("idle_before", "active", "idle_after")
+PARAMS = frozenset({
+    "threads", "affinity", "shapes", "inputs", "seed", "warmup", "warmup_seconds", "duration_s", "idle_s",
+    "idle_after_s", "rate_hz", "period_s", "trim_s",
+})  # fmt: skip
+
+
+def check_params(params: dict[str, Any]) -> None:
+    """Refuse bad numbers before anything reaches the device."""
+    number_param(params, "duration_s", DEFAULT_DURATION_S, probe="power", positive=True)
+    number_param(params, "idle_s", DEFAULT_IDLE_S, probe="power", positive=True)
+    if params.get("idle_after_s") is not None:
+        number_param(params, "idle_after_s", DEFAULT_IDLE_S, probe="power")
+    if params.get("period_s") is not None:
+        number_param(params, "period_s", DEFAULT_PERIOD_S, probe="power", positive=True)
+    for key in ("rate_hz", "trim_s"):
+        number_param(params, key, 0.0, probe="power")
 
 
 class ChargingError(LabError):
@@ -133,7 +150,8 @@ def battery_series(
     if voltage is None and current is not None:
         # Descriptor named only the current: take the voltage of the battery it belongs to, if any.
         voltage = next((c for c in log.of("voltage_v") if "supply" in c.labels), None)
-    name = (current or power or voltage).labels.get("supply") if (current or power or voltage) else None
+    known = current or power or voltage
+    name = known.labels.get("supply") if known is not None else None
     source = f"battery:{name}" if name else "descriptor"
     status = _battery_status(log)
     if current is not None and voltage is not None:
@@ -172,13 +190,15 @@ def _battery_status(log: SensorLog) -> str | None:
 def rail_series(log: SensorLog, ids: list[str], phases: dict[str, list[float]], trim_s: float) -> PowerSeries:
     """The hwmon rail drawing the most while active: with nested rails (VDD_CPU inside VDD_IN), the input."""
     rails: dict[str, dict[str, np.ndarray]] = {}
+    names: dict[str, str] = {}
     for c in log.by_id(ids):
         key = f"{c.labels.get('chip')}:{c.labels.get('channel')}"
-        rails.setdefault(key, {"name": c.labels.get("rail", key)})[c.metric] = c.values  # type: ignore[assignment]
+        rails.setdefault(key, {})[c.metric] = c.values
+        names.setdefault(key, c.labels.get("rail", key))
     best: PowerSeries | None = None
     best_mean = -np.inf
     active = phase_mask(log.t, phases["active"], trim_s)
-    for rail in rails.values():
+    for key, rail in rails.items():
         if "power_mw" in rail:
             p = np.abs(rail["power_mw"])
         elif "current_ma" in rail and "voltage_v" in rail:
@@ -187,13 +207,12 @@ def rail_series(log: SensorLog, ids: list[str], phases: dict[str, list[float]], 
             continue
         mean = float(np.nanmean(p[active])) if active.any() else -np.inf
         if mean > best_mean:
-            label = str(rail["name"]).split("/")
             best_mean, best = (
                 mean,
                 PowerSeries(
                     log.t,
                     p,
-                    f"rail:{'/'.join(label)}",
+                    f"rail:{names[key]}",
                     rail.get("current_ma"),
                     rail.get("voltage_v"),
                     sign_method="rail",
@@ -312,7 +331,7 @@ def parse_monitor_lines(lines: list[tuple[float, str]]) -> tuple[np.ndarray, np.
     """
     fmt: MonitorFormat | None = None
     parsed: list[tuple[float, float | None, float]] = []
-    for arrival, line in lines:
+    for received, line in lines:
         cells = split_cells(line)
         if not cells:
             continue
@@ -322,14 +341,15 @@ def parse_monitor_lines(lines: list[tuple[float, str]]) -> tuple[np.ndarray, np.
         fmt = fmt or MonitorFormat.positional(len(cells))
         sample = fmt.parse(cells) if fmt else None
         if sample is not None:
-            parsed.append((arrival, sample[0], sample[1]))
+            parsed.append((received, sample[0], sample[1]))
     if not parsed:
         return np.array([]), np.array([])
     arrival = np.array([p[0] for p in parsed])
     power = np.array([p[2] for p in parsed])
     if all(p[1] is not None for p in parsed):
         stamps = np.array([p[1] for p in parsed], dtype=float)
-        return stamps + float(np.min(arrival - stamps)), power
+        offset = float(np.min(arrival - stamps))
+        return stamps + offset, power
     return arrival, power
 
 
@@ -465,17 +485,18 @@ def analyze_power(
             f"no power samples during the active phase ({series.source}): run longer "
             "(--duration) or sample faster"
         )
-    idle_values = [means[p] for p in ("idle_before", "idle_after") if means.get(p) is not None]
+    idle_values = [v for v in (means.get("idle_before"), means.get("idle_after")) if v is not None]
     if not idle_values:
         raise MeasurementError(f"no power samples while idle ({series.source}): lengthen --idle")
     idle = float(np.mean(idle_values))
     active = float(means["active"] or 0.0)
     net = active - idle
     active_s = float(phases["active"][1] - phases["active"][0])
-    idle_currents = [currents[p] for p in ("idle_before", "idle_after") if currents.get(p) is not None]
+    idle_currents = [v for v in (currents.get("idle_before"), currents.get("idle_after")) if v is not None]
+    active_current = currents.get("active")
     net_current = (
-        currents["active"] - float(np.mean(idle_currents))
-        if currents.get("active") is not None and idle_currents
+        active_current - float(np.mean(idle_currents))
+        if active_current is not None and idle_currents
         else None
     )
     warnings = list(series.notes)
@@ -553,6 +574,7 @@ def power_task(
 
 
 def run_power(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
+    check_params(job.params)
     require_python_agent(device, "power")
     runtime = job.runtime or "onnxruntime"
     rate = float(job.params.get("rate_hz") or 0)

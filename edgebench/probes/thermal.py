@@ -20,12 +20,14 @@ import numpy as np
 
 from ..cooldown import CooldownPolicy, CooldownResult, wait_for_cooldown
 from ..device import Device
+from ..errors import UserError
 from ..jobs import Job
 from ..records import ProbeResult, RecordContext
 from .common import identity_params, job_timeout, push_model_and_inputs, shapes_param
 from .sensing import (
     DEFAULT_PERIOD_S,
     SensorLog,
+    number_param,
     parse_sensor_log,
     require_python_agent,
     sensor_samples,
@@ -39,6 +41,25 @@ STABILITY_PASS = 0.97
 MAX_WINDOW_S = 10.0
 MIN_WINDOWS = 10
 CAP_DROP = 0.01  # a cap 1% under its starting value is a drop, not rounding
+PARAMS = frozenset({
+    "threads", "affinity", "shapes", "inputs", "seed", "warmup", "warmup_seconds", "duration_s", "rate_hz",
+    "window_s", "margin", "hold_s", "period_s", "cooldown", "cooldown_timeout_s", "cooldown_margin_c",
+    "cooldown_period_s", "cooldown_observe_s", "idle_c",
+})  # fmt: skip
+
+
+def check_params(params: dict[str, Any]) -> None:
+    """Refuse bad numbers before anything reaches the device."""
+    duration = number_param(params, "duration_s", DEFAULT_DURATION_S, probe="thermal", positive=True)
+    for key in ("window_s", "period_s", "hold_s"):
+        if params.get(key) is not None:
+            number_param(params, key, 1.0, probe="thermal", positive=True)
+    for key in ("rate_hz", "margin", "cooldown_timeout_s", "cooldown_margin_c"):
+        number_param(params, key, 0.0, probe="thermal")
+    if params.get("window_s") is not None and float(params["window_s"]) > duration:
+        raise UserError(
+            f"probe thermal: window_s {params['window_s']} is longer than duration_s {duration:g}"
+        )
 
 
 @dataclass(frozen=True)
@@ -141,8 +162,8 @@ def refine_onset(
     per_window = max(3, int(np.sum((starts >= hi - window_s) & (starts < hi))))
     slow = (lats > threshold).astype(float)
     csum = np.concatenate([[0.0], np.cumsum(slow)])
-    for k in idx:
-        end = min(k + per_window, lats.size)
+    for k in idx.tolist():
+        end = min(k + per_window, int(lats.size))
         if slow[k] and (csum[end] - csum[k]) / (end - k) > 0.5:
             return float(starts[k])
     return float(starts[idx[0]])
@@ -318,6 +339,7 @@ def guard(device: Device, job: Job, out: ProbeResult) -> CooldownResult | None:
 
 
 def run_thermal(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
+    check_params(job.params)
     require_python_agent(device, "thermal")
     runtime = job.runtime or "onnxruntime"
     rate = float(job.params.get("rate_hz") or 0)

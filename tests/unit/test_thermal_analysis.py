@@ -152,3 +152,25 @@ def test_records_carry_series_summary_and_raw_samples() -> None:
     assert len(raw[("latency_ms", "inference")].values) == lats.size
     assert raw[("inference_t_s", "inference")].params["origin_monotonic_s"] == 100.0
     assert len(raw[("temp_c", "sensor")].values) == log.t.size
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"duration_s": 0}, "duration_s must be positive"),
+        ({"duration_s": "long"}, "duration_s must be a number"),
+        ({"duration_s": 10, "window_s": 20}, "window_s 20 is longer than duration_s 10"),
+        ({"rate_hz": -1}, "rate_hz must be zero or more"),
+    ],
+)
+def test_bad_params_are_refused_before_the_device(params: dict, message: str) -> None:
+    from edgebench.errors import UserError
+    from edgebench.probes import power, thermal
+
+    with pytest.raises(UserError, match=f"probe thermal: {message}"):
+        thermal.check_params(params)
+    if "window_s" not in params:
+        with pytest.raises(UserError, match=f"probe power: {message}"):
+            power.check_params(params)
+    thermal.check_params({"duration_s": 20, "window_s": 1, "rate_hz": 5, "margin": 0.2})
+    power.check_params({"duration_s": 6, "idle_s": 3, "rate_hz": 0})
