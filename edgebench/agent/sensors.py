@@ -266,6 +266,8 @@ def discover_supplies(root: str, found: SensorSet) -> None:
     for sdir in sorted(glob.glob(under_root(root, "/sys/class/power_supply/*"))):
         name = os.path.basename(sdir)
         kind = read_text(os.path.join(sdir, "type")) or ""
+        if kind == "Battery" and read_text(os.path.join(sdir, "scope")) == "Device":
+            continue  # a peripheral's battery (a wireless mouse), not the device's own
         if kind == "Battery":
             ma, volt = _supply_scales(sdir)
             labels = {"supply": name}

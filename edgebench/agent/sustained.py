@@ -142,10 +142,26 @@ def power_source(sensors: SensorSet, task: dict) -> dict[str, Any]:
             "supply": supply,
             "channels": [c.id for c in sensors.channels if c.labels.get("supply") == supply],
         }
-    rails = [c.id for c in sensors.channels if "rail" in c.labels]
+    rails = usable_rails(sensors)
     if rails:
         return {"kind": "rail", "channels": rails}
     return {"kind": "none", "channels": []}
+
+
+def usable_rails(sensors: SensorSet) -> list[str]:
+    """Channels of the hwmon rails that give power: a power reading, or a current with its voltage.
+
+    Many hwmon chips only monitor voltages (or temperatures); those rails cannot measure power.
+    """
+    by_rail: dict[tuple[str, str], dict[str, str]] = {}
+    for c in sensors.channels:
+        if "rail" in c.labels:
+            by_rail.setdefault((c.labels["chip"], c.labels["channel"]), {})[c.metric] = c.id
+    ids = []
+    for metrics in by_rail.values():
+        if "power_mw" in metrics or ("current_ma" in metrics and "voltage_v" in metrics):
+            ids += list(metrics.values())
+    return ids
 
 
 def refuse_if_charging(sensors: SensorSet, source: dict[str, Any]) -> None:
@@ -171,7 +187,7 @@ def run_power(task: dict) -> tuple[dict, list[str]]:
         raise TaskError(
             "no_power_sensor",
             f"no power sensor under {sensors.root}: no battery fuel gauge "
-            "(power_supply current_now) and no hwmon rail",
+            "(power_supply current_now or power_now) and no hwmon rail with power or current",
         )
     refuse_if_charging(sensors, source)
     idle_before, idle_after = (

@@ -233,7 +233,10 @@ def analyze_thermal(
     stability = (min(valid) / max(valid)) if len(valid) >= 2 and max(valid) > 0 else None
     threshold = initial_ms * (1 + margin)
     hold = max(2, math.ceil((hold_s if hold_s is not None else max(3.0, 0.05 * duration_s)) / width))
-    lat_onset = latency_onset(starts_a, lats_a, bounds, p50s, threshold, hold)
+    # "Stays above" holds to the end: a run whose steady state is back under the threshold has no onset.
+    lat_onset = (
+        latency_onset(starts_a, lats_a, bounds, p50s, threshold, hold) if steady_ms > threshold else None
+    )
     cap_onset, cap_group = freq_cap_onset(log.t, caps) if log.t.size else (None, None)
     onsets = [
         Onset(lat_onset, "latency", {"threshold_ms": round(threshold, 4), "hold_windows": hold}),

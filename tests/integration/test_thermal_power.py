@@ -335,6 +335,31 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0
 
 
+def test_power_without_a_power_sensor_is_a_config_error(tmp_path: Path) -> None:
+    from edgebench.testing.sysfs_sim import SimConfig, build_tree
+
+    build_tree(SimConfig(root=tmp_path / "board", battery=False, hwmon=False))
+    SysfsSim(tmp_path / "board").write_descriptor(tmp_path / "lab")
+    res = edgebench(
+        "probe",
+        "power",
+        "--model",
+        MODEL,
+        "--device",
+        "board",
+        "--lab",
+        tmp_path / "lab",
+        "--duration",
+        "1",
+        "--idle",
+        "1",
+        cwd=tmp_path,
+    )
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("edgebench: error:")]
+    assert res.returncode == 2 and len(errors) == 1, res.stderr
+    assert "no power sensor" in errors[0] and "sensors.power" in errors[0] and "board.toml" in errors[0]
+
+
 def test_power_on_the_emulated_adb_phone(adb_phone_factory: Any, tmp_path: Path) -> None:
     """The same tree under the emulated phone's /sys: the agent reads /sys/class/power_supply as a phone."""
     util_env, env = board_tag()

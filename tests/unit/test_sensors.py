@@ -247,3 +247,23 @@ def test_load_loop_back_to_back_and_duty_cycle() -> None:
     assert len(paced["t"]) == 25 and min(gaps) > 0.015 and paced["missed"] == 0
     late = run_load(lambda: time.sleep(0.03), 0.3, 100.0, time.monotonic())
     assert late["missed"] > 0  # each inference outlasts the 10 ms period
+
+
+def test_voltage_only_hwmon_and_peripheral_batteries_are_not_power_sensors(tmp_path: Path) -> None:
+    root = tmp_path / "pi"
+    chip = root / "sys/class/hwmon/hwmon0"
+    chip.mkdir(parents=True)
+    write(chip / "name", "rpi_volt")
+    write(chip / "in0_input", 0)
+    mouse = root / "sys/class/power_supply/hidpp_battery_0"
+    mouse.mkdir(parents=True)
+    for name, value in (
+        ("type", "Battery"),
+        ("scope", "Device"),
+        ("current_now", 5000),
+        ("status", "Charging"),
+    ):
+        write(mouse / name, value)
+    found = S.discover({"sysfs_root": str(root)})
+    assert power_source(found, {})["kind"] == "none"
+    assert not any("supply" in c.labels for c in found.channels)
