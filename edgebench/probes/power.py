@@ -638,9 +638,12 @@ def _run_power_agent(device: Device, task: dict[str, Any], timeout: float):  # t
                 f"{device.name}: {_agent_message(exc, device.name)}; {CHARGING_HINT}"
             ) from None
         if exc.kind == "no_power_sensor":
+            where = (
+                device.spec.source if device.spec.source != "<built-in>" else f"devices/{device.name}.toml"
+            )
             raise UserError(
                 f"{device.name}: {_agent_message(exc, device.name)}; set sensors.power (current/"
-                f"voltage or monitor) in {device.spec.source}"
+                f"voltage or monitor) in {where}"
             ) from None
         raise
 
