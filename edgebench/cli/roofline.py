@@ -154,7 +154,7 @@ def show(
             )
         )
         return
-    by_metric = {r.metric: r for r in records if r.params.get("scope", "total") == "total"}
+    by_metric = {r.metric: r for r in records}
     rows = [
         [m, by_metric[m].value, by_metric[m].unit]
         for m in (
@@ -172,8 +172,9 @@ def show(
     )
     if "floor_ms" in by_metric:
         p = by_metric["floor_ms"].params
+        peaks = ", ".join(f"{dtype} {tops:.3g}" for dtype, tops in p["peak_tops"].items())
         note(
-            f"bound: {p['bound']} (compute {p['compute_ms']:.4g} ms at {p['peak_tops']} TOPS, memory "
+            f"bound: {p['bound']} (compute {p['compute_ms']:.4g} ms at {peaks} TOPS, memory "
             f"{p['memory_ms']:.4g} ms at {p['bandwidth_gbps']:.4g} GB/s)"
         )
     if top:

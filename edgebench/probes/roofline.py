@@ -103,7 +103,6 @@ def roofline_records(
             "flops",
             cost.flops,
             "FLOP",
-            scope="total",
             branch_choice=cost.branch_choice,
             by_dtype=cost.flops_by_dtype,
         ),
@@ -117,11 +116,7 @@ def roofline_records(
         ),
         rctx.record("arithmetic_intensity", cost.intensity, "FLOP/B", floor_bytes=cost.floor_bytes),
     ]
-    out.records += [
-        rctx.record("flops", v, "FLOP", scope="op_type", op_type=op)
-        for op, v in cost.flops_by_op.items()
-        if v
-    ]
+    out.records += [rctx.record("op_flops", v, "FLOP", op_type=op) for op, v in cost.flops_by_op.items() if v]
     if ceilings is None:
         return out
     fl = floor(cost, ceilings.peak_tops, ceilings.bandwidth_gbps)

@@ -25,8 +25,14 @@ QUICK_BANDWIDTH = ["--array-mb", "16", "--trials", "2"]
 
 
 def edgebench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "edgebench", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env={**os.environ})
+    return subprocess.run(
+        [sys.executable, "-m", "edgebench", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ},
+    )
 
 
 def ok_json(res: subprocess.CompletedProcess[str]) -> dict:
@@ -37,11 +43,18 @@ def ok_json(res: subprocess.CompletedProcess[str]) -> dict:
 def test_matmul_every_backend_and_dtype(workdir: Path) -> None:
     doc = ok_json(edgebench("probe", "matmul", *QUICK_MATMUL, "--json", cwd=workdir))
     best = [r for r in doc["records"] if r["metric"] == "effective_tops" and r["params"]["stat"] == "best"]
-    seen = {(r["params"]["backend"], r["params"]["op"], r["params"]["dtype"], r["params"]["shape"]) for r in best}
+    seen = {
+        (r["params"]["backend"], r["params"]["op"], r["params"]["dtype"], r["params"]["shape"]) for r in best
+    }
     assert ("numpy", "matmul", "fp32", "square") in seen and ("numpy", "matmul", "fp32", "skinny") in seen
     for op in ("MatMulInteger", "QLinearMatMul", "DynamicQuantizeMatMul"):
         assert ("onnxruntime", op, "int8", "square") in seen
-    assert ("onnxruntime", "MatMul", "fp16", "square") in seen and ("mnn", "expr.matmul", "fp32", "square") in seen
+    assert ("onnxruntime", "MatMul", "fp16", "square") in seen and (
+        "mnn",
+        "expr.matmul",
+        "fp32",
+        "square",
+    ) in seen
     assert all(r["value"] > 0 and r["params"]["threads"] == 1 for r in best)
     assert {r["params"]["operands"] for r in best if r["params"]["op"] == "MatMulInteger"} == {"u8s8"}
     fp16 = [r for r in best if r["params"]["dtype"] == "fp16" and r["params"]["backend"] == "onnxruntime"]
@@ -55,8 +68,11 @@ def test_matmul_every_backend_and_dtype(workdir: Path) -> None:
 def test_bandwidth_for_each_thread_count(workdir: Path) -> None:
     res = edgebench("probe", "bandwidth", *QUICK_BANDWIDTH, "--threads", "1-2", "--json", cwd=workdir)
     doc = ok_json(res)
-    best = {(r["params"]["kernel"], r["params"]["threads"]): r["value"] for r in doc["records"]
-            if r["metric"] == "bandwidth_gbps" and r["params"]["stat"] == "best"}
+    best = {
+        (r["params"]["kernel"], r["params"]["threads"]): r["value"]
+        for r in doc["records"]
+        if r["metric"] == "bandwidth_gbps" and r["params"]["stat"] == "best"
+    }
     assert set(best) == {(k, t) for k in ("read", "copy", "triad") for t in (1, 2)}
     assert all(v > 0.1 for v in best.values())
     triad = next(r for r in doc["records"] if r["params"].get("kernel") == "triad")
@@ -68,11 +84,30 @@ def test_thread_sweep_per_cluster(workdir: Path) -> None:
     lab = workdir / "devices"
     lab.mkdir()
     (lab / "box.toml").write_text('name = "box"\ntransport = "local"\n[spec]\ncpu_clusters = { c0 = [0] }\n')
-    res = edgebench("probe", "threads", "-m", "builtin:mlp", "--device", "box", "--lab", str(lab), "--threads", "1-2",
-                    "--runs", "5", "--min-seconds", "0", "--json", cwd=workdir)
+    res = edgebench(
+        "probe",
+        "threads",
+        "-m",
+        "builtin:mlp",
+        "--device",
+        "box",
+        "--lab",
+        str(lab),
+        "--threads",
+        "1-2",
+        "--runs",
+        "5",
+        "--min-seconds",
+        "0",
+        "--json",
+        cwd=workdir,
+    )
     doc = ok_json(res)
-    p50 = {(r["params"]["cluster"], r["params"]["threads"]): r for r in doc["records"]
-           if r["metric"] == "latency_ms" and r["params"]["stat"] == "p50"}
+    p50 = {
+        (r["params"]["cluster"], r["params"]["threads"]): r
+        for r in doc["records"]
+        if r["metric"] == "latency_ms" and r["params"]["stat"] == "p50"
+    }
     assert set(p50) == {("all", 1), ("all", 2), ("c0", 1)}
     assert p50[("c0", 1)]["params"]["affinity"] == [0] and "affinity" not in p50[("all", 2)]["params"]
     assert set(doc["best_threads"]) == {"all", "c0"} and doc["best_threads"]["all"] in (1, 2)
@@ -82,26 +117,49 @@ def test_thread_sweep_per_cluster(workdir: Path) -> None:
 
 def test_roofline_floor_from_stored_ceilings(workdir: Path) -> None:
     store = str(workdir / "edgebench.db")
-    for args in (["probe", "matmul", "--backend", "numpy", "--dtype", "fp32", "--threads", "max", "--sizes",
-                  "256", "--no-skinny", "--trials", "2"],
-                 ["probe", "bandwidth", *QUICK_BANDWIDTH, "--threads", "1"],
-                 ["bench", "builtin:mlp", "--runs", "20", "--min-seconds", "0"]):
+    for args in (
+        [
+            "probe",
+            "matmul",
+            "--backend",
+            "numpy",
+            "--dtype",
+            "fp32",
+            "--threads",
+            "max",
+            "--sizes",
+            "256",
+            "--no-skinny",
+            "--trials",
+            "2",
+        ],
+        ["probe", "bandwidth", *QUICK_BANDWIDTH, "--threads", "1"],
+        ["bench", "builtin:mlp", "--runs", "20", "--min-seconds", "0"],
+    ):
         assert edgebench(*args, "--store", store, cwd=workdir).returncode == 0
     res = edgebench("roofline", "builtin:mlp", "--device", "local", "--no-measure", "--json", cwd=workdir)
     doc = ok_json(res)
-    got = {r["metric"]: r for r in doc["records"] if r["params"].get("scope", "total") == "total"}
+    got = {r["metric"]: r for r in doc["records"]}
+    by_op = {r["params"]["op_type"]: r["value"] for r in doc["records"] if r["metric"] == "op_flops"}
+    assert by_op["MatMul"] > 0.99 * got["flops"]["value"] and sum(by_op.values()) == got["flops"]["value"]
     assert got["flops"]["value"] == doc["analysis"]["flops"] > 0
     assert got["weight_bytes"]["value"] > 30e6  # the MLP's ~34 MB of fp32 weights
     floor = got["floor_ms"]
     p = floor["params"]
     assert floor["value"] > 0 and floor["value"] == pytest.approx(max(p["compute_ms"], p["memory_ms"]))
     assert p["bound"] == ("compute" if p["compute_ms"] >= p["memory_ms"] else "memory")
-    assert got["efficiency"]["value"] == pytest.approx(floor["value"] / got["efficiency"]["params"]["measured_p50_ms"])
+    assert got["efficiency"]["value"] == pytest.approx(
+        floor["value"] / got["efficiency"]["params"]["measured_p50_ms"]
+    )
     with Store(store) as st:
         assert any(r.metric == "floor_ms" for r in st.records(probe="roofline"))
     static = ok_json(edgebench("roofline", "builtin:convnet", "--json", cwd=workdir))
-    assert {r["metric"] for r in static["records"]} >= {"flops", "weight_bytes", "activation_bytes",
-                                                        "arithmetic_intensity"}
+    assert {r["metric"] for r in static["records"]} >= {
+        "flops",
+        "weight_bytes",
+        "activation_bytes",
+        "arithmetic_intensity",
+    }
 
 
 def test_a_floor_beaten_by_the_measurement_blames_the_ceiling(workdir: Path) -> None:
@@ -110,7 +168,9 @@ def test_a_floor_beaten_by_the_measurement_blames_the_ceiling(workdir: Path) -> 
         mm, bw = RecordContext("low-mm", "local", "matmul"), RecordContext("low-bw", "local", "bandwidth")
         st.import_records("low-mm", [mm.record("effective_tops", 1e-6, "TOPS", dtype="fp32", stat="best")])
         st.import_records("low-bw", [bw.record("bandwidth_gbps", 0.01, "GB/s", kernel="triad", stat="best")])
-    assert edgebench("bench", "builtin:mlp", "--runs", "10", "--min-seconds", "0", cwd=workdir).returncode == 0
+    assert (
+        edgebench("bench", "builtin:mlp", "--runs", "10", "--min-seconds", "0", cwd=workdir).returncode == 0
+    )
     res = edgebench("roofline", "builtin:mlp", "--device", "local", "--no-measure", "--json", cwd=workdir)
     doc = ok_json(res)
     eff = next(r for r in doc["records"] if r["metric"] == "efficiency")
@@ -119,10 +179,18 @@ def test_a_floor_beaten_by_the_measurement_blames_the_ceiling(workdir: Path) -> 
 
 
 def test_roofline_probe_measures_its_own_ceilings_in_a_run(workdir: Path) -> None:
-    """A suite's roofline job has no stored ceilings: the probe measures them (restricted here) and benches."""
-    job = Job("local", "roofline", resolve_model("builtin:mlp"), "onnxruntime", {
-        "matmul": {"backend": "numpy", "sizes": [256], "trials": 2},
-        "bandwidth": {"array_mb": 16, "trials": 2, "threads": 1}, "threads": 1})
+    """A suite's roofline job has no stored ceilings: the probe measures them (restricted here), benches."""
+    job = Job(
+        "local",
+        "roofline",
+        resolve_model("builtin:mlp"),
+        "onnxruntime",
+        {
+            "matmul": {"backend": "numpy", "sizes": [256], "trials": 2},
+            "bandwidth": {"array_mb": 16, "trials": 2, "threads": 1},
+            "threads": 1,
+        },
+    )
     shot = run_now(builtin_local(), [job], workdir / "s.db", "roofline")
     shot.raise_first_error()
     probes = {r.probe for r in shot.records}
@@ -131,18 +199,26 @@ def test_roofline_probe_measures_its_own_ceilings_in_a_run(workdir: Path) -> Non
     assert {"floor_ms", "efficiency", "flops"} <= metrics
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["probe", "matmul", "--dtype", "fp64"], "dtype 'fp64'"),
-    (["probe", "matmul", "--sizes", "abc"], "sizes"),
-    (["probe", "bandwidth", "--kernel", "scale"], "kernel 'scale'"),
-    (["probe", "matmul", "--device", "nosuch"], "unknown device 'nosuch'"),
-    (["probe", "threads", "-m", "missing.onnx"], "missing.onnx"),
-    (["roofline", "missing.onnx"], "missing.onnx"),
-    (["roofline", "builtin:mlp", "--shape", "nope=1x2"], "'nope' is not an input"),
-    (["roofline", "builtin:mlp", "--value", "x=abc"], "--value"),
-    (["roofline", "builtin:mlp", "--device", "local", "--no-measure", "--store", "empty.db"], "drop --no-measure"),
-])
-def test_bad_input_is_one_line_exit_2_and_keeps_the_store(workdir: Path, args: list[str], needle: str) -> None:
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["probe", "matmul", "--dtype", "fp64"], "dtype 'fp64'"),
+        (["probe", "matmul", "--sizes", "abc"], "sizes"),
+        (["probe", "bandwidth", "--kernel", "scale"], "kernel 'scale'"),
+        (["probe", "matmul", "--device", "nosuch"], "unknown device 'nosuch'"),
+        (["probe", "threads", "-m", "missing.onnx"], "missing.onnx"),
+        (["roofline", "missing.onnx"], "missing.onnx"),
+        (["roofline", "builtin:mlp", "--shape", "nope=1x2"], "'nope' is not an input"),
+        (["roofline", "builtin:mlp", "--value", "x=abc"], "--value"),
+        (
+            ["roofline", "builtin:mlp", "--device", "local", "--no-measure", "--store", "empty.db"],
+            "drop --no-measure",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_keeps_the_store(
+    workdir: Path, args: list[str], needle: str
+) -> None:
     store = workdir / "edgebench.db"
     with Store(store) as st:
         st.import_records("kept", [RecordContext("kept", "local", "bench").record("latency_ms", 1.0, "ms")])

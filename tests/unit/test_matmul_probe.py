@@ -31,9 +31,17 @@ def ctx(probe: str = "matmul") -> RecordContext:
 
 
 # ---- the agent's ONNX writer ------------------------------------------------------------------------
-@pytest.mark.parametrize("op,dtype", [("MatMul", "fp32"), ("MatMul", "fp16"), ("MatMulInteger", "int8"),
-                                      ("MatMulInteger:u8u8", "int8"), ("QLinearMatMul", "int8"),
-                                      ("DynamicQuantizeMatMul", "int8")])
+@pytest.mark.parametrize(
+    "op,dtype",
+    [
+        ("MatMul", "fp32"),
+        ("MatMul", "fp16"),
+        ("MatMulInteger", "int8"),
+        ("MatMulInteger:u8u8", "int8"),
+        ("QLinearMatMul", "int8"),
+        ("DynamicQuantizeMatMul", "int8"),
+    ],
+)
 def test_probe_graphs_are_valid_onnx_and_compute_the_product(op: str, dtype: str) -> None:
     backend = agent_mm.OrtBackend(None, [])
     m, n, k = 3, 5, 64
@@ -51,24 +59,31 @@ def test_probe_graphs_are_valid_onnx_and_compute_the_product(op: str, dtype: str
 
 def test_writer_encodes_attributes_and_negative_ints() -> None:
     model_bytes = ox.model_bytes(
-        [ox.Node("Gemm", ["A", "B"], ["C"], attributes={"alpha": 2.0, "transB": 1}),
-         ox.Node("Flatten", ["C"], ["D"], attributes={"axis": -1})],
-        [ox.value_info("A", ox.FLOAT, [2, 3])], [ox.value_info("D", ox.FLOAT, [2, 4])],
-        [ox.tensor_from_array("B", np.arange(12, dtype=np.float32).reshape(4, 3))], {"": 17})
+        [
+            ox.Node("Gemm", ["A", "B"], ["C"], attributes={"alpha": 2.0, "transB": 1}),
+            ox.Node("Flatten", ["C"], ["D"], attributes={"axis": -1}),
+        ],
+        [ox.value_info("A", ox.FLOAT, [2, 3])],
+        [ox.value_info("D", ox.FLOAT, [2, 4])],
+        [ox.tensor_from_array("B", np.arange(12, dtype=np.float32).reshape(4, 3))],
+        {"": 17},
+    )
     parsed = onnx.load_from_string(model_bytes)
     onnx.checker.check_model(parsed)
     attrs = {a.name: onnx.helper.get_attribute_value(a) for nd in parsed.graph.node for a in nd.attribute}
     assert attrs == {"alpha": 2.0, "transB": 1, "axis": -1}
     out = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"]).run(
-        None, {"A": np.ones((2, 3), np.float32)})[0]
+        None, {"A": np.ones((2, 3), np.float32)}
+    )[0]
     assert np.allclose(out, 2 * np.ones((2, 3)) @ np.arange(12, dtype=np.float32).reshape(4, 3).T)
 
 
 def test_wrong_results_fail_verification() -> None:
     a, b = agent_mm.make_operands("fp32", 8, 8, 8, 0)
     zeros = np.zeros((8, 8), np.float32)
-    kernel = agent_mm.Kernel("fake", lambda: None, lambda: zeros, lambda pts: agent_mm.dot_reference(a, b, pts),
-                             operands="f32f32")
+    kernel = agent_mm.Kernel(
+        "fake", lambda: None, lambda: zeros, lambda pts: agent_mm.dot_reference(a, b, pts), operands="f32f32"
+    )
     ok, detail, _ = agent_mm.verify(kernel, 8, 8, 1e-4, 0)
     assert not ok and "relative error" in detail
 
@@ -106,14 +121,32 @@ def test_measure_calibrates_calls_per_trial() -> None:
 
 # ---- host-side records --------------------------------------------------------------------------------
 def agent_result() -> dict:
-    base = {"op": "MatMul", "dtype": "fp32", "m": 256, "n": 256, "k": 256, "threads": 2, "shape": "square",
-            "operands": "fp32", "emulated": None, "calls_per_trial": 4, "warmup_calls": 2, "checksum": 1.0,
-            "verified": "ok"}
-    return {"backend": "onnxruntime", "available": True, "version": "1", "results": [
-        {**base, "trial_ms": [2.0, 1.0, 4.0]},
-        {**base, "dtype": "fp16", "emulated": "emulated: casts", "trial_ms": [3.0, 3.0, 3.0]},
-    ], "skipped": [{"dtype": "int8", "op": "QLinearMatMul", "reason": "no kernel"}],
-        "cut_short": ["MatMul fp32 threads=2: time budget reached before n=512"]}
+    base = {
+        "op": "MatMul",
+        "dtype": "fp32",
+        "m": 256,
+        "n": 256,
+        "k": 256,
+        "threads": 2,
+        "shape": "square",
+        "operands": "fp32",
+        "emulated": None,
+        "calls_per_trial": 4,
+        "warmup_calls": 2,
+        "checksum": 1.0,
+        "verified": "ok",
+    }
+    return {
+        "backend": "onnxruntime",
+        "available": True,
+        "version": "1",
+        "results": [
+            {**base, "trial_ms": [2.0, 1.0, 4.0]},
+            {**base, "dtype": "fp16", "emulated": "emulated: casts", "trial_ms": [3.0, 3.0, 3.0]},
+        ],
+        "skipped": [{"dtype": "int8", "op": "QLinearMatMul", "reason": "no kernel"}],
+        "cut_short": ["MatMul fp32 threads=2: time budget reached before n=512"],
+    }
 
 
 def test_matmul_records_best_median_samples_and_efficiency() -> None:
@@ -131,14 +164,26 @@ def test_matmul_records_best_median_samples_and_efficiency() -> None:
     eff = efficiency_records(ctx(), out, {"fp32": 0.01})
     assert len(eff.records) == 1 and eff.records[0].value == pytest.approx(best[0].value / 0.01)
     assert eff.records[0].params["nominal_tops"] == 0.01
-    unavailable = backend_records(ctx(), {"backend": "mnn", "available": False, "reason": "not installed"}, [])
+    unavailable = backend_records(
+        ctx(), {"backend": "mnn", "available": False, "reason": "not installed"}, []
+    )
     assert not unavailable.records and "not installed" in unavailable.warnings[0]
 
 
 def test_bandwidth_records_skip_the_first_trial_and_count_stream_bytes() -> None:
-    result = {"array_bytes": 80_000_000, "llc_bytes": 20_000_000, "results": [
-        {"kernel": "triad", "threads": 1, "bytes": 24 * 10_000_000, "trial_ms": [1.0, 30.0, 20.0, 40.0],
-         "warmup_trials": 1}]}
+    result = {
+        "array_bytes": 80_000_000,
+        "llc_bytes": 20_000_000,
+        "results": [
+            {
+                "kernel": "triad",
+                "threads": 1,
+                "bytes": 24 * 10_000_000,
+                "trial_ms": [1.0, 30.0, 20.0, 40.0],
+                "warmup_trials": 1,
+            }
+        ],
+    }
     out = bandwidth_records(ctx("bandwidth"), result, [], nominal_gbps=24.0)
     best = next(r for r in out.records if r.params.get("stat") == "best")
     assert best.value == pytest.approx(240e6 / 0.020 / 1e9)  # 12 GB/s: the 1 ms first trial is left out
@@ -173,6 +218,7 @@ def test_cache_sizes_sum_last_level_instances(tmp_path: Path) -> None:
         d.mkdir(parents=True)
         for name, value in (("level", level), ("size", size), ("shared_cpu_list", shared), ("type", kind)):
             (d / name).write_text(f"{value}\n")
+
     for cpu in range(4):
         cache(cpu, 0, 1, "32K", str(cpu), "Data")
         cache(cpu, 1, 1, "32K", str(cpu), "Instruction")
@@ -190,7 +236,9 @@ def test_sizing_follows_overrides() -> None:
 
 
 def test_thread_sweep_flags_more_threads_slower() -> None:
-    out = sweep_records(ctx("threads"), Group("big", (4, 5, 6, 7), True), {1: 10.0, 2: 6.0, 3: 6.1, 4: 9.0}, 0.05)
+    out = sweep_records(
+        ctx("threads"), Group("big", (4, 5, 6, 7), True), {1: 10.0, 2: 6.0, 3: 6.1, 4: 9.0}, 0.05
+    )
     best = next(r for r in out.records if r.metric == "best_threads")
     assert best.value == 2 and best.params["more_threads_slower"] and best.params["slower_at"] == [4]
     assert best.params["affinity"] == [4, 5, 6, 7] and best.params["cluster"] == "big"
@@ -204,27 +252,44 @@ def test_thread_sweep_flags_more_threads_slower() -> None:
     assert not best.params["more_threads_slower"] and "affinity" not in best.params and not clean.warnings
 
 
-# ---- ceilings from the store --------------------------------------------------------------------------------
+# ---- ceilings from the store ---------------------------------------------------------------------------
 def store_job(st: Store, run_id: str, records: list) -> None:  # type: ignore[type-arg]
     st.begin_run(run_id, "probe", {})
-    st.save_job(run_id, JobOutcome(Job("dev", records[0].probe), "ok", records, started=utc_now(),
-                                   finished=utc_now()))
+    st.save_job(
+        run_id, JobOutcome(Job("dev", records[0].probe), "ok", records, started=utc_now(), finished=utc_now())
+    )
     st.finish_run(run_id, "ok")
 
 
 def test_ceilings_come_from_the_latest_runs(tmp_path: Path) -> None:
     with Store(tmp_path / "s.db") as st:
+
         def mm(run: str, value: float, dtype: str = "fp32", stat: str = "best"):  # type: ignore[no-untyped-def]
             c = RecordContext(run, "dev", "matmul")
             return c.record("effective_tops", value, "TOPS", dtype=dtype, stat=stat, backend="numpy")
+
         store_job(st, "a-old", [mm("a-old", 9.0)])
         time.sleep(0.01)
-        store_job(st, "b-new", [mm("b-new", 0.5), mm("b-new", 0.7), mm("b-new", 0.9, stat="median"),
-                                mm("b-new", 2.0, dtype="int8")])
+        store_job(
+            st,
+            "b-new",
+            [
+                mm("b-new", 0.5),
+                mm("b-new", 0.7),
+                mm("b-new", 0.9, stat="median"),
+                mm("b-new", 2.0, dtype="int8"),
+            ],
+        )
         assert find_ceilings(st, "dev") is None  # no bandwidth yet
         bw = RecordContext("c-bw", "dev", "bandwidth")
-        store_job(st, "c-bw", [bw.record("bandwidth_gbps", 20.0, "GB/s", kernel="triad", stat="best"),
-                               bw.record("bandwidth_gbps", 25.0, "GB/s", kernel="copy", stat="best")])
+        store_job(
+            st,
+            "c-bw",
+            [
+                bw.record("bandwidth_gbps", 20.0, "GB/s", kernel="triad", stat="best"),
+                bw.record("bandwidth_gbps", 25.0, "GB/s", kernel="copy", stat="best"),
+            ],
+        )
         found = find_ceilings(st, "dev")
         assert found is not None
         assert found.peak_tops == {"fp32": 0.7, "int8": 2.0} and found.bandwidth_gbps == 25.0
@@ -232,10 +297,15 @@ def test_ceilings_come_from_the_latest_runs(tmp_path: Path) -> None:
         assert Ceilings.from_params(found.to_params()).peak_tops == found.peak_tops
         assert find_ceilings(st, "other") is None
         b = RecordContext("d-bench", "dev", "bench", model="net")
-        store_job(st, "d-bench", [b.record("latency_ms", 3.0, "ms", stat="p50", threads=1),
-                                  b.record("latency_ms", 2.0, "ms", stat="p50", threads=2),
-                                  b.record("latency_ms", 1.0, "ms", stat="p50", threads=2,
-                                           shapes={"x": [4, 8]})])
+        store_job(
+            st,
+            "d-bench",
+            [
+                b.record("latency_ms", 3.0, "ms", stat="p50", threads=1),
+                b.record("latency_ms", 2.0, "ms", stat="p50", threads=2),
+                b.record("latency_ms", 1.0, "ms", stat="p50", threads=2, shapes={"x": [4, 8]}),
+            ],
+        )
         got = measured_latency(st, "dev", "net", None)
         assert got is not None and got.p50_ms == 2.0 and got.params["threads"] == 2
         shaped = measured_latency(st, "dev", "net", {"x": [4, 8]})

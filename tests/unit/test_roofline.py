@@ -50,9 +50,16 @@ def test_mlp_gemm_shared_and_unused_weights_are_exact() -> None:
         helper.make_node("MatMul", ["m3", "wsq"], ["y0"]),
         helper.make_node("Reshape", ["y0", "shape"], ["y"]),
     ]
-    inits = [const("w1", (d, h)), const("b1", (h,)), const("w2", (d, h)), const("c2", (d,)),
-             const("w1s", (d, d)), const("wsq", (d, d)), const("unused", (1000,)),
-             numpy_helper.from_array(np.array([b, -1], np.int64), "shape")]
+    inits = [
+        const("w1", (d, h)),
+        const("b1", (h,)),
+        const("w2", (d, h)),
+        const("c2", (d,)),
+        const("w1s", (d, d)),
+        const("wsq", (d, d)),
+        const("unused", (1000,)),
+        numpy_helper.from_array(np.array([b, -1], np.int64), "shape"),
+    ]
     m = model(nodes, [vi("x", [b, d])], [vi("y", [b, d])], inits)
     cost = analyze(m)
     want_flops = (2 * b * h * d) + b * h + b * h + (2 * b * d * h + 3 * b * d) + 3 * (2 * b * d * d)
@@ -76,13 +83,31 @@ def test_conv_and_conv_transpose_count_by_the_right_elements() -> None:
     ho = conv_out(hw, k, stride, pad, dil)
     ct_out, ct_groups, ct_k, ct_stride = 6, 2, 4, 2
     nodes = [
-        helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k], strides=[stride, stride],
-                         pads=[pad] * 4, dilations=[dil, dil], group=groups),
-        helper.make_node("ConvTranspose", ["c", "wt", "bt"], ["y"], kernel_shape=[ct_k, ct_k],
-                         strides=[ct_stride, ct_stride], group=ct_groups),
+        helper.make_node(
+            "Conv",
+            ["x", "w", "b"],
+            ["c"],
+            kernel_shape=[k, k],
+            strides=[stride, stride],
+            pads=[pad] * 4,
+            dilations=[dil, dil],
+            group=groups,
+        ),
+        helper.make_node(
+            "ConvTranspose",
+            ["c", "wt", "bt"],
+            ["y"],
+            kernel_shape=[ct_k, ct_k],
+            strides=[ct_stride, ct_stride],
+            group=ct_groups,
+        ),
     ]
-    inits = [const("w", (cout, cin // groups, k, k)), const("b", (cout,)),
-             const("wt", (cout, ct_out // ct_groups, ct_k, ct_k)), const("bt", (ct_out,))]
+    inits = [
+        const("w", (cout, cin // groups, k, k)),
+        const("b", (cout,)),
+        const("wt", (cout, ct_out // ct_groups, ct_k, ct_k)),
+        const("bt", (ct_out,)),
+    ]
     yo = (ho - 1) * ct_stride + ct_k
     m = model(nodes, [vi("x", [n, cin, hw, hw])], [vi("y", [n, ct_out, yo, yo])], inits)
     cost = analyze(m)
@@ -109,10 +134,21 @@ def test_attention_decomposition_norms_reductions_and_pooling() -> None:
         helper.make_node("AveragePool", ["bn"], ["ap"], kernel_shape=[2, 2], strides=[2, 2]),
         helper.make_node("GlobalAveragePool", ["bn"], ["gap"]),
     ]
-    inits = [numpy_helper.from_array(np.array(0.125, np.float32), "scale"), const("g", (dh,)),
-             const("beta", (dh,)), const("s", (c,)), const("bb", (c,)), const("mean", (c,)), const("var", (c,))]
-    inputs = [vi("q", [bsz, heads, s, dh]), vi("kt", [bsz, heads, dh, s]), vi("v", [bsz, heads, s, dh]),
-              vi("img", [1, c, hw, hw])]
+    inits = [
+        numpy_helper.from_array(np.array(0.125, np.float32), "scale"),
+        const("g", (dh,)),
+        const("beta", (dh,)),
+        const("s", (c,)),
+        const("bb", (c,)),
+        const("mean", (c,)),
+        const("var", (c,)),
+    ]
+    inputs = [
+        vi("q", [bsz, heads, s, dh]),
+        vi("kt", [bsz, heads, dh, s]),
+        vi("v", [bsz, heads, s, dh]),
+        vi("img", [1, c, hw, hw]),
+    ]
     outputs = [vi("rm", [bsz, heads, s, 1]), vi("mp", None), vi("ap", None), vi("gap", None)]
     cost = analyze(model(nodes, inputs, outputs, inits, opset=17))
     bh = bsz * heads
@@ -134,17 +170,28 @@ def test_lstm_gru_and_contrib_attention() -> None:
         helper.make_node("LSTM", ["x", "W", "R", "B"], ["y", "yh"], hidden_size=h),
         helper.make_node("GRU", ["x", "Wg", "Rg"], ["yg"], hidden_size=h),
     ]
-    inits = [const("W", (1, 4 * h, i)), const("R", (1, 4 * h, h)), const("B", (1, 8 * h)),
-             const("Wg", (1, 3 * h, i)), const("Rg", (1, 3 * h, h))]
-    cost = analyze(model(nodes, [vi("x", [seq, batch, i])], [vi("y", None), vi("yh", None), vi("yg", None)],
-                         inits))
+    inits = [
+        const("W", (1, 4 * h, i)),
+        const("R", (1, 4 * h, h)),
+        const("B", (1, 8 * h)),
+        const("Wg", (1, 3 * h, i)),
+        const("Rg", (1, 3 * h, h)),
+    ]
+    cost = analyze(
+        model(nodes, [vi("x", [seq, batch, i])], [vi("y", None), vi("yh", None), vi("yg", None)], inits)
+    )
     steps = seq * batch
     assert by_op(cost, "LSTM") == steps * (8 * h * (i + h) + 4 * h + 8 * h + 5 * h + 4 * h)
     assert by_op(cost, "GRU") == steps * (6 * h * (i + h) + 3 * h + 3 * h + 5 * h)
     b, s, d, heads = 2, 8, 16, 4
     att = helper.make_node("Attention", ["x", "w", "bias"], ["y"], domain="com.microsoft", num_heads=heads)
-    m = model([att], [vi("x", [b, s, d])], [vi("y", [b, s, d])], [const("w", (d, 3 * d)), const("bias", (3 * d,))],
-              domains=("com.microsoft",))
+    m = model(
+        [att],
+        [vi("x", [b, s, d])],
+        [vi("y", [b, s, d])],
+        [const("w", (d, 3 * d)), const("bias", (3 * d,))],
+        domains=("com.microsoft",),
+    )
     cost = analyze(m)
     scores = b * heads * s * s
     assert cost.flops == 2 * b * s * d * 3 * d + b * s * 3 * d + 2 * scores * (d // heads) * 2 + 6 * scores
@@ -153,9 +200,16 @@ def test_lstm_gru_and_contrib_attention() -> None:
 
 def if_model(cond_from_input: bool) -> onnx.ModelProto:
     d = 32
-    then_g = helper.make_graph([helper.make_node("MatMul", ["x", "wt"], ["t_out"])], "then", [],
-                               [vi("t_out", [1, d])], [const("wt", (d, d), seed=1)])
-    else_g = helper.make_graph([helper.make_node("Relu", ["x"], ["e_out"])], "else", [], [vi("e_out", [1, d])])
+    then_g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "wt"], ["t_out"])],
+        "then",
+        [],
+        [vi("t_out", [1, d])],
+        [const("wt", (d, d), seed=1)],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["e_out"])], "else", [], [vi("e_out", [1, d])]
+    )
     if cond_from_input:
         nodes = [helper.make_node("Equal", ["sr", "k16"], ["c"])]
         inputs = [vi("x", [1, d]), vi("sr", [], TensorProto.INT64)]
@@ -186,9 +240,14 @@ def test_if_branch_selection_and_the_floor_convention() -> None:
 def test_loop_counts_body_times_trip_count() -> None:
     d, trips = 16, 5
     body = helper.make_graph(
-        [helper.make_node("MatMul", ["h_in", "w"], ["h_out"]), helper.make_node("Identity", ["cond_in"], ["cond_out"])],
-        "body", [vi("i", [], TensorProto.INT64), vi("cond_in", [], TensorProto.BOOL), vi("h_in", [1, d])],
-        [vi("cond_out", [], TensorProto.BOOL), vi("h_out", [1, d])])
+        [
+            helper.make_node("MatMul", ["h_in", "w"], ["h_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [vi("i", [], TensorProto.INT64), vi("cond_in", [], TensorProto.BOOL), vi("h_in", [1, d])],
+        [vi("cond_out", [], TensorProto.BOOL), vi("h_out", [1, d])],
+    )
     nodes = [helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)]
     inits = [numpy_helper.from_array(np.array(trips, np.int64), "n"), const("w", (d, d))]
     cost = analyze(model(nodes, [vi("x", [1, d])], [vi("y", [1, d])], inits))
@@ -206,9 +265,12 @@ def test_constant_folding_and_quantized_weights_count_stored_bytes() -> None:
         helper.make_node("DequantizeLinear", ["q", "qs", "qz"], ["wq"]),
         helper.make_node("MatMul", ["a", "wq"], ["y"]),
     ]
-    inits = [const("wT", (n, k)), numpy_helper.from_array(np.ones((n, n), np.int8), "q"),
-             numpy_helper.from_array(np.array(0.1, np.float32), "qs"),
-             numpy_helper.from_array(np.array(0, np.int8), "qz")]
+    inits = [
+        const("wT", (n, k)),
+        numpy_helper.from_array(np.ones((n, n), np.int8), "q"),
+        numpy_helper.from_array(np.array(0.1, np.float32), "qs"),
+        numpy_helper.from_array(np.array(0, np.int8), "qz"),
+    ]
     cost = analyze(model(nodes, [vi("x", [1, k])], [vi("y", [1, n])], inits))
     assert cost.weight_bytes == 4 * n * k + n * n + 4 + 1
     assert cost.flops == 2 * k * n + 2 * n * n
@@ -239,9 +301,12 @@ def test_shape_arithmetic_resolves_data_dependent_reshapes() -> None:
         helper.make_node("Reshape", ["x", "shape"], ["flat"]),
         helper.make_node("MatMul", ["flat", "w"], ["y"]),
     ]
-    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
-             numpy_helper.from_array(np.array([0], np.int64), "ax"),
-             numpy_helper.from_array(np.array([-1], np.int64), "minus1"), const("w", (48, 5))]
+    inits = [
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array([0], np.int64), "ax"),
+        numpy_helper.from_array(np.array([-1], np.int64), "minus1"),
+        const("w", (48, 5)),
+    ]
     cost = analyze(model(nodes, [vi("x", ["n", 3, 4, 4])], [vi("y", None)], inits), {"x": [2, 3, 4, 4]})
     assert cost.flops == 2 * 2 * 48 * 5
     assert cost.weight_bytes == 4 * 48 * 5  # shape constants are parameters, not weights

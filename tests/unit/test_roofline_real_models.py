@@ -106,7 +106,9 @@ CASES = [
 
 
 @pytest.mark.parametrize(("package", "relative", "shape"), CASES, ids=lambda v: str(v).split("/")[-1])
-def test_pp_ocr_agrees_with_onnx_tool_within_one_percent(package: str, relative: str, shape: list[int]) -> None:
+def test_pp_ocr_agrees_with_onnx_tool_within_one_percent(
+    package: str, relative: str, shape: list[int]
+) -> None:
     path = wheel_file(package, relative)
     graph = profile_with_onnx_tool(path, shape)
     cost = analyze(path, {"x": shape})
@@ -130,7 +132,7 @@ def test_pp_ocr_agrees_with_onnx_tool_within_one_percent(package: str, relative:
 
 
 def test_onnx_tool_conv_transpose_error_is_the_stride_and_channel_ratio() -> None:
-    """The PP-OCR detector's two ConvTransposes: onnx-tool's count over ours is C_out·HW_out / (C_in·HW_in)."""
+    """PP-OCR detector's two ConvTransposes: onnx-tool's count over ours is C_out·HW_out / (C_in·HW_in)."""
     path = wheel_file("rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx")
     graph = profile_with_onnx_tool(path, [1, 3, 320, 320])
     cost = analyze(path, {"x": [1, 3, 320, 320]})
