@@ -222,8 +222,8 @@ def counts_from_records(records: Iterable[Record]) -> dict[str, ModelCounts]:
     for r in records:
         if r.model is None or r.value is None:
             continue
-        if r.probe == "roofline" and r.metric == "flops":
-            flops[r.model] = r.value
+        if r.probe == "roofline" and r.metric == "flops" and r.params.get("scope", "total") == "total":
+            flops[r.model] = r.value  # the model's total (per-op-type breakdowns carry another scope)
         elif r.probe == "roofline" and r.metric == "weight_bytes":
             weights[r.model] = r.value
         elif r.probe == PROBE and r.metric == "fits":
@@ -300,6 +300,7 @@ class Observation:
 
 
 _NOT_CONFIG = ("stat", "rss_before_load_mb")
+MEASURING_PROBES = ("bench", "threads")
 
 
 def config_key(params: Mapping[str, Any]) -> str:
@@ -309,13 +310,17 @@ def config_key(params: Mapping[str, Any]) -> str:
 def observations(
     records: Sequence[Record], samples: Sequence[Samples] = (), run_order: Sequence[str] = ()
 ) -> list[Observation]:
-    """Bench measurements per target x model: the latest run of each configuration, then the best one."""
+    """Latency measurements per target x model: the latest run of each configuration, then the best one.
+
+    Configurations come from `bench` jobs and from the points of `threads` sweeps (a thread count, an
+    affinity), so the best is what the engineer would deploy.
+    """
     order = {rid: i for i, rid in enumerate(run_order)}
     groups: dict[tuple, dict[str, Any]] = {}
     for r in records:
-        if r.probe != "bench" or r.model is None or r.value is None:
+        if r.probe not in MEASURING_PROBES or r.model is None or r.value is None:
             continue
-        key = (r.run_id, r.device, r.runtime, r.model, config_key(r.params))
+        key = (r.run_id, r.device, r.runtime, r.model, r.probe + config_key(r.params))
         g = groups.setdefault(
             key,
             {
@@ -329,9 +334,9 @@ def observations(
         elif r.metric in ("peak_rss_mb", "load_ms", "samples_n"):
             g[r.metric] = r.value
     raw = {
-        (s.run_id, s.device, s.runtime, s.model, config_key(s.params)): s.values
+        (s.run_id, s.device, s.runtime, s.model, s.probe + config_key(s.params)): s.values
         for s in samples
-        if s.probe == "bench" and s.metric == "latency_ms"
+        if s.probe in MEASURING_PROBES and s.metric == "latency_ms"
     }
     energy = _energy_by_pair(records, order)
     latest: dict[tuple, tuple] = {}

@@ -210,7 +210,7 @@ def roofline(
     for r in _select(records, "roofline"):
         if r.model is None:
             continue
-        if r.metric == "flops":
+        if r.metric == "flops" and r.params.get("scope", "total") == "total":
             flops[r.model] = r.value
         elif r.metric == "weight_bytes":
             wbytes[r.model] = r.value

@@ -202,6 +202,45 @@ def test_latest_run_wins_and_best_configuration_is_used() -> None:
     assert fit.observations(records, run_order=["old", "new"])[0].latency["p50"] == 5.0
 
 
+def test_thread_sweep_points_count_as_configurations() -> None:
+    records = bench_records("phone", "m", 6.0)
+    records += [
+        Record(
+            "r2",
+            "phone",
+            "threads",
+            "m",
+            "onnxruntime",
+            "latency_ms",
+            v,
+            "ms",
+            {"threads": t, "cluster": "all", "stat": "p50"},
+        )
+        for t, v in ((1, 9.0), (2, 4.5))
+    ]
+    obs = fit.observations(records, run_order=["r1", "r2"])
+    assert obs[0].latency["p50"] == 4.5 and obs[0].config == {"threads": 2, "cluster": "all"}
+
+
+def test_roofline_totals_not_per_op_breakdowns() -> None:
+    records = [
+        Record("r0", "phone", "roofline", "m", None, "flops", 1e9, "FLOP", {"scope": "total"}),
+        Record(
+            "r0",
+            "phone",
+            "roofline",
+            "m",
+            None,
+            "flops",
+            6e8,
+            "FLOP",
+            {"scope": "op_type", "op_type": "Conv"},
+        ),
+        Record("r0", "phone", "roofline", "m", None, "weight_bytes", 4e6, "B", {}),
+    ]
+    assert fit.counts_from_records(records)["m"].flops == 1e9
+
+
 def test_p99_from_raw_samples_when_too_few_for_a_record() -> None:
     records = bench_records("phone", "m", 5.0)  # no p99 record: fewer than 100 samples
     values = tuple([5.0] * 59 + [9.0])

@@ -129,7 +129,7 @@ def every_probe_records() -> tuple[list[Record], list[Samples]]:
             recs.append(
                 rec(R1, device, "roofline", model, "efficiency", 0.25, "ratio", None, bound="compute")
             )
-        for t, lat in ((1, 8.0), (2, 4.5), (4, 5.0)):
+        for t, lat in ((1, 9.0), (2, 5.5), (4, 6.0)):
             recs.append(rec(R1, device, "threads", "enc", "latency_ms", lat, "ms", threads=t, stat="p50"))
         recs.append(rec(R1, device, "threads", "enc", "best_threads", 2, "threads"))
     for i in range(20):
