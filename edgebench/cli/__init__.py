@@ -13,6 +13,14 @@ import typer
 
 from ..errors import EdgebenchError, one_line
 
+try:  # typer >= 0.22 parses with its own copy of click, whose exceptions are not click's
+    from typer import _click as _typer_click  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - older typer uses click itself
+    _typer_click = click
+USAGE_ERRORS = (click.exceptions.UsageError, getattr(_typer_click.exceptions, "UsageError", click.UsageError))
+EXITS = (click.exceptions.Exit, getattr(_typer_click.exceptions, "Exit", click.exceptions.Exit))
+ABORTS = (click.exceptions.Abort, getattr(_typer_click.exceptions, "Abort", click.Abort), KeyboardInterrupt)
+
 # Modules under edgebench.cli that add commands; each has register(app).
 COMMAND_MODULES = ("core", "probe", "run", "gate", "numerics", "report", "roofline")
 
@@ -41,11 +49,11 @@ def main(argv: list[str] | None = None) -> None:
         rc = build_app()(args=argv, prog_name="edgebench", standalone_mode=False)
     except EdgebenchError as exc:
         _fail(one_line(exc), exc.exit_code, debug)
-    except click.exceptions.UsageError as exc:
+    except USAGE_ERRORS as exc:
         _fail(exc.format_message().splitlines()[0] if exc.format_message() else "usage error", 2, debug)
-    except click.exceptions.Exit as exc:
+    except EXITS as exc:
         sys.exit(exc.exit_code)
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except ABORTS:
         _fail("interrupted", 130, debug)
     except Exception as exc:  # noqa: BLE001 - never a traceback unless --debug
         _fail(f"internal error: {type(exc).__name__}: {one_line(exc)} (run with --debug for details)", 1, debug)
