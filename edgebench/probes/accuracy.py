@@ -98,7 +98,7 @@ def _reference_outputs(
         ref = device_outputs(device, reference, runtime, job, remote_inputs, save, workdir)
     except (MeasurementError, ModelError) as exc:
         cannot = isinstance(exc, ModelError) or getattr(exc, "kind", "") == "runtime"
-        if not cannot or device.spec.transport == "local":
+        if not cannot or _is_this_host(device):
             raise
         result.warnings.append(
             f"the reference {reference.name} cannot run on {device.name} ({one_line(exc)}); "
@@ -109,6 +109,12 @@ def _reference_outputs(
     if save:
         return ref, "device", ref.inputs_remote, [ref.inputs_remote or ""]
     return ref, "device", remote_inputs, []
+
+
+def _is_this_host(device: Device) -> bool:
+    """The device is this very host and interpreter: running the reference "on the host" changes nothing."""
+    host = builtin_local()
+    return device.spec.transport == "local" and device.spec.python == host.python and not device.spec.env
 
 
 def _reference_on_host(
