@@ -37,7 +37,7 @@ from .execute import error_kind
 from .hashing import HashCache
 from .jobs import Job, JobOutcome
 from .lab import Lab, load_lab
-from .leases import DEFAULT_LEASE_S, LeaseTimeout
+from .leases import DEFAULT_LEASE_S, DeviceLease, LeaseTimeout
 from .models import ModelRef
 from .orchestrate import DeviceReady, LocalSession, StateFn, error_outcome
 from .suite import PATH_PARAMS, Policy
@@ -84,6 +84,7 @@ class DeviceService(WorkerPlugin):
         self._slots: dict[tuple[str, str], _Slot] = {}
         self._lock = threading.Lock()
         self._device_locks = {d: threading.Lock() for d in self.devices}
+        self._leases = {d: DeviceLease(d, folder=lock_dir, lease_s=lease_s) for d in self.devices}
         self._stop = threading.Event()
         self._reaper: threading.Thread | None = None
 
@@ -110,14 +111,17 @@ class DeviceService(WorkerPlugin):
         with self._device_locks[device]:
             with self._lock:
                 slot = self._slots.get((run_id, device))
+                other = next((r for r, d in self._slots if d == device and r != run_id), None)
+            if slot is None and other is not None:
+                # Another run's session on this worker holds the device (and its lease): queue behind it.
+                return f"run {other} on worker {_worker_address()}"
             if slot is not None and not slot.session.lease.lost:
                 slot.busy += 1
                 return slot
             if slot is not None:
                 self.release(run_id, device)
             worker_policy = replace(policy, lease_timeout_s=WORKER_LEASE_WAIT_S)
-            session = LocalSession(self.lab.get(device), run_id, worker_policy, lock_dir=self.lock_dir,
-                                   lease_s=self.lease_s)
+            session = LocalSession(self.lab.get(device), run_id, worker_policy, lease=self._leases[device])
             try:
                 ready = session.prepare(lambda state, detail: None)
             except LeaseTimeout as exc:
@@ -206,7 +210,10 @@ def _service() -> DeviceService:
 def _worker_address() -> str:
     from distributed import get_worker
 
-    return str(get_worker().address)
+    try:
+        return str(get_worker().address)
+    except ValueError:  # not inside a Dask task
+        return "this worker"
 
 
 def prepare_task(run_id: str, device: str, policy: Policy) -> dict[str, Any]:

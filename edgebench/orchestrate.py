@@ -108,12 +108,15 @@ class LocalSession:
 
     def __init__(self, spec: DeviceSpec, run_id: str, policy: Policy, *, lock_dir: Path | None = None,
                  lease_s: float = DEFAULT_LEASE_S, sleep: Callable[[float], None] = time.sleep,
-                 connect: Callable[[DeviceSpec], Device] = Device) -> None:
+                 connect: Callable[[DeviceSpec], Device] = Device, lease: DeviceLease | None = None) -> None:
         self.spec = spec
         self.device = spec.name
         self.run_id = run_id
         self.policy = policy
-        self.lease = DeviceLease(spec.name, run_id=run_id, folder=lock_dir, lease_s=lease_s)
+        # A caller that tries again and again (a cluster worker) passes the same lease each time: the lease
+        # remembers how long it has watched an unrefreshed holder, which is what lets it take over.
+        self.lease = lease or DeviceLease(spec.name, run_id=run_id, folder=lock_dir, lease_s=lease_s)
+        self.lease.run_id = run_id
         self._sleep = sleep
         self._connect_fn = connect
         self._dev: Device | None = None

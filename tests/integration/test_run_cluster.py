@@ -1,0 +1,261 @@
+"""`edgebench run --cluster` through a real Dask scheduler and `edgebench worker` processes on loopback.
+
+A worker holds the ssh board and the adb phone: the suite runs there and the records land in the
+controller's store. When that worker is killed mid-run, the jobs of devices no other worker holds become
+error records (no hang), while `local`, held by a second worker too, carries on there; `--resume` with a
+new worker then finishes exactly the missing jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_run_fleet import assert_complete_once, matmul_model, ok_jobs  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen[Any], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "process ended before listening"
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+class Procs:
+    """Processes this test started; all are stopped at the end, whatever happens."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.procs: list[subprocess.Popen[Any]] = []
+
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[Any]:
+        log = open(self.folder / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=self.folder,
+            env={**os.environ, **(env or {})},
+        )
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def log(self, name: str) -> str:
+        return (self.folder / f"{name}.log").read_text(errors="replace")
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[Procs]:
+    p = Procs(tmp_path)
+    try:
+        yield p
+    finally:
+        p.stop_all()
+
+
+@pytest.fixture
+def scheduler(procs: Procs) -> str:
+    port = free_port()
+    proc = procs.start(
+        "scheduler",
+        ["dask", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard", "--no-show"],
+    )
+    wait_port(port, proc)
+    return f"tcp://127.0.0.1:{port}"
+
+
+def start_worker(
+    procs: Procs,
+    name: str,
+    scheduler: str,
+    lab: Path,
+    locks: Path,
+    cache: Path,
+    devices: tuple[str, ...] = (),
+) -> subprocess.Popen[Any]:
+    argv = [
+        sys.executable,
+        "-m",
+        "edgebench",
+        "worker",
+        "--scheduler",
+        scheduler,
+        "--lab",
+        str(lab),
+        "--name",
+        name,
+        "--lock-dir",
+        str(locks),
+        "--idle-release",
+        "5",
+    ]
+    for d in devices:
+        argv += ["--device", d]
+    proc = procs.start(name, argv, env={"XDG_CACHE_HOME": str(cache)})
+    deadline = time.monotonic() + 60
+    while "joined" not in procs.log(name):
+        assert proc.poll() is None, procs.log(name)
+        assert time.monotonic() < deadline, procs.log(name)
+        time.sleep(0.1)
+    return proc
+
+
+def write_suite(folder: Path, devices: list[str]) -> Path:
+    (folder / "models").mkdir(exist_ok=True)
+    matmul_model(folder / "models" / "small.onnx", 64, 1)
+    matmul_model(folder / "models" / "wide.onnx", 256, 2)
+    path = folder / "cluster.toml"
+    path.write_text(f"""
+name = "cluster"
+devices = {json.dumps(devices)}
+models = ["models/small.onnx", "models/wide.onnx"]
+[[probe]]
+kind = "bench"
+params = {{ threads = [1, 2], runs = 5, warmup = 1, warmup_seconds = 0.0, min_seconds = 0.5 }}
+[policy]
+retries = 1
+backoff = 0.2
+quarantine_after = 2
+cooldown = false
+worker_grace = 3
+""")
+    return path
+
+
+def controller(suite: Path, scheduler: str, store: Path, *extra: str) -> subprocess.Popen[str]:
+    # The controller's working directory has no lab: devices resolve on the workers.
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edgebench",
+            "run",
+            str(suite),
+            "--cluster",
+            scheduler,
+            "--store",
+            str(store),
+            "--json",
+            *extra,
+        ],
+        cwd=suite.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.fixture
+def fleet_lab(ssh_board: Any, adb_phone_factory: Any, tmp_path: Path) -> tuple[Path, list[str]]:
+    lab = tmp_path / "worker-lab"
+    ssh_board.write_descriptor(lab)
+    adb_phone_factory(name="phone", lab_dir=lab)
+    return lab, ["local", ssh_board.name, "phone"]
+
+
+def test_suite_runs_on_the_worker_that_holds_the_board(
+    procs: Procs, scheduler: str, fleet_lab: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    lab, devices = fleet_lab
+    cache, locks = tmp_path / "worker-cache", tmp_path / "locks"
+    start_worker(procs, "w1", scheduler, lab, locks, cache)
+    suite = write_suite(tmp_path, devices)
+    store = tmp_path / "controller.db"
+
+    run = controller(suite, scheduler, store)
+    out, err = run.communicate(timeout=240)
+    assert run.returncode == 0, err
+    doc = json.loads(out)
+    assert doc["status"] == "ok" and doc["errors"] == []
+    assert {(r["device"], r["model"]) for r in doc["records"]} == {
+        (d, m) for d in devices for m in ("small", "wide")
+    }
+    assert_complete_once(store, doc["run_id"], 12)
+    with sqlite3.connect(store) as db:
+        fingerprints = dict(db.execute("SELECT device, fingerprint FROM devices").fetchall())
+        provenance = json.loads(db.execute("SELECT provenance FROM runs").fetchone()[0])
+    assert set(fingerprints) == set(devices) and provenance["cluster"] == scheduler
+    # The models reached the worker by content, once each, into its own cache.
+    shipped = sorted(p.name for p in (cache / "edgebench" / "cluster-files").glob("*/*.onnx"))
+    assert shipped == ["small.onnx", "wide.onnx"]
+    assert not (lab / "edgebench.db").exists() and not (tmp_path / "edgebench.db").exists()
+
+
+def test_a_lost_worker_fails_its_devices_jobs_and_local_moves_on(
+    procs: Procs, scheduler: str, fleet_lab: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    lab, devices = fleet_lab
+    board = devices[1]
+    cache, locks = tmp_path / "worker-cache", tmp_path / "locks"
+    w1 = start_worker(procs, "w1", scheduler, lab, locks, cache)
+    start_worker(procs, "w2", scheduler, tmp_path / "no-lab", locks, cache, devices=("local",))
+    suite = write_suite(tmp_path, devices)
+    store = tmp_path / "controller.db"
+
+    run = controller(suite, scheduler, store)
+    deadline = time.monotonic() + 120
+    while not any(d == board for _, d, _ in ok_jobs(store)):
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1]
+        time.sleep(0.1)
+    os.kill(w1.pid, signal.SIGKILL)  # the host holding the board and the phone drops off the network
+    w1.wait(10)  # reaped, as its supervisor would: a zombie still counts as a live lease holder
+    started = time.monotonic()
+    out, err = run.communicate(timeout=180)
+    assert time.monotonic() - started < 90  # bounded by the worker grace and retries, never a hang
+    assert run.returncode == 1, err
+    assert "Traceback" not in err
+    doc = json.loads(out)
+    summary = {s["device"]: s for s in doc["summary"]}
+    assert (summary["local"]["ok"], summary["local"]["failed"]) == (4, 0)  # carried on by w2
+    failed = {e["device"] for e in doc["errors"]}
+    assert board in failed and failed <= {board, "phone"}
+    assert all(e["kind"] == "lab" for e in doc["errors"])
+    run_id = doc["run_id"]
+    before = {key for key, _, _ in ok_jobs(store, run_id)}
+
+    start_worker(procs, "w3", scheduler, lab, locks, cache)  # the host is back
+    resumed = controller(suite, scheduler, store, "--resume", run_id)
+    out, err = resumed.communicate(timeout=240)
+    assert resumed.returncode == 0, err
+    doc = json.loads(out)
+    assert doc["status"] == "ok" and doc["errors"] == []
+    assert sum(s["skipped"] for s in doc["summary"]) == len(before)
+    assert_complete_once(store, run_id, 12)
