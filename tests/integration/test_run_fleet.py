@@ -118,9 +118,9 @@ def assert_complete_once(store: Path, run_id: str, expected_jobs: int) -> None:
         ).fetchall()
         assert len(rows) == expected_jobs and all(n == 1 for _, n in rows), rows
         dupes = db.execute(
-            "SELECT r.device, r.model, r.params, r.metric, COUNT(*) FROM records r JOIN jobs j ON r.job_id = j.id "
-            "WHERE r.run_id=? AND j.status='ok' GROUP BY r.device, r.model, r.params, r.metric "
-            "HAVING COUNT(*) > 1",
+            "SELECT r.device, r.model, r.params, r.metric, COUNT(*) FROM records r "
+            "JOIN jobs j ON r.job_id = j.id WHERE r.run_id=? AND j.status='ok' "
+            "GROUP BY r.device, r.model, r.params, r.metric HAVING COUNT(*) > 1",
             (run_id,),
         ).fetchall()
         assert dupes == []
