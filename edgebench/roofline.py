@@ -107,12 +107,13 @@ def dtype_class(elem_type: int, op_type: str) -> str:
     """The compute class a node's FLOPs count against: int8 for integer/quantized GEMMs, else its type."""
     if op_type in INT8_OPS:
         return "int8"
-    return {
+    classes: dict[int, str] = {
         TensorProto.FLOAT: "fp32",
         TensorProto.FLOAT16: "fp16",
         TensorProto.BFLOAT16: "bf16",
         TensorProto.DOUBLE: "fp64",
-    }.get(elem_type, "int" if elem_type else "fp32")
+    }
+    return classes.get(elem_type, "int" if elem_type else "fp32")
 
 
 INT8_OPS = {
@@ -394,7 +395,7 @@ class Analyzer:
         self.input_shapes: dict[str, list[int]] = {}
 
     # graph level
-    def run(self) -> tuple[Totals, Totals, dict[str, Tensor], list[str]]:
+    def run(self) -> tuple[Totals, Totals, ChainMap[str, Tensor], list[str]]:
         g = self.model.graph
         env: ChainMap[str, Tensor] = ChainMap()
         self._constants(g, env, "")
@@ -407,7 +408,9 @@ class Analyzer:
 
     def _graph_input(self, vi: onnx.ValueInfoProto) -> Tensor:
         tt = vi.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+        dims: list[Any] = [
+            d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim
+        ]
         if vi.name in self.shapes:
             given = [int(d) for d in self.shapes[vi.name]]
             if len(given) != len(dims) and tt.HasField("shape"):
@@ -648,8 +651,8 @@ class Analyzer:
         for name, g in branches.items():
             child = env.new_child()
             self._constants(g, child, f"{scope}{label}/{name}/")
-            t, lo = self.graph(g, child, f"{scope}{label}/{name}/")
-            results[name] = (t, lo, [child.get(o.name) for o in g.output])
+            branch_top, branch_low = self.graph(g, child, f"{scope}{label}/{name}/")
+            results[name] = (branch_top, branch_low, [child.get(o.name) for o in g.output])
         if decided:
             chosen_top, chosen_low = results[taken][0], results[taken][1]
             outs = results[taken][2]
@@ -690,11 +693,11 @@ class Analyzer:
         for vi, t in zip(body.input[2:], carried, strict=False):
             child[vi.name] = Tensor(t.elem_type, t.shape) if t is not None else Tensor(0, None)
         self._constants(body, child, f"{scope}{label}/body/")
-        t, lo = self.graph(body, child, f"{scope}{label}/body/")
+        body_top, body_low = self.graph(body, child, f"{scope}{label}/body/")
         if trips is None:
             self.warnings.append(f"Loop '{label}': trip count unknown statically; its body is counted once")
-        top.add(t, trips or 1)
-        low.add(lo, trips or 1)
+        top.add(body_top, trips or 1)
+        low.add(body_low, trips or 1)
         n_carried = len(carried)
         outs = [child.get(o.name) for o in body.output[1:]]
         for i, name in enumerate(node.output):
@@ -733,11 +736,11 @@ class Analyzer:
             else:
                 child[vi.name] = Tensor(t.elem_type, t.shape)
         self._constants(body, child, f"{scope}{label}/body/")
-        t, lo = self.graph(body, child, f"{scope}{label}/body/")
+        body_top, body_low = self.graph(body, child, f"{scope}{label}/body/")
         if trips is None:
             self.warnings.append(f"Scan '{label}': sequence length unknown; its body is counted once")
-        top.add(t, trips or 1)
-        low.add(lo, trips or 1)
+        top.add(body_top, trips or 1)
+        low.add(body_low, trips or 1)
         outs = [child.get(o.name) for o in body.output]
         for i, name in enumerate(node.output):
             src = outs[i] if i < len(outs) else None

@@ -712,8 +712,9 @@ class Run:
 
 def policy_from(task: dict[str, Any]) -> Policy:
     fields = ("trials", "warmup_s", "min_trial_s", "start", "min_top", "max_size", "growth", "budget_s")
-    kinds = {"trials": int, "start": int, "min_top": int, "max_size": int}
-    return Policy(**{f: kinds.get(f, float)(task[f]) for f in fields if task.get(f) is not None})
+    kinds: dict[str, type] = {"trials": int, "start": int, "min_top": int, "max_size": int}
+    values: dict[str, Any] = {f: kinds.get(f, float)(task[f]) for f in fields if task.get(f) is not None}
+    return Policy(**values)
 
 
 def run(task: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -731,10 +732,8 @@ def run(task: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         return {"backend": name, "available": False, "reason": str(exc), "results": [], "skipped": []}, []
     dtypes = task.get("dtypes") or list(DTYPES)
     threads_list = [int(t) for t in task.get("threads") or [len(affinity or []) or os.cpu_count() or 1]]
-    skinny = [
-        tuple(int(d) for d in s)
-        for s in (task.get("skinny") if task.get("skinny") is not None else DEFAULT_SKINNY)
-    ]
+    given = task.get("skinny")
+    skinny = [tuple(int(d) for d in s) for s in (DEFAULT_SKINNY if given is None else given)]
     sizes = [int(s) for s in task.get("sizes") or []] or None
     measured = Run(backend, policy, int(task.get("seed", 0)), warnings)
     skipped: list[dict[str, str]] = []

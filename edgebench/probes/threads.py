@@ -69,7 +69,9 @@ def run_threads(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
             result = bench_records(pctx, reply)
             out.extend(result)
             p50[t] = next(
-                r.value for r in result.records if r.metric == "latency_ms" and r.params.get("stat") == "p50"
+                float(r.value or 0.0)
+                for r in result.records
+                if r.metric == "latency_ms" and r.params.get("stat") == "p50"
             )
         out.extend(sweep_records(ctx, group, p50, margin))
     return out
