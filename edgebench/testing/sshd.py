@@ -113,6 +113,7 @@ class SshBoard:
         self.log = self.root / "sshd.log"
         self.lab_dir = self.root / "lab"
         self.workdir = self.root / "workdir"
+        self.home = self.root / "home"
 
     # ---- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> SshBoard:
@@ -123,6 +124,7 @@ class SshBoard:
             raise RuntimeError("cpu_quota needs a writable cgroup v1 cpu controller at /sys/fs/cgroup/cpu")
         self.root.mkdir(parents=True, exist_ok=True)
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.home.mkdir(parents=True, exist_ok=True)
         if not self.host_key.exists():
             generate_key(self.host_key)
         if not self.client_key.exists():
@@ -285,6 +287,10 @@ class SshBoard:
             "MaxStartups 64",
             "X11Forwarding no",
             "Subsystem sftp internal-sftp",
+            # The board's own home: sessions must not run this host user's rc files (Debian's bash
+            # sources ~/.bashrc for ssh commands; a heavy one slows every call, and a session killed in
+            # the middle of it can leave stale locks behind for the whole host).
+            f"SetEnv HOME={self.home}",
             "LogLevel ERROR",
         ]
         self.config.write_text("\n".join(lines) + "\n")

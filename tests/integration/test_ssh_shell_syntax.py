@@ -1,7 +1,8 @@
 """Shell syntax in model paths, workdirs, arguments and env values runs nothing on a real ssh board.
 
 Every payload tries to create a canary file (in the session's home, via `cd`, and in the current
-directory); the tests look for the canaries afterwards, in every place a stray shell could have put them.
+directory; the board's sessions have their own HOME); the tests look for the canaries afterwards, in
+every place a stray shell could have put them.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def test_transport_passes_hostile_strings_as_data(ssh_board: SshBoard, tmp_path:
             assert transport.read_text(str(remote), timeout=20) == "data"
     finally:
         transport.close()
-    assert_no_canary(canary, tmp_path, ssh_board.workdir)
+    assert_no_canary(canary, tmp_path, ssh_board.workdir, ssh_board.home)
 
 
 def test_bench_with_a_hostile_model_path_and_workdir(ssh_board: SshBoard, tmp_path: Path,
@@ -94,4 +95,4 @@ def test_bench_with_a_hostile_model_path_and_workdir(ssh_board: SshBoard, tmp_pa
     records = json.loads(res.stdout)["records"]
     assert records and {r["model"] for r in records} == {model.stem}  # the name is data, kept verbatim
     assert (workdir / "cache").is_dir()  # the hostile workdir was used literally
-    assert_no_canary(canary, tmp_path, workdir, workdir.parent, ssh_board.workdir)
+    assert_no_canary(canary, tmp_path, workdir, workdir.parent, ssh_board.workdir, ssh_board.home)
