@@ -19,6 +19,10 @@ from .knobs import as_list, choices, device_cpus, number, thread_counts
 
 KERNELS = ("read", "copy", "triad")
 DEFAULT_BUDGET_S = 600.0
+PARAMS = frozenset({
+    "kernel", "kernels", "threads", "affinity", "trials", "llc_bytes", "llc_mb", "array_bytes", "array_mb",
+    "block_bytes", "max_seconds",
+})  # fmt: skip
 MIB = 2**20
 
 

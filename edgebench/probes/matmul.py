@@ -24,6 +24,11 @@ DTYPES = ("fp32", "fp16", "int8")
 BACKENDS = ("numpy", "onnxruntime", "mnn")
 ORT_OPS = ("MatMul", "MatMulInteger", "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulInteger:u8u8")
 DEFAULT_BUDGET_S = 600.0
+# The params a suite may give (checked when the suite loads).
+PARAMS = frozenset({
+    "dtype", "dtypes", "backend", "backends", "ops", "threads", "affinity", "sizes", "skinny", "square",
+    "trials", "min_top", "max_size", "start", "warmup_seconds", "min_trial_seconds", "max_seconds", "seed",
+})  # fmt: skip
 # What each backend is as a `runtime` in the records.
 RUNTIME_OF = {"numpy": "numpy", "onnxruntime": "onnxruntime", "mnn": "mnn"}
 

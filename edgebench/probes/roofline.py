@@ -21,6 +21,9 @@ from ..roofline import Floor, ModelCost, analyze, efficiency_check, floor
 from .common import require_model, shapes_param
 
 BENCH_DEFAULTS = {"runs": 50, "min_seconds": 1.0}
+PARAMS = frozenset(
+    {"shapes", "values", "ceilings", "measured", "bench", "matmul", "bandwidth", "threads", "affinity"}
+)
 
 
 def run_roofline(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:

@@ -21,6 +21,10 @@ from .common import identity_params, job_timeout, push_model_and_inputs
 from .knobs import as_list, device_cpus, int_list, number
 
 ALL = "all"
+PARAMS = frozenset({
+    "threads", "affinity", "clusters", "per_cluster", "slower_margin", "shapes", "inputs", "seed", "runs",
+    "warmup", "warmup_seconds", "min_seconds", "max_seconds",
+})  # fmt: skip
 DEFAULT_MARGIN = 0.05
 
 
