@@ -1,78 +1,69 @@
 """Sensor sampling without Python: a loop in the device's own `sh` (toybox or busybox).
 
-It reads the same sysfs files as the agent's sampler (thermal zones, cpufreq, power supplies, hwmon rails)
-under the descriptor's sysfs_root, stamps each line with the device clock (/proc/uptime), and appends to a
-file in the workdir; the host starts it in the background, pulls the file and parses it.
+The loop reads the same sysfs files the agent's sampler reads (thermal zones, cpufreq, power supplies,
+hwmon rails) under the descriptor's sysfs_root and stamps each tick with the device clock
+(/proc/uptime). It first prints a snapshot of every candidate file; the host rebuilds that snapshot as a
+folder and runs the agent's own sensor discovery on it, so channel names, units and scales are exactly
+those of the Python sampler, and the log it returns has the Python sampler's shape.
 """
 
 from __future__ import annotations
 
+import os
 import posixpath
+import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
+from ..agent.sensors import discover
 from ..device import Device
 from ..errors import TransportError
 
-# Arguments: $1 sysfs root (ending in /), $2 interval in seconds, $3 samples, $4 output file.
+# Arguments: $1 sysfs root (ending in /), $2 interval in seconds, $3 ticks, $4 output file.
 # Only positional parameters carry data into the script: nothing is spliced into its text.
 SAMPLER_SCRIPT = r"""
 root=$1; interval=$2; count=$3; out=$4
-i=0
-: > "$out"
-while [ "$i" -lt "$count" ]; do
-  read up _ < /proc/uptime
-  for z in "$root"sys/class/thermal/thermal_zone*; do
-    [ -r "$z/temp" ] || continue
-    read t < "$z/temp" || continue
-    ty=${z##*/}; [ -r "$z/type" ] && read ty < "$z/type"
-    echo "$up T ${z##*/} $t $ty"
+cd "$root" || exit 1
+statics='sys/class/thermal/thermal_zone*/type sys/devices/system/cpu/cpu[0-9]*/cpufreq/related_cpus
+ sys/devices/system/cpu/cpu[0-9]*/cpufreq/affected_cpus sys/devices/system/cpu/cpu[0-9]*/cpufreq/cpuinfo_max_freq
+ sys/devices/system/cpu/cpu[0-9]*/cpufreq/cpuinfo_min_freq sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor
+ sys/devices/system/cpu/cpufreq/policy[0-9]*/related_cpus sys/devices/system/cpu/cpufreq/policy[0-9]*/affected_cpus
+ sys/devices/system/cpu/cpufreq/policy[0-9]*/cpuinfo_max_freq sys/devices/system/cpu/cpufreq/policy[0-9]*/cpuinfo_min_freq
+ sys/devices/system/cpu/cpufreq/policy[0-9]*/scaling_governor
+ sys/class/power_supply/*/type sys/class/power_supply/*/scope sys/class/hwmon/hwmon*/name sys/class/hwmon/hwmon*/*_label'
+dynamics='sys/class/thermal/thermal_zone*/temp sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_cur_freq
+ sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_max_freq sys/devices/system/cpu/cpu[0-9]*/cpufreq/cpuinfo_cur_freq
+ sys/devices/system/cpu/cpufreq/policy[0-9]*/scaling_cur_freq sys/devices/system/cpu/cpufreq/policy[0-9]*/scaling_max_freq
+ sys/devices/system/cpu/cpufreq/policy[0-9]*/cpuinfo_cur_freq
+ sys/class/power_supply/*/current_now sys/class/power_supply/*/voltage_now sys/class/power_supply/*/power_now
+ sys/class/power_supply/*/status sys/class/power_supply/*/online
+ sys/class/hwmon/hwmon*/in[0-9]*_input sys/class/hwmon/hwmon*/curr[0-9]*_input sys/class/hwmon/hwmon*/power[0-9]*_input
+ sys/class/hwmon/hwmon*/temp[0-9]*_input'
+{
+  for f in $statics; do [ -r "$f" ] && read -r v < "$f" && printf 'S\t%s\t%s\n' "$f" "$v"; done
+  i=0
+  while [ "$i" -lt "$count" ]; do
+    read -r up _ < /proc/uptime
+    printf 'T\t%s\n' "$up"
+    for f in $dynamics; do [ -r "$f" ] && read -r v < "$f" && printf 'V\t%s\t%s\n' "$f" "$v"; done
+    i=$((i+1))
+    sleep "$interval"
   done
-  for c in "$root"sys/devices/system/cpu/cpu[0-9]*; do
-    f=$c/cpufreq; [ -r "$f/scaling_cur_freq" ] || continue
-    read cur < "$f/scaling_cur_freq"
-    mx=-; [ -r "$f/scaling_max_freq" ] && read mx < "$f/scaling_max_freq"
-    hw=-; [ -r "$f/cpuinfo_max_freq" ] && read hw < "$f/cpuinfo_max_freq"
-    ci=-; [ -r "$f/cpuinfo_cur_freq" ] && read ci < "$f/cpuinfo_cur_freq"
-    echo "$up F ${c##*/} $cur $mx $hw $ci"
-  done
-  for p in "$root"sys/class/power_supply/*; do
-    [ -r "$p/current_now" ] || continue
-    read cu < "$p/current_now"
-    vo=-; [ -r "$p/voltage_now" ] && read vo < "$p/voltage_now"
-    st=-; [ -r "$p/status" ] && read st < "$p/status"
-    echo "$up P ${p##*/} $cu $vo $st"
-  done
-  for h in "$root"sys/class/hwmon/hwmon*; do
-    for f in "$h"/in*_input "$h"/curr*_input "$h"/power*_input; do
-      [ -r "$f" ] || continue
-      read v < "$f"
-      n=${f##*/}; lb=${n%_input}_label; lab=-; [ -r "$h/$lb" ] && read lab < "$h/$lb"
-      echo "$up H ${h##*/} $n $v $lab"
-    done
-  done
-  i=$((i+1))
-  sleep "$interval"
-done >> "$out"
+} >> "$out"
 """
 
 # Starts the sampler detached from the transport's session and prints its pid.
 LAUNCHER = 'script=$1; shift; nohup sh -c "$script" sampler "$@" </dev/null >/dev/null 2>&1 & echo $!'
+_TEXT_DYNAMICS = ("status", "online")
 
 
 @dataclass
-class SensorTrace:
-    """Readings by kind, each a list of (t_s on the device clock, ...)."""
+class ShellTrace:
+    """The sampler's output: static file contents and, per tick, (device time, {relpath: raw text})."""
 
-    temps: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # zone type -> (t, °C)
-    freqs: dict[str, list[tuple[float, float, float | None]]] = field(default_factory=dict)  # cpu -> (t, MHz, cap)
-    supplies: dict[str, list[tuple[float, float, float | None, str]]] = field(default_factory=dict)  # (t, µA, µV, st)
-    rails: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # "hwmon0/curr1_input" -> (t, raw)
-
-    def start(self) -> float | None:
-        times = [s[0] for series in (*self.temps.values(), *self.freqs.values(), *self.supplies.values(),
-                                     *self.rails.values()) for s in series]
-        return min(times) if times else None
+    static: dict[str, str] = field(default_factory=dict)
+    ticks: list[tuple[float, dict[str, str]]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -82,37 +73,71 @@ class SamplerHandle:
     started: float
 
 
-def parse_sampler_output(text: str) -> SensorTrace:
-    """Parse the sampler's lines; malformed or partial lines (the loop was killed mid-write) are skipped."""
-    trace = SensorTrace()
-    lines = text.split("\n")
-    # The last line is complete only if the text ends with a newline (the loop may die mid-write).
-    for line in lines[:-1]:
-        parts = line.split()
+def parse_sampler_output(text: str) -> ShellTrace:
+    """Parse the sampler's lines; a final line without its newline (the loop died mid-write) is dropped."""
+    trace = ShellTrace()
+    for line in text.split("\n")[:-1]:
+        parts = line.split("\t")
         try:
-            t, kind = float(parts[0]), parts[1]
-            if kind == "T":
-                zone_type = " ".join(parts[4:]) or parts[2]
-                trace.temps.setdefault(zone_type, []).append((t, int(parts[3]) / 1000.0))
-            elif kind == "F":
-                cap = None if parts[4] == "-" else int(parts[4]) / 1000.0
-                trace.freqs.setdefault(parts[2], []).append((t, int(parts[3]) / 1000.0, cap))
-            elif kind == "P":
-                volts = None if parts[4] == "-" else float(parts[4])
-                trace.supplies.setdefault(parts[2], []).append((t, float(parts[3]), volts, parts[5]))
-            elif kind == "H":
-                trace.rails.setdefault(f"{parts[2]}/{parts[3]}", []).append((t, float(parts[4])))
-        except (IndexError, ValueError):
+            if parts[0] == "S" and len(parts) == 3:
+                trace.static[parts[1]] = parts[2]
+            elif parts[0] == "T" and len(parts) == 2:
+                trace.ticks.append((float(parts[1]), {}))
+            elif parts[0] == "V" and len(parts) == 3 and trace.ticks:
+                trace.ticks[-1][1][parts[1]] = parts[2]
+        except ValueError:
             continue
     return trace
 
 
-def start_sampler(device: Device, interval_s: float, duration_s: float, timeout: float) -> SamplerHandle:
+def sensor_log(trace: ShellTrace, config: dict[str, Any], period_s: float) -> dict[str, Any]:
+    """The Python sampler's log, built from the shell trace with the agent's own discovery."""
+    if not trace.ticks:
+        return {"clock": "device uptime", "period_s": period_s, "origin": 0.0, "t": [], "channels": [],
+                "status": {}, "static": {}, "warnings": ["the shell sampler recorded no tick"], "late_ticks": 0}
+    with tempfile.TemporaryDirectory(prefix="edgebench-sysfs-") as snap:
+        # The first tick's values and the static files, laid out as a sysfs tree for discovery.
+        for rel, value in {**trace.ticks[0][1], **trace.static}.items():
+            path = os.path.join(snap, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as fh:
+                fh.write(value + "\n")
+        found = discover({**config, "sysfs_root": snap})
+        rel_of = {id(c): os.path.relpath(c.path, snap) for c in found.channels}
+        rel_status = {s.id: os.path.relpath(s.path, snap) for s in found.statuses}
+    origin = trace.ticks[0][0]
+    channels = []
+    for c in found.channels:
+        values = [_scaled(tick.get(rel_of[id(c)]), c.scale) for _, tick in trace.ticks]
+        channels.append({**c.describe(), "path": "/" + rel_of[id(c)], "values": values})
+    status: dict[str, list[list[Any]]] = {}
+    for sid, rel in rel_status.items():
+        changes: list[list[Any]] = []
+        for t, tick in trace.ticks:
+            text = tick.get(rel)
+            if not changes or changes[-1][1] != text:
+                changes.append([round(t - origin, 4), text])
+        status[sid] = changes
+    return {
+        "clock": "device uptime", "period_s": period_s, "origin": origin, "late_ticks": 0,
+        "t": [round(t - origin, 4) for t, _ in trace.ticks], "channels": channels, "status": status,
+        "static": found.static, "warnings": list(found.warnings),
+    }
+
+
+def _scaled(raw: str | None, scale: float) -> float | None:
+    try:
+        return round(float(raw) * scale, 4) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def start_sampler(device: Device, period_s: float, duration_s: float, timeout: float) -> SamplerHandle:
     root = posixpath.join(device.spec.sensors.sysfs_root, "")
     out = posixpath.join(device.spec.workdir, f"sensors-{time.time_ns()}.log")
-    count = max(1, int(duration_s / interval_s) + 1)
+    ticks = max(1, int(duration_s / period_s) + 1)
     device.transport.run(["mkdir", "-p", device.spec.workdir], timeout=timeout).check(device.name)
-    res = device.transport.run(["sh", "-c", LAUNCHER, "sh", SAMPLER_SCRIPT, root, f"{interval_s:g}", str(count),
+    res = device.transport.run(["sh", "-c", LAUNCHER, "sh", SAMPLER_SCRIPT, root, f"{period_s:g}", str(ticks),
                                 out], timeout=timeout).check(device.name)
     try:
         pid = int(res.stdout.strip().splitlines()[-1])
@@ -121,7 +146,7 @@ def start_sampler(device: Device, interval_s: float, duration_s: float, timeout:
     return SamplerHandle(pid, out, time.monotonic())
 
 
-def stop_sampler(device: Device, handle: SamplerHandle, timeout: float) -> SensorTrace:
+def stop_sampler(device: Device, handle: SamplerHandle, timeout: float) -> ShellTrace:
     """Stop the loop (if still running), read what it wrote, and remove the file."""
     device.transport.run(["kill", str(handle.pid)], timeout=timeout)
     text = device.transport.read_text(handle.output, timeout=timeout)
