@@ -51,7 +51,7 @@ def matmul_model(path: Path, n: int, seed: int) -> Path:
     return path
 
 
-def write_suite(folder: Path, devices: list[str], *, min_seconds: float = 0.4) -> Path:
+def write_suite(folder: Path, devices: list[str], *, runs: int = 30) -> Path:
     (folder / "models").mkdir(parents=True, exist_ok=True)
     matmul_model(folder / "models" / "small.onnx", 64, 1)
     matmul_model(folder / "models" / "wide.onnx", 256, 2)
@@ -62,7 +62,7 @@ devices = {json.dumps(devices)}
 models = ["models/small.onnx", {{name = "wide", path = "models/wide.onnx"}}]
 [[probe]]
 kind = "bench"
-params = {{ threads = [1, 2], runs = 5, warmup = 1, warmup_seconds = 0.0, min_seconds = {min_seconds} }}
+params = {{ threads = [1, 2], runs = {runs}, warmup = 1, warmup_seconds = 0.0, min_seconds = 0.0 }}
 [policy]
 retries = 1
 backoff = 0.2
@@ -88,12 +88,15 @@ def finish(proc: subprocess.Popen[str]) -> tuple[int, dict[str, Any], str]:
 
 
 def ok_jobs(store: Path, run_id: str | None = None) -> list[tuple[str, str, str]]:
-    """(job key, device, started) of every ok job in the store (or in one run)."""
+    """(job key, device, started) of every ok job in the store (or in one run); none while it is being made."""
     if not store.exists():
         return []
-    with sqlite3.connect(store, timeout=30) as db:
-        sql = "SELECT job_key, device, started FROM jobs WHERE status='ok'"
-        return db.execute(sql + (" AND run_id=?" if run_id else ""), (run_id,) if run_id else ()).fetchall()
+    try:
+        with sqlite3.connect(store, timeout=30) as db:
+            sql = "SELECT job_key, device, started FROM jobs WHERE status='ok'"
+            return db.execute(sql + (" AND run_id=?" if run_id else ""), (run_id,) if run_id else ()).fetchall()
+    except sqlite3.OperationalError:  # the controller is still creating the schema
+        return []
 
 
 def wait_until(condition: Callable[[], bool], proc: subprocess.Popen[str], timeout: float = 120) -> None:
@@ -191,7 +194,7 @@ def test_a_killed_controller_loses_only_jobs_in_flight(
     fleet: tuple[Path, Any, list[str]], tmp_path: Path
 ) -> None:
     lab, board, devices = fleet
-    suite = write_suite(tmp_path, devices, min_seconds=0.6)
+    suite = write_suite(tmp_path, devices, runs=200)
     store, locks = tmp_path / "kill9.db", tmp_path / "locks"
     common = ["--lab", str(lab), "--store", str(store), "--lock-dir", str(locks), "--json"]
 
