@@ -149,7 +149,7 @@ devices = {json.dumps(devices)}
 models = ["models/small.onnx", "models/wide.onnx"]
 [[probe]]
 kind = "bench"
-params = {{ threads = [1, 2], runs = 5, warmup = 1, warmup_seconds = 0.0, min_seconds = 0.5 }}
+params = {{ threads = [1, 2], runs = 50, warmup = 1, warmup_seconds = 0.0, min_seconds = 0.0 }}
 [policy]
 retries = 1
 backoff = 0.2

@@ -88,13 +88,15 @@ def finish(proc: subprocess.Popen[str]) -> tuple[int, dict[str, Any], str]:
 
 
 def ok_jobs(store: Path, run_id: str | None = None) -> list[tuple[str, str, str]]:
-    """(job key, device, started) of every ok job in the store (or in one run); none while it is being made."""
+    """(job key, device, started) of every ok job in the store (or in one run); none while it is made."""
     if not store.exists():
         return []
     try:
         with sqlite3.connect(store, timeout=30) as db:
             sql = "SELECT job_key, device, started FROM jobs WHERE status='ok'"
-            return db.execute(sql + (" AND run_id=?" if run_id else ""), (run_id,) if run_id else ()).fetchall()
+            if run_id:
+                return db.execute(sql + " AND run_id=?", (run_id,)).fetchall()
+            return db.execute(sql).fetchall()
     except sqlite3.OperationalError:  # the controller is still creating the schema
         return []
 
