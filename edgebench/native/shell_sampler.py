@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import posixpath
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from ..errors import TransportError
 # Only positional parameters carry data into the script: nothing is spliced into its text.
 SAMPLER_SCRIPT = r"""
 root=$1; interval=$2; count=$3; out=$4
+echo $$ > "$out.pid"
 cd "$root" || exit 1
 statics='sys/class/thermal/thermal_zone*/type sys/devices/system/cpu/cpu[0-9]*/cpufreq/related_cpus
  sys/devices/system/cpu/cpu[0-9]*/cpufreq/affected_cpus sys/devices/system/cpu/cpu[0-9]*/cpufreq/cpuinfo_max_freq
@@ -53,8 +55,6 @@ dynamics='sys/class/thermal/thermal_zone*/temp sys/devices/system/cpu/cpu[0-9]*/
 } >> "$out"
 """
 
-# Starts the sampler detached from the transport's session and prints its pid.
-LAUNCHER = 'script=$1; shift; nohup sh -c "$script" sampler "$@" </dev/null >/dev/null 2>&1 & echo $!'
 _TEXT_DYNAMICS = ("status", "online")
 
 
@@ -66,11 +66,14 @@ class ShellTrace:
     ticks: list[tuple[float, dict[str, str]]] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
+@dataclass
 class SamplerHandle:
-    pid: int
+    """A sampler running as a foreground command in a host thread: it dies with the connection, so a
+    lost host never leaves a loop behind on the device."""
+
     output: str
-    started: float
+    thread: threading.Thread
+    errors: list[BaseException] = field(default_factory=list)
 
 
 def parse_sampler_output(text: str) -> ShellTrace:
@@ -133,22 +136,45 @@ def _scaled(raw: str | None, scale: float) -> float | None:
 
 
 def start_sampler(device: Device, period_s: float, duration_s: float, timeout: float) -> SamplerHandle:
+    """Start the loop for at most `duration_s`; returns once its first tick is on the device."""
     root = posixpath.join(device.spec.sensors.sysfs_root, "")
     out = posixpath.join(device.spec.workdir, f"sensors-{time.time_ns()}.log")
     ticks = max(1, int(duration_s / period_s) + 1)
     device.transport.run(["mkdir", "-p", device.spec.workdir], timeout=timeout).check(device.name)
-    res = device.transport.run(["sh", "-c", LAUNCHER, "sh", SAMPLER_SCRIPT, root, f"{period_s:g}", str(ticks),
-                                out], timeout=timeout).check(device.name)
-    try:
-        pid = int(res.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        raise TransportError(f"sensor sampler did not start: {res.stdout!r}", device=device.name) from None
-    return SamplerHandle(pid, out, time.monotonic())
+    argv = ["sh", "-c", SAMPLER_SCRIPT, "sampler", root, f"{period_s:g}", str(ticks), out]
+    handle = SamplerHandle(out, threading.Thread(target=lambda: None))
+
+    def loop() -> None:
+        try:
+            device.transport.run(argv, timeout=duration_s + timeout)
+        except BaseException as exc:  # noqa: BLE001 - reported by stop_sampler
+            handle.errors.append(exc)
+
+    handle.thread = threading.Thread(target=loop, name=f"shell-sampler-{device.name}", daemon=True)
+    handle.thread.start()
+    _wait_for_first_tick(device, handle, timeout)
+    return handle
+
+
+def _wait_for_first_tick(device: Device, handle: SamplerHandle, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        res = device.transport.run(["grep", "-c", "^T", handle.output], timeout=timeout)
+        if res.stdout.strip() not in ("", "0"):
+            return
+        if not handle.thread.is_alive():
+            break
+        time.sleep(0.05)
+    if handle.errors:
+        raise handle.errors[0]
+    raise TransportError("the shell sensor sampler did not start", device=device.name)
 
 
 def stop_sampler(device: Device, handle: SamplerHandle, timeout: float) -> ShellTrace:
-    """Stop the loop (if still running), read what it wrote, and remove the file."""
-    device.transport.run(["kill", str(handle.pid)], timeout=timeout)
+    """Stop the loop (if still running), read what it wrote, and remove its files."""
+    device.transport.run(["sh", "-c", 'kill "$(cat "$1")" 2>/dev/null; true', "sh", handle.output + ".pid"],
+                         timeout=timeout)
+    handle.thread.join(timeout)
     text = device.transport.read_text(handle.output, timeout=timeout)
-    device.transport.run(["rm", "-f", handle.output], timeout=timeout)
+    device.transport.run(["rm", "-f", handle.output, handle.output + ".pid"], timeout=timeout)
     return parse_sampler_output(text)

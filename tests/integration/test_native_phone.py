@@ -111,3 +111,49 @@ def test_missing_runner_names_the_descriptor(adb_phone_factory, tmp_path: Path) 
     res = edgebench("bench", "builtin:convnet", "--device", "stock", "--lab", str(lab.lab_dir), cwd=tmp_path)
     assert res.returncode == 2
     assert "no 'onnxruntime_perf_test' in [runners]" in res.stderr and "stock.toml" in res.stderr
+
+
+def test_shell_sampler_on_the_stock_phone_matches_the_python_sampler(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The phone's own sh samples its sandbox sysfs (driven by real load) while the Python sampler reads the
+    same files from the host: same channels, and both see the frequency cap drop."""
+    import dataclasses
+    import threading
+    import time
+
+    from edgebench.device import Device
+    from edgebench.lab import Sensors, builtin_local
+    from edgebench.native.shell_sampler import sensor_log, start_sampler, stop_sampler
+    from edgebench.probes.sensing import sensors_config
+    from edgebench.testing.sysfs_sim import SysfsSim
+
+    lab = stock_phone(adb_phone_factory, tmp_path, "")
+    host_view = dataclasses.replace(builtin_local(), workdir=str(tmp_path / "work"),
+                                    sensors=Sensors(sysfs_root=str(lab.root)))
+    with SysfsSim(lab.root, burners=1) as sim, Device(lab.spec()) as phone, Device(host_view) as host:
+        config = sensors_config(phone.spec, 0.2)
+        python_log: dict = {}
+
+        def python_sampler() -> None:
+            task = {"kind": "sample", "sensors": {**config, "sysfs_root": str(lab.root)}, "duration_s": 3.0}
+            python_log.update(host.run_agent(task, 60).result["sensors"])
+
+        handle = start_sampler(phone, 0.2, 3.5, timeout=30)
+        thread = threading.Thread(target=python_sampler)
+        thread.start()
+        time.sleep(1.2)
+        sim.cap_now()
+        thread.join(60)
+        time.sleep(0.5)
+        shell_log = sensor_log(stop_sampler(phone, handle, timeout=30), config, 0.2)
+
+    def by_id(log: dict) -> dict[str, list]:
+        return {c["id"]: c["values"] for c in log["channels"]}
+
+    shell, python = by_id(shell_log), by_id(python_log)
+    assert set(shell) == set(python) and any(k.startswith("temp:") for k in shell)
+    [cap] = [k for k in shell if k.startswith("freq_cap_mhz:")]
+    for series in (shell[cap], python[cap]):
+        assert series[-1] < series[0]  # the cap dropped, seen by both samplers
+    for key in (k for k in shell if k.startswith("temp:")):
+        lo, hi = min(python[key]) - 1.0, max(python[key]) + 1.0
+        assert all(lo <= v <= hi for v in shell[key][1:-1] if v is not None)
