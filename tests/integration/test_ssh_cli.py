@@ -160,3 +160,15 @@ def test_board_dying_mid_bench_is_one_line_exit_3_without_a_hang(fresh_ssh_board
     with sqlite3.connect(tmp_path / "s.db") as db:  # the failed job is kept as data
         [(error,)] = db.execute("SELECT error FROM jobs").fetchall()
     assert "lost" in error
+
+
+def test_devices_check_flags_a_reachable_board_whose_interpreter_is_missing(ssh_board: SshBoard,
+                                                                            tmp_path: Path) -> None:
+    lab = tmp_path / "lab"
+    ssh_board.write_descriptor(lab, name="nopython", python="/nonexistent/python3")
+    res = edgebench("devices", "--check", "--device", "nopython", "--lab", str(lab), "--json", cwd=tmp_path)
+    assert res.returncode == 3, res.stderr
+    [row] = json.loads(res.stdout)["devices"]
+    assert row["reachable"] and not row["usable"]
+    assert row["status"].startswith("not usable: interpreter '/nonexistent/python3' not found")
+    assert row["arch"] and row["kernel"] and row["cores"]  # the shell still told us what the board is
