@@ -32,6 +32,9 @@ def run_mnn_tool(args: Sequence[str], *, quant: bool = False, timeout: float = 9
     output = proc.stdout + proc.stderr
     if proc.returncode != 0 or "Converted Failed" in output:
         lines = [ln for ln in output.splitlines() if ln.strip()]
+        if proc.returncode < 0:  # killed by a signal: the native tool crashed on this model
+            last = f" after: {lines[-1].strip()}" if lines else ""
+            raise ModelError(f"{tool} crashed (signal {-proc.returncode}){last}")
         raise ModelError(f"{tool} failed: {lines[-1] if lines else f'exit {proc.returncode}'}")
     return output
 

@@ -43,9 +43,11 @@ from .jobs import Job, JobOutcome
 from .models import ModelRef
 from .quantize import (
     DeclaredInput,
+    all_graphs,
     compact_names,
     constants_to_initializers,
     declared_inputs,
+    has_subgraphs,
     opset_version,
 )
 from .records import Record, RecordContext, utc_now
@@ -360,7 +362,7 @@ def _make_int8_dynamic(ctx: _Context, target: Path, params: dict[str, Any], warn
         extra_options={"EnableSubgraph": True},
     )
     params.update(weight_type="int8", activations="dynamic uint8")
-    _save_checked(onnx.load(str(tmp)), target, compact=True)
+    _save_quantized(onnx.load(str(tmp)), target, params, warnings)
 
 
 def _make_int8_static(ctx: _Context, target: Path, params: dict[str, Any], warnings: list[str]) -> None:
@@ -397,7 +399,7 @@ def _make_int8_static(ctx: _Context, target: Path, params: dict[str, Any], warni
         weight_type="int8 per-channel",
         activation_type="uint8",
     )
-    _save_checked(onnx.load(str(tmp)), target, compact=True)
+    _save_quantized(onnx.load(str(tmp)), target, params, warnings)
 
 
 def _make_mnn_fp32(ctx: _Context, target: Path, params: dict[str, Any], warnings: list[str]) -> None:
@@ -528,6 +530,43 @@ def _prepare_for_quantization(source: Path, scratch: Path) -> Path:
         except Exception:  # noqa: BLE001, S112 - the next, more lenient pass is tried
             continue
     return plain
+
+
+def _save_quantized(
+    model: onnx.ModelProto, target: Path, params: dict[str, Any], warnings: list[str]
+) -> None:
+    """Save an int8 model, refusing one where nothing was quantized and saying when much stayed float."""
+    int8, left = weight_bytes(model)
+    if int8 == 0:
+        where = " (its weights sit inside If/Loop subgraphs)" if has_subgraphs(model) else ""
+        raise ModelError(f"the quantizer found no weight it could quantize{where}")
+    share = int8 * 4 / (int8 * 4 + left)
+    params["int8_weight_share"] = round(share, 4)
+    if share < 0.8:
+        warnings.append(
+            f"{target.name}: only {share:.0%} of the weights are int8; the rest stayed float "
+            "(ops or subgraphs this quantizer does not handle)"
+        )
+    _save_checked(model, target, compact=True)
+
+
+def weight_bytes(model: onnx.ModelProto) -> tuple[int, int]:
+    """Bytes of 8-bit weights, and of float weights (tensors of 256+ elements) left, in all graphs."""
+    int8 = left = 0
+    eight_bit = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
+    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
+    for _, graph in all_graphs(model.graph):
+        tensors = list(graph.initializer) + [
+            a.t for n in graph.node if n.op_type == "Constant" for a in n.attribute if a.type == a.TENSOR
+        ]
+        for t in tensors:
+            count = int(np.prod(t.dims)) if len(t.dims) else 1
+            size = count * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+            if t.data_type in eight_bit and count >= 256:
+                int8 += size
+            elif t.data_type in floats and count >= 256:
+                left += size
+    return int8, left
 
 
 def _save_checked(model: onnx.ModelProto, target: Path, *, compact: bool) -> None:
