@@ -262,3 +262,26 @@ def test_reference_runs_on_the_host_when_the_device_cannot(mlp: Subject, tmp_pat
     assert {r["device"] for r in records} == {"mnnonly"}
     cosine = next(r["value"] for r in records if r["metric"] == "cosine")
     assert cosine >= 0.9999
+
+
+def test_a_suite_benches_and_checks_every_variant_in_one_run(mlp: Subject, tmp_path: Path) -> None:
+    models = [mlp.path, mlp.variants["int8-dynamic"], mlp.variants["mnn-fp32"], mlp.variants["mnn-int8"]]
+    suite = tmp_path / "variants.toml"
+    suite.write_text(
+        'name = "variants"\ndevices = ["local"]\n'
+        f"models = {json.dumps([str(m) for m in models])}\n"
+        '[[probe]]\nkind = "bench"\n'
+        "params = { runs = 10, threads = 1, min_seconds = 0.0, shapes = { x = [1, 256] } }\n"
+        '[[probe]]\nkind = "accuracy"\n'
+        f'params = {{ reference = "{mlp.path}", shapes = {{ x = [2, 256] }} }}\n')
+    res = edgebench("run", str(suite), "--store", str(tmp_path / "s.db"), "--json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    document = json.loads(res.stdout)
+    assert document["status"] == "ok" and document["errors"] == []
+    names = {m.name.rsplit(".", 1)[0] for m in models}
+    records = document["records"]
+    for probe, metric in (("bench", "latency_ms"), ("accuracy", "cosine")):
+        assert {r["model"] for r in records if r["probe"] == probe and r["metric"] == metric} == names
+    cosine = {r["model"]: r["value"] for r in records if r["metric"] == "cosine"}
+    assert cosine[mlp.path.stem] == pytest.approx(1.0) and cosine[f"{mlp.path.stem}.fp32"] >= 0.9999
+    assert {r["runtime"] for r in records if r["model"].endswith((".fp32", ".int8"))} == {"mnn"}
