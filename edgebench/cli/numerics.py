@@ -60,12 +60,10 @@ def variants(
     """Make fp16, int8 (dynamic, static) and MNN (fp32, int8-weight, int8) variants of a model."""
     from ..provenance import host_provenance
     from ..records import new_run_id
-    from ..variants import RANDOM_CALIBRATION_WARNING, VARIANT_KINDS, make_variants, variant_outcomes
+    from ..variants import VARIANT_KINDS, make_variants, variant_outcomes
 
     ref = resolve_model(model)
     kinds = [k.strip() for k in only.split(",") if k.strip()] if only else list(VARIANT_KINDS)
-    if calib is None and any(k in kinds for k in ("int8-static", "mnn-int8")):
-        note("edgebench: WARNING: " + RANDOM_CALIBRATION_WARNING.format(variant="int8-static / mnn-int8"))
     note(f"edgebench: variants of {ref.name} into {out}")
 
     def progress(v: Any) -> None:
