@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, EdgebenchError
+from .errors import ConfigError, EdgebenchError, one_line
 from .jobs import Job
 from .lab import Lab
 from .models import BUILTIN_PREFIX, ModelRef, resolve_model
@@ -249,7 +249,7 @@ def _probe(t: TableReader, path: Path, models: list[ModelRef], devices: tuple[st
     if not implementations:
         raise t.error("kind", f"unknown probe '{kind}' (known: {', '.join(sorted(_probe_kinds()))})")
     needs_model = any(bool(getattr(m, "NEEDS_MODEL", kind not in MODEL_FREE_PROBES)) for m in implementations)
-    grid = _grid(t, path, _accepted_params(implementations))
+    grid = _grid(t, path, _accepted_params(implementations), {m.name: m for m in models})
     model_names: tuple[str, ...] | None = None
     if t.has("models"):
         model_names = t.str_list("models")
@@ -269,8 +269,23 @@ def _probe(t: TableReader, path: Path, models: list[ModelRef], devices: tuple[st
                 raise t.error(f"devices[{j}]", f"'{n}' is not one of the suite's devices")
     timeout = _positive(t, "timeout", None)
     t.done()
-    return ProbeSpec(kind=kind, grid=grid, models=model_names, devices=probe_devices, timeout_s=timeout,
+    spec = ProbeSpec(kind=kind, grid=grid, models=model_names, devices=probe_devices, timeout_s=timeout,
                      needs_model=needs_model)
+    _check_values(t, spec, implementations)
+    return spec
+
+
+def _check_values(t: TableReader, spec: ProbeSpec, modules: list[Any]) -> None:
+    """A probe module's own `check_params(params)` refuses bad values now, not as error records later."""
+    for module in modules:
+        check = getattr(module, "check_params", None)
+        if check is None:
+            continue
+        for point in spec.points():
+            try:
+                check({k: v for k, v in point.items() if k != "runtime"})
+            except EdgebenchError as exc:
+                raise t.error("params", one_line(exc)) from None
 
 
 def _probe_registries() -> list[dict[str, str]]:
@@ -299,7 +314,8 @@ def _accepted_params(modules: list[Any]) -> frozenset[str] | None:
     return frozenset().union(*declared)
 
 
-def _grid(t: TableReader, path: Path, accepted: Any) -> dict[str, tuple[Any, ...]]:
+def _grid(t: TableReader, path: Path, accepted: Any,
+          models: dict[str, ModelRef]) -> dict[str, tuple[Any, ...]]:
     params = t.table("params")
     grid: dict[str, tuple[Any, ...]] = {}
     for key, value in params._data.items():  # noqa: SLF001 - every key is a param name, taken on purpose
@@ -312,7 +328,9 @@ def _grid(t: TableReader, path: Path, accepted: Any) -> dict[str, tuple[Any, ...
         if key == "runtime":
             _check_runtimes(params, values)
         if key in PATH_PARAMS:
-            values = tuple(_suite_relative(v, path) for v in values)
+            # A suite model's name stands for its file (`reference = "enc"`); other values are paths.
+            values = tuple(str(models[v].path) if isinstance(v, str) and v in models
+                           else _suite_relative(v, path) for v in values)
         grid[key] = values
     params.done()
     return grid

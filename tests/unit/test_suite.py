@@ -217,3 +217,46 @@ def test_run_refuses_bad_suites_with_exit_2_one_line_and_keeps_the_store(suite_d
     assert res.returncode == 2 and "unknown run 'no-such-run'" in res.stderr and "Traceback" not in res.stderr
     with Store(store) as st:
         assert [r.run_id for r in st.runs()] == ["earlier"]
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_shipped_suites_load_and_plan(tmp_path: Path) -> None:
+    smoke = load_suite(REPO / "suites" / "smoke.toml")
+    check_devices(smoke, load_lab(REPO / "devices"))
+    jobs = plan(smoke)
+    assert {j.device for j in jobs} == {"local"}
+    assert {j.probe for j in jobs} >= {"bench", "matmul", "bandwidth"}
+    assert len([j for j in jobs if j.model is None]) == 2  # matmul and bandwidth: once, no model
+
+    nightly = load_suite(REPO / "suites" / "nightly.toml")
+    lab = tmp_path / "lab"
+    lab.mkdir()
+    (lab / "pixel8.toml").write_text('transport = "adb"\nserial = "37281FDJH000XY"\n')
+    (lab / "rpi5.toml").write_text('transport = "ssh"\nhost = "10.0.0.12"\n')
+    check_devices(nightly, load_lab(lab))
+    jobs = plan(nightly)
+    assert {j.probe for j in jobs if j.device == "pixel8"} >= {"thermal", "power"}
+    assert not {j.probe for j in jobs if j.device == "rpi5"} & {"thermal", "power"}
+    assert {j.runtime for j in jobs if j.probe == "bench"} == {"onnxruntime", "mnn"}
+
+
+def test_probe_modules_check_their_param_values_at_load(suite_dir: Path) -> None:
+    path = write(suite_dir, HEAD + '[[probe]]\nkind = "thermal"\nparams = {duration_s = -5}\n')
+    with pytest.raises(ConfigError, match=r"suite.toml: probe\[0\].params: .*duration_s"):
+        load_suite(path)
+
+
+def test_a_reference_param_may_name_a_suite_model(suite_dir: Path) -> None:
+    path = write(suite_dir, """
+        devices = ["local"]
+        models = [{name = "fp32", path = "models/enc.onnx"}, {name = "int8", path = "models/enc-int8.onnx"}]
+        [[probe]]
+        kind = "accuracy"
+        models = ["int8"]
+        params = { reference = "fp32" }
+    """)
+    [job] = plan(load_suite(path))
+    assert job.model.name == "int8"
+    assert job.params["reference"] == str((suite_dir / "models" / "enc.onnx").resolve())
