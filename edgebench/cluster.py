@@ -90,6 +90,9 @@ class DeviceService(WorkerPlugin):
 
     # WorkerPlugin hooks
     def setup(self, worker: Any = None) -> None:
+        from .orchestrate import prebuild_agent
+
+        prebuild_agent()  # before device tasks start in parallel threads
         self._reaper = threading.Thread(target=self._reap_idle, name="edgebench-reaper", daemon=True)
         self._reaper.start()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -47,7 +48,7 @@ def onnx_to_mnn(onnx_path: Path, out: Path | None = None, extra: Sequence[str] =
         if out.exists():
             return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}")
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.{threading.get_ident()}")  # devices convert in parallel
     run_mnn_tool(["-f", "ONNX", "--modelFile", str(onnx_path), "--MNNModel", str(tmp), "--bizCode", "edgebench",
                   *extra])
     if not tmp.exists() or tmp.stat().st_size == 0:

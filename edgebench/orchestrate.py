@@ -475,7 +475,7 @@ def run_suite(suite: Suite, *, store_path: Path, lab: Lab | None = None, resume:
     if cluster is None:
         lab = lab if lab is not None else Lab({})
         check_devices(suite, lab)
-    _prebuild_agent()
+    prebuild_agent()
     store = Store(store_path)
     try:
         done_keys: set[str] = set()
@@ -529,7 +529,7 @@ class _sessions:
             self._executor.close()
 
 
-def _prebuild_agent() -> None:
+def prebuild_agent() -> None:
     """Pack the agent once before device threads start, so they never race to write the same file."""
     import tempfile
 
