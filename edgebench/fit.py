@@ -300,6 +300,17 @@ class Observation:
 
 
 _NOT_CONFIG = ("stat", "rss_before_load_mb")
+# What the calibration fits: the fastest sample, the model's cost with the least interference. Another
+# process on the device can double a p50; it rarely moves the minimum. Percentiles are then the target's
+# typical ratio to it (p50 / min, p99 / min over its measured models).
+BASE_STAT = "min"
+
+
+def base_latency(o: Observation) -> float:
+    """The latency the calibration fits (the minimum, or the p50 when no minimum was recorded)."""
+    return float(o.latency.get(BASE_STAT) or o.latency.get("p50") or 0.0)
+
+
 MEASURING_PROBES = ("bench", "threads")
 
 
@@ -418,6 +429,12 @@ _CONV_OPS = ("Conv", "ConvInteger", "QLinearConv", "ConvTranspose")
 KERNEL_WIDTH = 0.35  # similarity kernel width, in decades of size (and shares of op mix)
 KERNEL_PRIOR = 0.5  # weight of "no correction" in the local correction (shrinkage)
 CAP = math.log(2.0)
+RATIO_WIDTH = 0.25  # decades of latency over which a statistic's ratio to the base is averaged
+RATIO_PRIOR = 0.3  # weight of the target-wide median ratio
+HUBER_K = 1.5  # residuals beyond 1.5 robust standard deviations get proportionally less weight
+ROBUST_ITERATIONS = 4
+ROBUST_MIN_EXTRA = 3  # robust reweighting needs this many measurements beyond the coefficients
+ROBUST_MIN_SCALE = 0.02  # never treat residuals under 2% as outliers (timing noise is at least that)
 WEIGHT_POWER = 2.0  # errors beyond 2x count as 2x when choosing between candidates
 
 
@@ -483,14 +500,28 @@ class _Point:
 
 
 def _solve(points: Sequence[_Point], variant: Variant) -> np.ndarray:
+    """Non-negative least squares on relative errors, made robust by Huber reweighting.
+
+    A measurement disturbed by another process (a p50 twice what it should be) would otherwise drag the
+    whole calibration; Huber weights (scale from the median absolute residual) shrink its pull, and with
+    only a few more measurements than coefficients the plain fit is kept.
+    """
     from scipy.optimize import nnls
 
     X = np.array([[p.x.get(f, 0.0) for f in variant.features] for p in points], dtype=float)
     y = np.array([p.y for p in points], dtype=float)
-    w = 1.0 / y
     scale = np.abs(X).max(axis=0)
     scale[scale == 0] = 1.0
-    coef, _ = nnls((X / scale) * w[:, None], y * w, maxiter=2000)
+    Xs = X / scale
+    w = 1.0 / y
+    coef, _ = nnls(Xs * w[:, None], y * w, maxiter=2000)
+    if len(points) >= variant.n_params + ROBUST_MIN_EXTRA:
+        for _ in range(ROBUST_ITERATIONS):
+            rel = np.abs(Xs @ coef - y) / y
+            s = max(1.4826 * float(np.median(rel)), ROBUST_MIN_SCALE)
+            huber = np.minimum(1.0, HUBER_K * s / np.maximum(rel, 1e-12))
+            ww = w * np.sqrt(huber)
+            coef, _ = nnls(Xs * ww[:, None], y * ww, maxiter=2000)
     return coef / scale
 
 
@@ -887,9 +918,9 @@ def _effective_ceilings(
     measured = measured or Ceilings(source="none")
     peak, bw = measured.peak_flops, measured.bandwidth
     rates = [
-        (counts[m].flops / (o.latency["p50"] / 1e3), counts[m].weight_bytes / (o.latency["p50"] / 1e3))
+        (counts[m].flops / (base_latency(o) / 1e3), counts[m].weight_bytes / (base_latency(o) / 1e3))
         for m, o in obs.items()
-        if m in counts and o.latency.get("p50", 0) > 0
+        if m in counts and base_latency(o) > 0
     ]
     source = measured.source if peak and bw else "fitted from the measured models"
     if not peak:
@@ -1004,9 +1035,9 @@ class _Engine:
     def points(self, key: tuple, exclude: str | None) -> list[_Point]:
         t = self.targets[key]
         return [
-            _Point(m, o.latency["p50"], t.features[m], t.z[m])
+            _Point(m, base_latency(o), t.features[m], t.z[m])
             for m, o in sorted(t.obs.items())
-            if m in self.counts and m != exclude and o.latency.get("p50", 0) > 0
+            if m in self.counts and m != exclude and base_latency(o) > 0
         ]
 
     def calibration(self, key: tuple, exclude: str | None) -> Calibration | None:
@@ -1035,7 +1066,7 @@ class _Engine:
                 continue
             pred = self.static(other, model, exclude=model)
             if pred and pred > 0:
-                logs.append(math.log(t.obs[model].latency["p50"] / pred))
+                logs.append(math.log(base_latency(t.obs[model]) / pred))
         return float(np.median(logs)) if logs else None
 
     def transfer_helps(self, key: tuple, exclude: str | None) -> bool:
@@ -1070,14 +1101,42 @@ class _Engine:
                 return base * math.exp(r), "roofline calibration + the model's measurements on other devices"
         return base, "roofline calibration"
 
-    def tail_ratio(self, key: tuple, exclude: str | None, stat: str) -> float | None:
+    def stat_ratio(self, key: tuple, exclude: str | None, stat: str, at: float) -> float | None:
+        """The target's ratio of a latency statistic to the base, for a model whose base latency is `at`.
+
+        A smooth function of the base latency, not one number: on a busy device a 20 ms inference is
+        pre-empted far more often than a 0.2 ms one, so its p50 and p99 sit further above its minimum.
+        Kernel-weighted mean of log ratios over the target's measured models, by distance in decades of
+        latency, shrunk towards the median of all of them.
+        """
         t = self.targets[key]
-        ratios = [
-            o.latency[stat] / o.latency["p50"]
+        pts = [
+            (math.log10(base_latency(o)), math.log(o.latency[stat] / base_latency(o)))
             for m, o in t.obs.items()
-            if m != exclude and stat in o.latency and o.latency.get("p50", 0) > 0
+            if m != exclude and stat in o.latency and base_latency(o) > 0 and o.latency[stat] > 0
         ]
-        return float(np.median(ratios)) if ratios else None
+        if not pts:
+            return None
+        overall = float(np.median([r for _, r in pts]))
+        x = math.log10(max(at, 1e-9))
+        num, den = overall * RATIO_PRIOR, RATIO_PRIOR
+        for xi, ri in pts:
+            w = math.exp(-((xi - x) ** 2) / (2 * RATIO_WIDTH**2))
+            num += w * ri
+            den += w
+        return math.exp(num / den)
+
+    def predict_stat(
+        self, key: tuple, model: str, exclude: str | None, stat: str, allow_transfer: bool = True
+    ) -> tuple[float | None, str]:
+        """A latency statistic: the predicted base times the target's ratio of that statistic to it."""
+        base, evidence = self.predict(key, model, exclude, allow_transfer)
+        if base is None:
+            return None, evidence
+        ratio = self.stat_ratio(key, exclude, stat, base)
+        if ratio is None:
+            return None, evidence
+        return base * ratio, evidence
 
     def memory(self, key: tuple, model: str, exclude: str | None) -> float | None:
         """Peak memory = fitted overhead + fitted multiple of the weight bytes (NNLS over measured models)."""
@@ -1118,25 +1177,20 @@ class _Engine:
                 if model not in self.counts:
                     continue
                 for holdout, transfer in (("pair", True), ("model", False)):
-                    pred, _ = self.predict(key, model, exclude=model, allow_transfer=transfer)
-                    if pred is None:
-                        continue
-                    out.append(
-                        CvPoint(t.device, t.runtime, model, holdout, "latency_p50_ms", o.latency["p50"], pred)
-                    )
-                    ratio = self.tail_ratio(key, model, "p99")
-                    if ratio and "p99" in o.latency:
-                        out.append(
-                            CvPoint(
-                                t.device,
-                                t.runtime,
-                                model,
-                                holdout,
-                                "latency_p99_ms",
-                                o.latency["p99"],
-                                pred * ratio,
+                    for stat in ("min", "p50", "p99"):
+                        pred, _ = self.predict_stat(key, model, model, stat, allow_transfer=transfer)
+                        if pred is not None and stat in o.latency:
+                            out.append(
+                                CvPoint(
+                                    t.device,
+                                    t.runtime,
+                                    model,
+                                    holdout,
+                                    f"latency_{stat}_ms",
+                                    o.latency[stat],
+                                    pred,
+                                )
                             )
-                        )
                 mem = self.memory(key, model, exclude=model)
                 if mem is not None and o.memory_mb:
                     out.append(CvPoint(t.device, t.runtime, model, "pair", "memory_mb", o.memory_mb, mem))
@@ -1197,18 +1251,21 @@ def _measured_verdict(
 def _predicted_verdict(
     key: tuple, t: _Target, model: str, budgets: Sequence[Budget], counts: ModelCounts, engine: _Engine
 ) -> Verdict | None:
-    p50, evidence = engine.predict(key, model, exclude=None)
+    p50, evidence = engine.predict_stat(key, model, None, "p50")
     if p50 is None:
         return None
     predicted = {"predicted_latency_ms:p50": p50}
+    best, _ = engine.predict(key, model, None)
+    if best is not None:
+        predicted["predicted_latency_ms:min"] = best  # the calibrated base: the fastest inference
     values: dict[str, float | None] = {}
     for b in budgets:
         if b.quantity == "latency":
             stat = b.stat or "p50"
-            ratio = 1.0 if stat == "p50" else engine.tail_ratio(key, None, stat)
-            values[b.key] = None if ratio is None else p50 * ratio
-            if ratio is not None and stat != "p50":
-                predicted[f"predicted_latency_ms:{stat}"] = p50 * ratio
+            value, _ = engine.predict_stat(key, model, None, stat)
+            values[b.key] = value
+            if value is not None and stat != "p50":
+                predicted[f"predicted_latency_ms:{stat}"] = value
         elif b.quantity == "memory":
             values[b.key] = engine.memory(key, model, None)
         elif b.quantity == "energy":

@@ -128,49 +128,75 @@ def nodata(what: str) -> str:
 # --------------------------------------------------------------------------------------------- sections
 
 
-def _summary(d: ReportData) -> tuple[str, bool]:
+SUMMARY_RUNS = 8  # runs listed in full; the rest fold away under a details element
+
+
+def _when(ts: str | None) -> str:
+    return (ts or "")[:19].replace("T", " ")
+
+
+def _duration(start: str | None, end: str | None) -> str:
+    import datetime as dt
+
+    try:
+        a = dt.datetime.fromisoformat((start or "").replace("Z", "+00:00"))
+        b = dt.datetime.fromisoformat((end or "").replace("Z", "+00:00"))
+    except ValueError:
+        return ""
+    secs = (b - a).total_seconds()
+    return f"{secs:.1f} s" if secs < 120 else f"{secs / 60:.1f} min"
+
+
+def _run_rows(d: ReportData, runs: Sequence[Any]) -> list[list[Any]]:
     jobs: dict[str, dict[str, int]] = {}
     for j in d.jobs:
         c = jobs.setdefault(j["run_id"], {"ok": 0, "error": 0})
         c["ok" if j["status"] == "ok" else "error"] += 1
     rows = []
-    for r in d.runs:
+    for r in runs:
         p = r.provenance or {}
         argv = " ".join(redact_argv([str(a) for a in p.get("argv") or []]))
         c = jobs.get(r.run_id, {"ok": 0, "error": 0})
         rows.append(
             [
-                r.run_id,
-                r.kind,
-                r.suite or "",
-                r.status,
-                r.created,
-                r.finished or "",
-                f"{c['ok']} ok, {c['error']} failed",
-                p.get("edgebench", ""),
-                (p.get("git_commit") or "")[:12],
-                p.get("host", ""),
-                argv,
+                f'<span class="code">{esc(r.run_id)}</span>',
+                esc(r.kind + (f" ({r.suite})" if r.suite else "")),
+                esc(r.status),
+                esc(_when(r.created)),
+                esc(_duration(r.created, r.finished)),
+                esc(f"{c['ok']} ok" + (f", {c['error']} failed" if c["error"] else "")),
+                f'<span class="code">{esc(argv if len(argv) <= 90 else argv[:89] + "…")}</span>',
             ]
         )
-    out = [
-        table(
-            [
-                "run",
-                "kind",
-                "suite",
-                "status",
-                "started",
-                "finished",
-                "jobs",
-                "edgebench",
-                "commit",
-                "host",
-                "command",
-            ],
-            rows,
+    return rows
+
+
+def _summary(d: ReportData) -> tuple[str, bool]:
+    kinds: dict[str, int] = {}
+    for r in d.runs:
+        kinds[r.kind] = kinds.get(r.kind, 0) + 1
+    prov = [r.provenance or {} for r in d.runs]
+    versions = sorted({str(p.get("edgebench")) for p in prov if p.get("edgebench")})
+    commits = sorted({str(p.get("git_commit"))[:12] for p in prov if p.get("git_commit")})
+    hosts = sorted({str(p.get("host")) for p in prov if p.get("host")})
+    failed = sum(1 for r in d.runs if r.status != "ok")
+    overview = (
+        f"{len(d.runs)} run(s), {esc(_when(d.runs[0].created))} to {esc(_when(d.runs[-1].created))}: "
+        + esc(", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+        + (f"; <b>{failed} not ok</b>" if failed else "; all ok")
+        + f" · edgebench {esc(', '.join(versions) or '?')} · commit {esc(', '.join(commits[:4]) or '?')}"
+        + (" …" if len(commits) > 4 else "")
+        + f" · controller {esc(', '.join(hosts) or '?')}"
+    )
+    columns = ["run", "kind", "status", "started", "took", "jobs", "command"]
+    recent = list(d.runs)[-SUMMARY_RUNS:]
+    out = [f'<p class="note">{overview}</p>', table(columns, _run_rows(d, recent), raw=True)]
+    if len(d.runs) > SUMMARY_RUNS:
+        older = list(d.runs)[:-SUMMARY_RUNS]
+        out.append(
+            f"<details><summary>{len(older)} earlier run(s)</summary>"
+            f"{table(columns, _run_rows(d, older), raw=True)}</details>"
         )
-    ]
     seen: dict[str, dict[str, Any]] = {}
     for info in d.devices:
         seen.setdefault(info["device"], info)
@@ -880,7 +906,7 @@ def render_html(data: ReportData) -> str:
             f'<section id="{sid}" data-section="{sid}" data-state="{state}"><h2>{esc(title)}</h2>'
             f"{body}</section>"
         )
-    runs = ", ".join(r.run_id for r in data.runs[:6]) + (" …" if len(data.runs) > 6 else "")
+    runs = ", ".join(r.run_id for r in data.runs[-3:]) + (" and earlier" if len(data.runs) > 3 else "")
     meta = (
         f"store {esc(data.store_name)} · {len(data.runs)} run(s): {esc(runs)} · "
         f"{len(data.measurements)} records · generated {esc(data.generated)} by edgebench {esc(__version__)}"
