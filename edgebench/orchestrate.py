@@ -466,11 +466,18 @@ def _job_label(job: Job) -> str:
 
 
 # ---- a suite run -------------------------------------------------------------------------------------------
+class RunInterrupted(EdgebenchError):
+    """The run was stopped (Ctrl-C, SIGTERM); what finished is stored and `--resume` completes it."""
+
+    exit_code = 130
+
+
 def run_suite(suite: Suite, *, store_path: Path, lab: Lab | None = None, resume: str | None = None,
               cluster: str | None = None, timeout_s: float | None = None, lock_dir: Path | None = None,
               observer: RunObserver | None = None, argv: list[str] | None = None,
               stop: threading.Event | None = None) -> RunResult:
     """Plan the suite, run it (locally or on a Dask cluster) and store every job as it finishes."""
+    stop = stop or threading.Event()
     jobs = plan(suite, timeout_s)
     if cluster is None:
         lab = lab if lab is not None else Lab({})
@@ -494,7 +501,13 @@ def run_suite(suite: Suite, *, store_path: Path, lab: Lab | None = None, resume:
             try:
                 summaries, outcomes = run_plan(run_id, jobs, factory, store, suite.policy, observer, stop,
                                                done_keys)
+            except KeyboardInterrupt:
+                stop.set()
+                store.finish_run(run_id, "interrupted")
+                raise RunInterrupted(f"run {run_id} interrupted; its finished jobs are stored: finish it "
+                                     f"with `edgebench run {suite.path} --resume {run_id}`") from None
             except BaseException:
+                stop.set()
                 store.finish_run(run_id, "interrupted")
                 raise
         ok = all(s.failed == 0 and s.state != "unreachable" for s in summaries.values())

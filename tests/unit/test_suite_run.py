@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -272,3 +273,58 @@ def test_run_plan_never_hangs_when_a_session_breaks(tmp_path: Path) -> None:
     assert summary.state == "failed" and "internal error" in summary.error and summary.failed == 2
     assert result[0].exit_code == 1
     assert all(o.error_kind == "internal" for o in result[0].outcomes)
+
+
+# ---- cool-down guard between jobs ----------------------------------------------------------------------
+class FakeCooldown:
+    """Stands in for edgebench.cooldown: records calls, answers with real CooldownResults."""
+
+    from edgebench.cooldown import CooldownPolicy, CooldownResult
+
+    def __init__(self, zone: str | None, waited_s: float = 0.0) -> None:
+        self.zone = zone
+        self.waited_s = waited_s
+        self.calls: list[tuple[float, dict[str, float] | None]] = []
+
+    def wait_for_cooldown(self, device: Any, policy: Any = None, idle_c: Any = None) -> Any:
+        self.calls.append((policy.timeout_s, dict(idle_c) if idle_c else None))
+        if self.zone is None:
+            return self.CooldownResult(True, 0.0, None, None, {}, "no thermal zones")
+        return self.CooldownResult(True, self.waited_s, self.zone, 41.0, {self.zone: 40.0}, "estimated")
+
+
+def test_the_guard_is_used_only_on_devices_with_thermal_zones(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    device = FakeDevice()
+    none, hot = FakeCooldown(None), FakeCooldown("cpu-thermal")
+    monkeypatch.setitem(sys.modules, "edgebench.cooldown", none)
+    assert orchestrate.cooldown_guard(device, POLICY) is None and none.calls == [(0.0, None)]
+    monkeypatch.setitem(sys.modules, "edgebench.cooldown", hot)
+    guard = orchestrate.cooldown_guard(device, POLICY)
+    assert isinstance(guard, orchestrate.AgentCooldownGuard)
+    native = FakeDevice()
+    native.spec = replace(builtin_local(), agent="native")
+    assert orchestrate.cooldown_guard(native, POLICY) is None  # sensors live in the Python agent
+
+
+def test_the_guard_waits_between_jobs_and_reuses_idle_readings(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeCooldown("cpu-thermal", waited_s=12.5)
+    monkeypatch.setattr(orchestrate, "cooldown_guard",
+                        lambda device, policy: orchestrate.AgentCooldownGuard(device, fake, 300.0))
+    connects: list[FakeDevice] = []
+    script = Script([])
+    monkeypatch.setattr(orchestrate, "execute_job", script)
+    s = LocalSession(builtin_local(), "r", replace(POLICY, cooldown=True), lock_dir=tmp_path / "locks",
+                     connect=lambda spec: connects.append(FakeDevice()) or connects[-1])  # type: ignore[arg-type]
+    ready = s.prepare(lambda state, detail: None)
+    try:
+        outcomes = [s.run(Job("local", "bench", params={"i": i}), first=(i == 0)) for i in range(3)]
+    finally:
+        s.close()
+    assert "cool-down guard active between jobs" in ready.notes
+    assert fake.calls == [(300.0, None), (300.0, {"cpu-thermal": 40.0})]  # not before the first job
+    assert not any("cool-down" in w for w in outcomes[0].warnings)
+    for o in outcomes[1:]:
+        assert any(w.startswith("cool-down guard: cool after 12.5 s") for w in o.warnings), o.warnings
