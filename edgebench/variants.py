@@ -385,15 +385,19 @@ def _make_int8_static(ctx: _Context, target: Path, params: dict[str, Any], warni
             return next(feeds, None)
 
     tmp = ctx.scratch / "static.onnx"
-    quantize_static(
-        str(prepared),
-        str(tmp),
-        Reader(),
-        quant_format=fmt,
-        per_channel=True,
-        weight_type=QuantType.QInt8,
-        activation_type=QuantType.QUInt8,
-    )
+    try:
+        quantize_static(
+            str(prepared),
+            str(tmp),
+            Reader(),
+            quant_format=fmt,
+            per_channel=True,
+            weight_type=QuantType.QInt8,
+            activation_type=QuantType.QUInt8,
+        )
+    except Exception as exc:  # noqa: BLE001 - the quantizer and the calibration runs raise many types
+        hint = " on random calibration inputs (pass --calib with real ones)" if calibration.random else ""
+        raise ModelError(f"onnxruntime's static quantizer failed{hint}: {one_line(exc)}") from None
     params.update(
         format="qdq" if fmt == QuantFormat.QDQ else "qoperator",
         weight_type="int8 per-channel",
@@ -551,7 +555,8 @@ def _save_quantized(
 
 
 def weight_bytes(model: onnx.ModelProto) -> tuple[int, int]:
-    """Bytes of 8-bit weights, and of float weights (tensors of 256+ elements) left, in all graphs."""
+    """Bytes of 8-bit weights, and of float weights left, in all graphs (weights: tensors of 2+ dims;
+    biases, scales and zero points are vectors)."""
     int8 = left = 0
     eight_bit = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
     floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
@@ -560,11 +565,12 @@ def weight_bytes(model: onnx.ModelProto) -> tuple[int, int]:
             a.t for n in graph.node if n.op_type == "Constant" for a in n.attribute if a.type == a.TENSOR
         ]
         for t in tensors:
-            count = int(np.prod(t.dims)) if len(t.dims) else 1
-            size = count * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-            if t.data_type in eight_bit and count >= 256:
+            if len(t.dims) < 2:
+                continue
+            size = int(np.prod(t.dims)) * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+            if t.data_type in eight_bit:
                 int8 += size
-            elif t.data_type in floats and count >= 256:
+            elif t.data_type in floats:
                 left += size
     return int8, left
 
