@@ -11,6 +11,7 @@ Records per output: `max_abs_err`, `mean_abs_err`, `cosine`, `snr_db` (params: o
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -173,7 +174,7 @@ def _compare(ctx: RecordContext, ref: DeviceOutputs, out: DeviceOutputs, result:
                 f"{list(a.shape)} (same size: compared element by element)"
             )
         scores = compare_arrays(a, b)
-        extra = {"output": ref_name}
+        extra: dict[str, Any] = {"output": ref_name}
         if scores["nonfinite"]:
             extra["nonfinite"] = scores["nonfinite"]
             result.warnings.append(

@@ -46,7 +46,6 @@ DEFAULT_RUNS, DEFAULT_WARMUP = 20, 3
 CALIBRATION_NODES = 200
 CALIBRATION_REVISION = 1
 COVERAGE_BAND = (0.7, 1.3)
-CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
 
 
 @dataclass(frozen=True)
