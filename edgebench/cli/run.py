@@ -113,7 +113,7 @@ class _Progress:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._progress = Progress(TextColumn("[bold]{task.fields[device]}"), BarColumn(),
+            self._progress = Progress(TextColumn("{task.fields[device]}", style="bold", markup=False), BarColumn(),
                                       MofNCompleteColumn(), TimeElapsedColumn(),
                                       TextColumn("{task.fields[status]}"), console=Console(stderr=True))
             self._progress.start()
@@ -134,7 +134,9 @@ class _Progress:
     def state(self, device: str, state: str, detail: str) -> None:
         text = f"{state}: {detail}" if detail else state
         if self._progress is not None:
-            self._progress.update(self._tasks[device], status=text)
+            from rich.markup import escape
+
+            self._progress.update(self._tasks[device], status=escape(text))
         elif state not in ("running", "lease", "connecting", "ok"):
             note(f"edgebench: [{device}] {text}")
 
@@ -150,7 +152,9 @@ class _Progress:
             note(f"edgebench: [{device}] {_job_label(outcome.job)}: {result} ({outcome.wall_s:.1f} s)")
         for w in outcome.warnings:
             if self._progress is not None:
-                self._progress.console.print(f"[yellow]warning[/] {device}: {w}")
+                from rich.markup import escape
+
+                self._progress.console.print(f"[yellow]warning[/] {escape(device)}: {escape(w)}")
             else:
                 note(f"edgebench: warning: {device}: {w}")
 
@@ -162,6 +166,7 @@ def _summary_dict(s: Any) -> dict[str, Any]:
 
 def _summary(result: Any, suite: Path) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"run {result.run_id} ({result.suite}): {result.status}")
@@ -169,8 +174,9 @@ def _summary(result: Any, suite: Path) -> None:
         table.add_column(col)
     colours = {"ok": "green", "failed": "yellow", "quarantined": "red", "unreachable": "red"}
     for s in result.devices.values():
-        table.add_row(s.device, f"[{colours.get(s.state, 'white')}]{s.state}[/]", str(s.jobs), str(s.ok),
-                      str(s.failed), str(s.skipped), f"{s.wall_s:.1f}", (s.error or "")[:160])
+        state = f"[{colours.get(s.state, 'white')}]{s.state}[/]"
+        table.add_row(escape(s.device), state, str(s.jobs), str(s.ok), str(s.failed), str(s.skipped),
+                      f"{s.wall_s:.1f}", escape((s.error or "")[:160]))
     # Cron logs are not terminals: give the table room instead of folding the error column.
     Console(stderr=True, width=None if sys.stderr.isatty() else 200).print(table)
     failed = sum(s.failed for s in result.devices.values())
