@@ -113,9 +113,10 @@ class _Progress:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._progress = Progress(TextColumn("{task.fields[device]}", style="bold", markup=False), BarColumn(),
-                                      MofNCompleteColumn(), TimeElapsedColumn(),
-                                      TextColumn("{task.fields[status]}"), console=Console(stderr=True))
+            self._progress = Progress(
+                TextColumn("{task.fields[device]}", style="bold", markup=False), BarColumn(),
+                MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[status]}"),
+                console=Console(stderr=True))
             self._progress.start()
         return self
 
