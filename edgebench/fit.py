@@ -1193,7 +1193,7 @@ class _Engine:
                             )
                 mem = self.memory(key, model, exclude=model)
                 if mem is not None and o.memory_mb:
-                    out.append(CvPoint(t.device, t.runtime, model, "pair", "memory_mb", o.memory_mb, mem))
+                    out.append(CvPoint(t.device, t.runtime, model, "model", "memory_mb", o.memory_mb, mem))
         return out
 
 

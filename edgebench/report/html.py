@@ -722,21 +722,28 @@ def _fit(d: ReportData) -> tuple[str, bool]:
             "counts on a device (run `edgebench fit --model PATH ...` or `edgebench roofline`).</p>"
         )
     else:
-        lat = summ[summ["quantity"].astype(str).str.startswith("latency")] if not summ.empty else summ
-        overall = (
-            lat[(lat["device"] == "*") & (lat["quantity"] == "latency_p50_ms")] if not lat.empty else lat
+        overall = summ[summ["device"] == "*"] if not summ.empty else summ
+        labels = {
+            ("model", "latency_p50_ms"): "p50 of a model never benched anywhere",
+            ("pair", "latency_p50_ms"): "p50 of a model benched on other devices, not this one",
+            ("model", "latency_min_ms"): "fastest inference (the calibrated cost, least disturbed by load)",
+            ("model", "memory_mb"): "peak memory",
+        }
+        for (holdout, quantity), what in labels.items():
+            found = overall[(overall["holdout"] == holdout) & (overall["quantity"] == quantity)]
+            for r in found.itertuples():
+                out.append(
+                    f'<div class="kpi" data-kpi="cv-{esc(holdout)}-{esc(quantity)}">'
+                    f"<b>{pct(r.cv_within_10pct)}</b><span>within ±10%: {esc(what)}<br>{int(r.pairs)} "
+                    f"held-out pairs, median error "
+                    f"{pct(r.cv_median_abs_err)}</span></div>"
+                )
+        out.append(
+            '<p class="note">Each measured model is predicted from the others measured on its device, as if '
+            "it had never been benched there, and compared with its measurement. Percentiles also carry "
+            "the run-to-run noise of the device: on a busy or thermally unstable device they scatter more "
+            "than the fastest inference does.</p>"
         )
-        for r in overall.itertuples():
-            what = (
-                "a model benched on other devices, not this one"
-                if r.holdout == "pair"
-                else "a model never benched anywhere"
-            )
-            out.append(
-                f'<div class="kpi" data-kpi="cv-{esc(r.holdout)}"><b>{pct(r.cv_within_10pct)}</b>'
-                f"<span>of {int(r.pairs)} held-out pairs within ±10% ({esc(what)}); median error "
-                f"{pct(r.cv_median_abs_err)}</span></div>"
-            )
         p50 = pts[(pts["quantity"] == "latency_p50_ms") & (pts["holdout"] == "model")]
         out.append('<div class="figure-row">')
         if not p50.empty:

@@ -194,12 +194,16 @@ def _fit_section(data: ReportData) -> list[str]:
             )
         )
     if not summ.empty:
-        overall = summ[(summ["device"] == "*") & (summ["quantity"] == "latency_p50_ms")]
+        overall = summ[(summ["device"] == "*") & (summ["holdout"] == "model")]
         if not overall.empty:
-            out += ["", "Prediction cross-validation (latency p50, leave-one-model-out):", ""]
+            out += [
+                "",
+                "Prediction cross-validation (each measured model predicted as if never benched):",
+                "",
+            ]
             for r in overall.itertuples():
                 out.append(
-                    f"- held out per {r.holdout}: {_pct(r.cv_within_10pct)} of {int(r.pairs)} pairs within "
-                    f"±10%, median error {_pct(r.cv_median_abs_err)}"
+                    f"- {r.quantity}: {_pct(r.cv_within_10pct)} of {int(r.pairs)} pairs within ±10%, "
+                    f"median error {_pct(r.cv_median_abs_err)}"
                 )
     return out

@@ -21,6 +21,7 @@ from matplotlib.ticker import FuncFormatter
 from ..records import Samples
 
 WIDTH_IN, HEIGHT_IN, DPI = 7.2, 3.6, 100
+LEGEND_POINTS = 8
 _PALETTE = ["#1f6feb", "#d1242f", "#1a7f37", "#9a6700", "#8250df", "#0a7e8c", "#bf3989", "#57606a"]
 
 
@@ -89,20 +90,33 @@ def roofline_plot(device: str, points: pd.DataFrame, peaks: Mapping[str, Any]) -
     elif bw:
         ax.plot([], [], " ", label=f"bandwidth {bw / 1e9:.1f} GB/s")
     measured = pts.dropna(subset=["achieved_gflops"])
+    # A few models get legend entries; a fleet gets its names written next to the points instead.
+    crowded = len(measured) > LEGEND_POINTS
     for i, row in enumerate(measured.itertuples()):
         color = _PALETTE[i % len(_PALETTE)]
+        name = _short(f"{row.model} ({row.runtime})" if row.runtime else str(row.model))
         ax.scatter(
             [row.intensity],
             [row.achieved_gflops],
-            s=40,
+            s=30 if crowded else 40,
             color=color,
             zorder=3,
-            label=_short(f"{row.model} ({row.runtime})" if row.runtime else str(row.model)),
+            label=None if crowded else name,
         )
+        if crowded:
+            ax.annotate(
+                _short(str(row.model), 16),
+                (row.intensity, row.achieved_gflops),
+                fontsize=6,
+                xytext=(3, 2),
+                textcoords="offset points",
+                color="#1f2328",
+            )
     ax.set_xscale("log")
     ax.set_yscale("log")
     _style(ax, f"roofline: {device}", "arithmetic intensity (FLOP per weight byte)", "GFLOP/s")
-    ax.legend(fontsize=7, loc="lower right", framealpha=0.8)
+    if ax.get_legend_handles_labels()[1]:
+        ax.legend(fontsize=7, loc="lower right", framealpha=0.8)
     return to_data_uri(fig)
 
 
