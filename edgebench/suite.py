@@ -50,9 +50,8 @@ from .tomlread import TableReader, load_toml
 MODEL_FREE_PROBES = frozenset({"matmul", "bandwidth"})
 # Params naming host files; relative paths resolve against the suite file, like models.
 PATH_PARAMS = ("inputs", "reference", "calibration")
-_BUDGET_KEY = re.compile(
-    r"^(latency_(p\d{1,2}|mean|min|max)_ms|memory_mb|peak_rss_mb|energy_mj|power_mw|load_ms|"
-    r"first_inference_ms|accuracy_drop|max_abs_err)$")
+# The budgets `fit` and the report judge by (edgebench.fit.make_budget).
+_BUDGET_KEY = re.compile(r"^(latency_(p50|p90|p99|mean|min|max)_ms|memory_mb|energy_mj|load_ms)$")
 _GATE_THRESHOLDS = ("max_slowdown", "max_increase", "max_drop")
 
 
@@ -364,6 +363,10 @@ def _gates(r: TableReader, path: Path) -> list[GateRule]:
             **{k: _fraction(t, k) for k in _GATE_THRESHOLDS},
         )
         t.done()
+        if all(getattr(rule, k) is None for k in _GATE_THRESHOLDS):
+            raise r.error(f"gate[{i}]", "give max_slowdown, max_increase or max_drop")
+        if rule.max_drop is not None and rule.max_drop >= 1:
+            raise r.error(f"gate[{i}].max_drop", "a drop must be below 100%")
         out.append(rule)
     return out
 
@@ -390,7 +393,8 @@ def _budget(t: TableReader) -> dict[str, float]:
     out = {}
     for key in list(t._data):  # noqa: SLF001 - the budget's keys are the budget names
         if not _BUDGET_KEY.match(key):
-            raise t.error(key, "unknown budget (e.g. latency_p99_ms, memory_mb, energy_mj, power_mw)")
+            raise t.error(key, "unknown budget (use latency_<p50|p90|p99|mean|min|max>_ms, memory_mb, "
+                               "energy_mj, load_ms)")
         value = t.get(key, float)
         if value <= 0:
             raise t.error(key, "must be positive")
