@@ -187,7 +187,7 @@ def _summary(records: list[Record]) -> dict[str, Any]:
     """The headline figures by name (window series stay in the records)."""
     out: dict[str, Any] = {}
     for r in records:
-        if "window" in r.params or "phase" in r.params and r.metric == "idle_power_mw":
+        if "t_s" in r.params or "phase" in r.params and r.metric == "idle_power_mw":
             continue
         key = r.metric
         for qualifier in ("signal", "stat", "phase"):
@@ -198,10 +198,10 @@ def _summary(records: list[Record]) -> dict[str, Any]:
 
 
 def _show_thermal(records: list[Record], run_id: str) -> None:
-    windows: dict[int, dict[str, Any]] = {}
+    windows: dict[float, dict[str, Any]] = {}
     for r in records:
-        if "window" in r.params:
-            row = windows.setdefault(r.params["window"], {"t_s": r.params["t_s"]})
+        if "t_s" in r.params:
+            row = windows.setdefault(r.params["t_s"], {"t_s": r.params["t_s"]})
             name = r.metric if "cpus" not in r.params else f"{r.metric} {r.params['cpus']}"
             row[name] = r.value
     columns = sorted({k for row in windows.values() for k in row if k != "t_s"})
@@ -210,7 +210,7 @@ def _show_thermal(records: list[Record], run_id: str) -> None:
         ["t_s", *columns],
         [[row["t_s"], *[row.get(c) for c in columns]] for _, row in sorted(windows.items())],
     )
-    _table(f"thermal summary (run {run_id})", [r for r in records if "window" not in r.params])
+    _table(f"thermal summary (run {run_id})", [r for r in records if "t_s" not in r.params])
 
 
 def _table(title: str, records: list[Record]) -> None:

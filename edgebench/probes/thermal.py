@@ -381,7 +381,8 @@ def thermal_records(
             "is slower than the duty cycle allows"
         )
     for w in a.windows:
-        at = {"t_s": w.t_s, "window": w.index, "window_s": round(a.window_s, 4)}
+        # t_s places the point; every other param is the same along a series (a report draws it as one line).
+        at = {"t_s": w.t_s, "window_s": round(a.window_s, 4)}
         if w.p50_ms is not None:
             out.records.append(ctx.record("latency_ms", w.p50_ms, "ms", stat="p50", **at))
         if w.temp_c is not None:

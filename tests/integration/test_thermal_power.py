@@ -152,13 +152,13 @@ def test_thermal_finds_the_onset_and_the_sustained_ratio(tmp_path: Path) -> None
 
     # Series for plots: one point per window for latency, temperature, clock and cap.
     windows = records_by(doc, "latency_ms", stat="p50")
-    windows = [r for r in windows if "window" in r["params"]]
+    windows = [r for r in windows if "t_s" in r["params"]]
     assert [r["params"]["t_s"] for r in windows] == pytest.approx([i + 0.5 for i in range(20)])
-    temps = [r["value"] for r in records_by(doc, "temp_c", zone="max") if "window" in r["params"]]
+    temps = [r["value"] for r in records_by(doc, "temp_c", zone="max") if "t_s" in r["params"]]
     assert len(temps) == 20 and max(temps) > IDLE_C + 3  # the load heated the board
-    caps = [r["value"] for r in records_by(doc, "freq_cap_mhz") if "window" in r["params"]]
+    caps = [r["value"] for r in records_by(doc, "freq_cap_mhz") if "t_s" in r["params"]]
     assert caps[0] == pytest.approx(2400) and caps[-1] == pytest.approx(1000)
-    clocks = [r["value"] for r in records_by(doc, "freq_mhz") if "window" in r["params"]]
+    clocks = [r["value"] for r in records_by(doc, "freq_mhz") if "t_s" in r["params"]]
     assert len(clocks) == 20 and clocks[-1] <= 1000
     assert one(doc, "cooldown_s") is not None
     assert doc["summary"]["sustained_ratio"] == ratio

@@ -141,9 +141,9 @@ def test_records_carry_series_summary_and_raw_samples() -> None:
     by_metric: dict[str, list] = {}
     for r in out.records:
         by_metric.setdefault(r.metric, []).append(r)
-    windowed = [r for r in by_metric["latency_ms"] if "window" in r.params]
+    windowed = [r for r in by_metric["latency_ms"] if "t_s" in r.params]
     assert [r.params["t_s"] for r in windowed] == [i + 0.5 for i in range(10)]
-    assert len([r for r in by_metric["temp_c"] if "window" in r.params]) == 10
+    assert len([r for r in by_metric["temp_c"] if "t_s" in r.params]) == 10
     assert {r.params["cpus"] for r in by_metric["freq_mhz"]} == {"0-3"}
     assert {r.params["signal"] for r in by_metric["throttle_onset_s"]} == {"first", "latency", "freq_cap"}
     assert by_metric["stability"][0].params["pass_line"] == 0.97
