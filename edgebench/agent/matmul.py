@@ -71,25 +71,30 @@ class Unsupported(Exception):
 
 
 # ---- measurement policy ------------------------------------------------------------------------
-def time_calls(step: Callable[[], Any], calls: int) -> float:
-    """Seconds per call over `calls` back-to-back calls."""
-    t0 = time.perf_counter_ns()
+def time_calls(step: Callable[[], Any], calls: int) -> tuple[float, float]:
+    """Wall and process CPU seconds per call over `calls` back-to-back calls.
+
+    The CPU time covers every thread of the process: against wall x threads it tells whether the runtime
+    had the CPUs it asked for (runtimes spin their workers, so an undisturbed trial is close to 1).
+    """
+    c0, t0 = time.process_time_ns(), time.perf_counter_ns()
     for _ in range(calls):
         step()
-    return (time.perf_counter_ns() - t0) / 1e9 / calls
+    t1, c1 = time.perf_counter_ns(), time.process_time_ns()
+    return (t1 - t0) / 1e9 / calls, (c1 - c0) / 1e9 / calls
 
 
-def measure(step: Callable[[], Any], policy: Policy) -> tuple[list[float], int, int]:
-    """Warm up, calibrate calls per trial, time the trials: (per-call ms of each trial, calls, warm-ups)."""
+def measure(step: Callable[[], Any], policy: Policy) -> tuple[list[float], list[float], int, int]:
+    """Warm up, calibrate calls per trial, time the trials: (per-call ms, per-call CPU ms, calls, warmups)."""
     start = time.perf_counter()
-    estimate = time_calls(step, 1)
+    estimate = time_calls(step, 1)[0]
     warm = 1
     while time.perf_counter() - start < policy.warmup_s:
-        estimate = min(estimate, time_calls(step, 1))
+        estimate = min(estimate, time_calls(step, 1)[0])
         warm += 1
     calls = max(1, math.ceil(policy.min_trial_s / max(estimate, 1e-9)))
-    trials = [time_calls(step, calls) * 1e3 for _ in range(policy.trials)]
-    return trials, calls, warm
+    timed = [time_calls(step, calls) for _ in range(policy.trials)]
+    return [w * 1e3 for w, _ in timed], [c * 1e3 for _, c in timed], calls, warm
 
 
 def estimated_seconds(call_s: float, policy: Policy) -> float:
@@ -648,7 +653,7 @@ class Run:
                     "measurement",
                     f"{self.backend.name} {op} {dtype} {m}x{n}x{k} gave wrong results: {detail}",
                 )
-            trials, calls, warm = measure(kernel.step, self.policy)
+            trials, cpu, calls, warm = measure(kernel.step, self.policy)
             _, _, checksum = verify(kernel, m, n, tolerance(dtype, op), self.seed)
         finally:
             kernel.close()
@@ -666,6 +671,7 @@ class Run:
                 "calls_per_trial": calls,
                 "warmup_calls": warm,
                 "trial_ms": trials,
+                "trial_cpu_ms": cpu,
                 "checksum": checksum,
                 "verified": detail,
             }

@@ -24,6 +24,7 @@ DTYPES = ("fp32", "fp16", "int8")
 BACKENDS = ("numpy", "onnxruntime", "mnn")
 ORT_OPS = ("MatMul", "MatMulInteger", "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulInteger:u8u8")
 DEFAULT_BUDGET_S = 600.0
+BUSY_SHARE = 0.7  # a best trial with less CPU than this share of its threads ran on a busy device
 # The params a suite may give (checked when the suite loads).
 PARAMS = frozenset({
     "dtype", "dtypes", "backend", "backends", "ops", "threads", "affinity", "sizes", "skinny", "square",
@@ -118,6 +119,7 @@ def backend_records(ctx: RecordContext, result: dict[str, Any], warnings: list[s
         out.warnings.append(f"{backend}: not measured: {result.get('reason')}")
         return out
     bctx = dataclasses.replace(ctx, runtime=RUNTIME_OF.get(backend, backend))
+    busy: list[tuple[float, str]] = []
     for skip in result.get("skipped", []):
         what = f"{skip['dtype']} {skip['op']}" if skip.get("op") else skip["dtype"]
         out.warnings.append(f"{backend}: {what} not measured: {skip['reason']}")
@@ -135,7 +137,26 @@ def backend_records(ctx: RecordContext, result: dict[str, Any], warnings: list[s
             )
         )
         out.samples.append(bctx.samples("trial_ms", "ms", trials, **params))
+        cpu = [float(c) for c in r.get("trial_cpu_ms") or []]
+        if cpu:
+            out.samples.append(bctx.samples("trial_cpu_ms", "ms", cpu, **params))
+            share = cpu_share(trials, cpu, int(r["threads"]))
+            if share < BUSY_SHARE:
+                busy.append((share, f"{r['op']} {r['dtype']} {m}x{n}x{k} threads={r['threads']}"))
+    if busy:
+        worst = min(busy)
+        out.warnings.append(
+            f"{backend}: in {len(busy)} configuration(s) the best trial had under {BUSY_SHARE:.0%} of the "
+            f"CPUs it asked for (worst: {worst[1]}, {worst[0]:.0%}): the device was busy, so those figures "
+            "understate it; re-run on a quiet device"
+        )
     return out
+
+
+def cpu_share(wall_ms: list[float], cpu_ms: list[float], threads: int) -> float:
+    """Process CPU time over wall time x threads of the fastest trial (runtimes spin: ~1 undisturbed)."""
+    best = min(range(len(wall_ms)), key=lambda i: wall_ms[i])
+    return cpu_ms[best] / (wall_ms[best] * max(threads, 1))
 
 
 def measurement_params(backend: str, r: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:

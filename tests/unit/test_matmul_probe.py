@@ -114,9 +114,12 @@ def test_sweep_respects_budget_and_memory() -> None:
 
 def test_measure_calibrates_calls_per_trial() -> None:
     policy = agent_mm.Policy(trials=3, warmup_s=0.01, min_trial_s=0.02)
-    trials, calls, warm = agent_mm.measure(lambda: time.sleep(0.002), policy)
-    assert len(trials) == 3 and calls >= 5 and warm >= 1
+    trials, cpu, calls, warm = agent_mm.measure(lambda: time.sleep(0.002), policy)
+    assert len(trials) == 3 == len(cpu) and calls >= 5 and warm >= 1
     assert all(1.5 < t < 50 for t in trials)  # per-call ms
+    assert all(c < t / 2 for c, t in zip(cpu, trials, strict=True))  # sleeping is not CPU time
+    _, busy_cpu, _, _ = agent_mm.measure(lambda: sum(range(20000)), policy)
+    assert max(busy_cpu) > 0
 
 
 # ---- host-side records --------------------------------------------------------------------------------
@@ -141,7 +144,7 @@ def agent_result() -> dict:
         "available": True,
         "version": "1",
         "results": [
-            {**base, "trial_ms": [2.0, 1.0, 4.0]},
+            {**base, "trial_ms": [2.0, 1.0, 4.0], "trial_cpu_ms": [4.0, 0.6, 8.0]},
             {**base, "dtype": "fp16", "emulated": "emulated: casts", "trial_ms": [3.0, 3.0, 3.0]},
         ],
         "skipped": [{"dtype": "int8", "op": "QLinearMatMul", "reason": "no kernel"}],
@@ -161,6 +164,9 @@ def test_matmul_records_best_median_samples_and_efficiency() -> None:
     assert {k: v for k, v in best[0].params.items() if k != "stat"} == out.samples[0].params
     assert any("QLinearMatMul not measured: no kernel" in w for w in out.warnings)
     assert any("stopped early" in w for w in out.warnings) and any("agent note" in w for w in out.warnings)
+    # the fastest trial got 0.6 ms of CPU in 1 ms on 2 threads: 30% of what it asked for
+    assert out.samples[1].metric == "trial_cpu_ms" and out.samples[1].values == (4.0, 0.6, 8.0)
+    assert any("the device was busy" in w and "30%" in w for w in out.warnings)
     eff = efficiency_records(ctx(), out, {"fp32": 0.01})
     assert len(eff.records) == 1 and eff.records[0].value == pytest.approx(best[0].value / 0.01)
     assert eff.records[0].params["nominal_tops"] == 0.01
