@@ -318,8 +318,10 @@ class NumpyBackend:
     name = "numpy"
 
     def __init__(self, warnings: list[str]) -> None:
-        import numpy
-
+        try:
+            import numpy
+        except ImportError as exc:
+            raise Unsupported("numpy is not installed") from exc
         self.np = numpy
         self.version = numpy.__version__
         self.detail = blas_name()
