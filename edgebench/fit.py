@@ -6,22 +6,25 @@ budgets (latency at a percentile, peak memory, energy per inference, load time),
 
 How a latency is predicted (the calibrated roofline):
 
-1. Static counts of the model (per node: FLOPs, weight bytes, activation bytes) and the target's measured
-   ceilings (best fp32 `effective_tops`, best `bandwidth_gbps`; when the store has none, the best rates the
-   target's own benched models reached stand in) turn each model into a few *floor times*: the time its
-   compute-bound nodes would take at peak FLOP/s, the time its memory-bound nodes would take at full
-   bandwidth, its node count (per-op dispatch overhead), and so on.
-2. The latency of the models already measured on the target is fitted on those floor times by non-negative
-   least squares with relative weights (every model counts the same, whatever its size). The coefficients
-   are inverse efficiencies per bound (2.5 on the compute floor = 40% of peak), plus a fixed overhead.
-   Several feature sets, from a single efficiency to per-op-class efficiencies, are candidates; the one
-   with the lowest cross-validated error on the measured models is used, so the model grows with the data
-   instead of over-fitting three measurements.
+1. Static counts of the model (per node: FLOPs, weight bytes, activation bytes; `edgebench.roofline`) and
+   the target's measured ceilings (best fp32 `effective_tops`, best `bandwidth_gbps`; when the store has
+   none, the best rates the target's own benched models reached stand in) turn each model into a few
+   *floor times*: the time its compute-bound nodes would take at peak FLOP/s, the time its memory-bound
+   nodes would take at full bandwidth (weights split at the last-level cache), its node count (per-op
+   dispatch overhead), and so on.
+2. The fastest inference of the models already measured on the target (the cost least disturbed by other
+   load) is fitted on those floor times by non-negative least squares with relative errors, Huber-
+   reweighted against disturbed runs. The coefficients are inverse efficiencies per bound (2.5 on the
+   compute floor = 40% of peak), plus overheads. Several feature sets, from a single efficiency to
+   per-op-class efficiencies, are fitted and cross-validated on the measured models, and averaged with
+   weights from their errors, so the model grows with the data instead of over-fitting three measurements.
 3. A local correction: what the calibration got wrong on the most similar measured models (by size and op
    mix) is applied to the new one, when that lowers the cross-validated error. It catches what whole-model
    counts miss: family-specific kernel efficiency, weights that stop fitting in the last-level cache.
 4. When the model was measured on other targets, its residual there (how much slower or faster it ran than
    those targets' calibrations expected) carries over, when that lowers the cross-validated error.
+5. Percentiles (p50, p99 ...) are the predicted fastest inference times the target's own ratio of that
+   percentile to it, a smooth function of latency (long inferences are pre-empted more on a busy device).
 
 Leave-one-model-out cross-validation on the measured pairs says how far to trust it: `holdout=pair`
 hides one model on one target (other targets keep it: the "benched elsewhere, not here" case) and
@@ -164,7 +167,9 @@ def count_model(path: Path, name: str, shapes: Mapping[str, Sequence[int]] | Non
     if path.suffix.lower() != ".onnx":
         raise ModelError(f"{path}: fit needs the ONNX model to count FLOPs and bytes (got {path.suffix})")
     model = load_model(path)
-    cost = analyze(model, {k: [int(d) for d in v] for k, v in (shapes or {}).items()})
+    # One --shape list serves several models: each takes the names that are its inputs.
+    inputs = {vi.name for vi in model.graph.input}
+    cost = analyze(model, {k: [int(d) for d in v] for k, v in (shapes or {}).items() if k in inputs})
     stored: dict[str, int] = {}
     for init in model.graph.initializer:
         stored[init.name] = storage_bytes(init.data_type, int(np.prod(init.dims)) if init.dims else 1)
@@ -1297,16 +1302,6 @@ def _predicted_verdict(
     )
 
 
-def with_extra_counts(
-    result_counts: Mapping[str, ModelCounts], extra: Iterable[ModelCounts]
-) -> dict[str, ModelCounts]:
-    """Counts keyed by model name, `extra` (from model files) winning over stored totals."""
-    out = dict(result_counts)
-    for c in extra:
-        out[c.name] = c
-    return out
-
-
 __all__ = [
     "Budget",
     "Calibration",
@@ -1327,5 +1322,6 @@ __all__ = [
     "make_budget",
     "observations",
     "parse_budgets",
-    "with_extra_counts",
+    "MEASURING_PROBES",
+    "base_latency",
 ]

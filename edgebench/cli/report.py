@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import typer
 
 from ..errors import UserError
-from .common import JSON_OPT, STORE_OPT, note, parse_shapes, print_json, records_json, render_table, warn
+from .common import JSON_OPT, STORE_OPT, note, parse_shapes, print_json, records_json, warn
 
 
 def register(app: typer.Typer) -> None:
@@ -92,9 +93,17 @@ def fit(
     budgets = _budgets(suite, budget)
     shapes = parse_shapes(shape)
     counts = {}
+    uncountable = []
     for ref in model or []:
         resolved = resolve_model(ref)
+        if resolved.format != "onnx":  # an MNN file still gets its measured verdicts, just no prediction
+            uncountable.append(
+                f"{ref}: FLOPs and bytes are counted on ONNX models; pass the ONNX it came from "
+                "to predict it where it was not benched"
+            )
+            continue
         counts[resolved.name] = count_model(resolved.path, resolved.name, shapes)
+        warn(counts[resolved.name].warnings, f"{resolved.name}: ")
     with _open_store(store) as st:
         runs = st.runs()
         order = [r.run_id for r in runs]
@@ -117,9 +126,10 @@ def fit(
             st.import_records(run_id, out, kind="fit", provenance=host_provenance())
     if not budgets:
         result.warnings.insert(0, "no budgets given (--budget latency_p99_ms=15 ...): showing values only")
+    result.warnings[:0] = uncountable
     warn(result.warnings)
     if as_json:
-        summary = [s.__dict__ for s in result.cv_summaries()]
+        summary = [dataclasses.asdict(s) for s in result.cv_summaries()]
         print_json(records_json(out, run_id=run_id, cv=summary, warnings=result.warnings))
         return 0
     _show(result, run_id, no_store)
@@ -127,36 +137,39 @@ def fit(
 
 
 def _show(result, run_id: str, no_store: bool) -> None:  # type: ignore[no-untyped-def]
+    """The verdicts as a table on stdout (wide enough to read when piped), the trust figures after it."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
     from ..report.html import pct
 
-    rows = []
+    console = Console(soft_wrap=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 160)
+    table = Table(title=f"fit ({'not stored' if no_store else 'run ' + run_id})")
+    for col in ("device", "model", "runtime", "fits", "basis", "limiting", "margin", "values", "not checked"):
+        table.add_column(col)
     for v in result.verdicts:
-        verdict = {True: "yes", False: "NO", None: "?"}[v.fits]
-        values = ", ".join(f"{k}={x:.4g}" for k, x in v.values.items())
-        if not values and v.predicted:
-            values = ", ".join(f"{k}={x:.4g}" for k, x in v.predicted.items())
-        rows.append(
-            [
-                v.device,
-                v.model,
-                v.runtime,
-                verdict,
-                v.basis,
-                v.limiting,
-                pct(v.margin, signed=True) if v.margin is not None else None,
-                values,
-                ", ".join(v.unchecked) or None,
-            ]
+        verdict = {True: "[green]yes[/]", False: "[red]NO[/]", None: "?"}[v.fits]
+        shown = v.values or {k.replace(":", " "): x for k, x in v.predicted.items()}
+        values = ", ".join(f"{k}={x:.4g}" for k, x in shown.items())
+        table.add_row(
+            escape(v.device),
+            escape(v.model),
+            escape(v.runtime or "-"),
+            verdict,
+            "[cyan]predicted[/]" if v.basis == "predicted" else "measured",
+            escape(v.limiting or "-"),
+            pct(v.margin, signed=True) if v.margin is not None else "-",
+            escape(values),
+            escape(", ".join(v.unchecked) or "-"),
         )
-    render_table(
-        f"fit ({'not stored' if no_store else 'run ' + run_id})",
-        ["device", "model", "runtime", "fits", "basis", "limiting", "margin", "values", "not checked"],
-        rows,
-    )
+    console.print(table)
+    names = {"latency_min_ms": "fastest inference", "latency_p50_ms": "p50", "memory_mb": "peak memory"}
     for s in result.cv_summaries():
-        if s.device == "*" and s.quantity == "latency_p50_ms":
+        if s.device == "*" and s.holdout == "model" and s.quantity in names:
             note(
-                f"edgebench: prediction cross-validation (held out per {s.holdout}): {s.within:.0%} of "
-                f"{s.pairs} "
-                f"pairs within ±10%, median error {s.median_abs_err:.1%}"
+                f"edgebench: cross-validated prediction of {names[s.quantity]}: {s.within:.0%} of {s.pairs} "
+                f"held-out pairs within ±10%, median error {s.median_abs_err:.1%}"
             )

@@ -498,6 +498,20 @@ def test_fit_cli_json_and_store(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "✅ fits" in (tmp_path / "r.md").read_text()
 
 
+def test_fit_cli_mnn_model_is_measured_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "lab.db"
+    _store_with_bench(db)
+    mnn = tmp_path / "enc.mnn"
+    mnn.write_bytes(b"\0" * 64)
+    code, out, err = run_cli(
+        ["fit", "--store", str(db), "--model", str(mnn), "--budget", "memory_mb=60", "--no-store"], capsys
+    )
+    assert code == 0, err
+    assert "counted on ONNX models" in err and "enc" in out
+    with Store(db) as st:
+        assert [r.kind for r in st.runs()] == ["bench"]
+
+
 def test_png_figures_are_pure() -> None:
     """Plots render on the Agg canvas at the stated size, with no software address in the PNG."""
     from edgebench.report import plots
