@@ -101,13 +101,22 @@ def _inputs(task: dict, session: Any, warnings: list[str]) -> dict[str, Any]:
 
 
 def _save_npz(path: str, arrays: dict[str, Any]) -> None:
+    """An uncompressed .npz written entry by entry: any tensor name is a valid key (np.savez's keyword
+    arguments would clash with names like `file` or `allow_pickle`)."""
+    import io
+    import zipfile
+
     import numpy as np
 
     folder = os.path.dirname(path)
     if folder:
         os.makedirs(folder, exist_ok=True)
-    tmp = path + ".part.npz"
-    np.savez(tmp, **arrays)
+    tmp = path + ".part"
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, value in arrays.items():
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, np.ascontiguousarray(value), allow_pickle=False)
+            zf.writestr(name + ".npy", buf.getvalue())
     os.replace(tmp, path)
 
 

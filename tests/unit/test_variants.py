@@ -268,3 +268,16 @@ def test_a_variant_that_cannot_be_made_is_an_entry_not_a_crash(tmp_path: Path) -
     assert sizes == {"fp32": path.stat().st_size, "int8-dynamic": made.size_bytes}
     with pytest.raises(UserError, match="unknown variant 'int4'"):
         make_variants(ModelRef("m", path), tmp_path / "out", kinds=["int4"])
+
+
+def test_device_npz_takes_any_tensor_name(tmp_path: Path) -> None:
+    from edgebench.agent.numerics import _save_npz
+    from edgebench.probes.numerics import read_npz
+
+    arrays = {"file": np.ones(3), "save_infer_model/scale_0.tmp_1": np.arange(4), "allow_pickle": np.eye(2)}
+    path = tmp_path / "deep" / "out.npz"
+    _save_npz(str(path), arrays)
+    back = read_npz(path)
+    assert set(back) == set(arrays)
+    for name, value in arrays.items():
+        np.testing.assert_array_equal(back[name], value)
