@@ -1,8 +1,9 @@
 """ONNX graph tooling for variants and quantization sensitivity (host side; onnx + numpy).
 
 - `weight_layers` / `overridable_weights`: find every weight layer (Conv, ConvTranspose, Gemm, MatMul with a
-  constant operand, Gather over a float table), wherever the weight is defined: an initializer or a
-  Constant node, in the main graph or inside If/Loop/Scan subgraphs. `overridable_weights` hoists each
+  constant operand, Gather over a float table, LSTM/GRU/RNN input and recurrence weights), wherever the
+  weight is defined: an initializer or a Constant node (also behind Identity nodes), in the main graph or
+  inside If/Loop/Scan subgraphs. `overridable_weights` hoists each
   weight into a main-graph initializer that is also a graph input, so a runtime can be fed a replacement
   weight per run without rebuilding the model.
 - `fake_quantize`: symmetric per-channel quantize-dequantize of a weight, at 2..8 bits.
@@ -29,7 +30,12 @@ WEIGHT_INPUTS: dict[str, tuple[int, ...]] = {
     "Gemm": (1, 0),
     "MatMul": (1, 0),
     "Gather": (0,),
+    "LSTM": (1, 2),
+    "GRU": (1, 2),
+    "RNN": (1, 2),
 }
+# Recurrent layers have two weights (input W and recurrence R): each is its own entry.
+MULTI_WEIGHT_OPS = frozenset({"LSTM", "GRU", "RNN"})
 MIN_BITS, MAX_BITS = 2, 8
 
 
@@ -145,6 +151,8 @@ def channel_axis(node: onnx.NodeProto, position: int, ndim: int) -> int | None:
         return ndim - 1 if position == 1 else ndim - 2
     if op == "Gather":
         return 0
+    if op in MULTI_WEIGHT_OPS:
+        return 1  # (directions, gates x hidden, input or hidden): one scale per gate row
     return None
 
 
@@ -166,16 +174,24 @@ def _definitions(graph: onnx.GraphProto, scope: str) -> dict[str, _Definition]:
     return defs
 
 
+def _aliases(graph: onnx.GraphProto) -> dict[str, str]:
+    """Identity outputs -> their inputs: some exporters pass weights through an Identity node."""
+    return {n.output[0]: n.input[0] for n in graph.node if n.op_type == "Identity" and n.input and n.output}
+
+
 def _find(
-    graph: onnx.GraphProto, scope: str, outer: list[dict[str, _Definition]], found: dict[int, dict[str, Any]]
+    graph: onnx.GraphProto,
+    scope: str,
+    outer: list[tuple[dict[str, _Definition], dict[str, str]]],
+    found: dict[int, dict[str, Any]],
 ) -> None:
-    scopes = [_definitions(graph, scope), *outer]
+    scopes = [(_definitions(graph, scope), _aliases(graph)), *outer]
     for node in graph.node:
         for position in WEIGHT_INPUTS.get(node.op_type, ()) if node.domain in ("", "ai.onnx") else ():
             if position >= len(node.input) or not node.input[position]:
                 continue
-            name = node.input[position]
-            definition = next((s[name] for s in scopes if name in s), None)
+            name = _resolve(node.input[position], scopes)
+            definition = next((defs[name] for defs, _ in scopes if name in defs), None)
             if definition is None or definition.tensor.data_type not in _FLOAT_TYPES:
                 continue
             dims = tuple(int(d) for d in definition.tensor.dims)
@@ -195,9 +211,22 @@ def _find(
             )
             entry["nodes"].append(node.name or f"{node.op_type}:{name}")
             entry["ops"].append(node.op_type)
-            break  # one weight per layer: the preferred operand
+            if node.op_type not in MULTI_WEIGHT_OPS:
+                break  # one weight per layer: the preferred operand
         for attr_name, sub in subgraphs(node):
             _find(sub, f"{scope}/{node.name or node.op_type}.{attr_name}".lstrip("/"), scopes, found)
+
+
+def _resolve(name: str, scopes: list[tuple[dict[str, _Definition], dict[str, str]]]) -> str:
+    """Follow Identity nodes back to the tensor that defines the value (bounded: no cycles in a graph)."""
+    for _ in range(16):
+        if any(name in defs for defs, _ in scopes):
+            return name
+        source = next((aliases[name] for _, aliases in scopes if name in aliases), None)
+        if source is None:
+            return name
+        name = source
+    return name
 
 
 _FLOAT_TYPES = (

@@ -1,10 +1,10 @@
 """Probe `sensitivity`: per-layer quantization sensitivity, one weight layer at a time.
 
 The host finds every weight layer (Conv, ConvTranspose, Gemm, MatMul with a constant operand, Gather
-embeddings; also inside If/Loop subgraphs), makes a copy of the model whose weights are overridable
-inputs, and fake-quantizes each layer's weights alone (symmetric, per output channel, `bits` 2..8). The
-device runs the model once with fp32 weights and once per layer with that layer's quantized weights fed
-in, and compares each run's outputs with the fp32 run.
+embeddings, LSTM/GRU/RNN weights; also inside If/Loop subgraphs), makes a copy of the model whose weights are
+overridable inputs, and fake-quantizes each layer's weights alone (symmetric, per output channel, `bits`
+2..8). The device runs the model once with fp32 weights and once per layer with that layer's quantized weights
+fed in, and compares each run's outputs with the fp32 run.
 
 Records, ranked from the most sensitive layer: `cosine` (the worst over the model's float outputs) and
 `snr_db`, with params node, op_type, bits, weight, rank (and `shared_by` when several nodes use one
@@ -32,7 +32,7 @@ from .numerics import write_npz
 NEEDS_MODEL = True
 PARAMS = frozenset({"bits", "threads", "shapes", "inputs", "seed"})
 DEFAULT_BITS = 8
-PREPARE_REVISION = 1  # bump when the overridable model or the weight files change, so caches regenerate
+PREPARE_REVISION = 2  # bump when the overridable model or the weight files change, so caches regenerate
 
 
 def bits_of(job: Job) -> int:

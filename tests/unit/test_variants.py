@@ -281,3 +281,25 @@ def test_device_npz_takes_any_tensor_name(tmp_path: Path) -> None:
     assert set(back) == set(arrays)
     for name, value in arrays.items():
         np.testing.assert_array_equal(back[name], value)
+
+
+def test_recurrent_weights_and_weights_behind_identity() -> None:
+    n = helper.make_node
+    hidden = 4
+    graph = helper.make_graph(
+        [n("LSTM", ["x", "W", "R"], ["", "h"], name="lstm", hidden_size=hidden),
+         n("Squeeze", ["h", "axes0"], ["h2"], name="squeeze"),
+         n("Identity", ["proj.w"], ["proj.w.alias"], name="alias"),
+         n("MatMul", ["h2", "proj.w.alias"], ["y"], name="proj")],
+        "rnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
+        [tensor("W", (1, 4 * hidden, 5)), tensor("R", (1, 4 * hidden, hidden)), tensor("proj.w", (hidden, 2)),
+         numpy_helper.from_array(np.array([0], dtype=np.int64), "axes0")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 7
+    layers = weight_layers(model)
+    assert [(layer.node, layer.weight, layer.axis) for layer in layers] == [
+        ("lstm", "W", 1), ("lstm", "R", 1), ("proj", "proj.w", 1)]
+    inputs = {"x": RNG.standard_normal((3, 1, 5)).astype(np.float32)}
+    overridable, _ = overridable_weights(model)
+    np.testing.assert_allclose(run(overridable, inputs), run(model, inputs), rtol=1e-6)
