@@ -1,6 +1,6 @@
-"""Two `edgebench run` processes started together on the same devices queue instead of interleaving:
-on each device, one run's jobs all finish before the other run's first job starts, and the lease
-journal shows the two holds one after the other."""
+"""Two `edgebench run` processes started together on the same devices (the host, a second local device
+and a real ssh board) queue instead of interleaving: on each device, one run's jobs all finish before
+the other run's first job starts, and the lease journal shows the two holds one after the other."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 SUITE = """
 name = "concurrent"
-devices = ["local", "twin"]
+devices = ["local", "twin", "board"]
 models = ["builtin:convnet"]
 [[probe]]
 kind = "bench"
@@ -39,9 +40,9 @@ def intervals(store: Path, device: str) -> dict[str, list[tuple[str, str]]]:
     return out
 
 
-def test_two_runs_on_the_same_devices_serialise(tmp_path: Path) -> None:
+def test_two_runs_on_the_same_devices_serialise(ssh_board: Any, tmp_path: Path) -> None:
     lab = tmp_path / "lab"
-    lab.mkdir()
+    ssh_board.write_descriptor(lab, name="board")
     # A second device that is the host too: leases are per device, so the two devices run in parallel.
     (lab / "twin.toml").write_text(f'name = "twin"\ntransport = "local"\nworkdir = "{tmp_path / "twin"}"\n')
     suite = tmp_path / "suite.toml"
@@ -72,7 +73,7 @@ def test_two_runs_on_the_same_devices_serialise(tmp_path: Path) -> None:
     run_ids = {json.loads(out)["run_id"] for out, _ in results}
     assert len(run_ids) == 2
 
-    for device in ("local", "twin"):
+    for device in ("local", "twin", "board"):
         by_run = intervals(store, device)
         assert set(by_run) == run_ids and all(len(v) == 2 for v in by_run.values())
         first, second = sorted(by_run.values(), key=lambda spans: spans[0][0])
