@@ -36,7 +36,7 @@ from .errors import (
 )
 from .execute import error_kind, execute_job
 from .jobs import Job, JobOutcome
-from .lab import DeviceSpec, Lab
+from .lab import DeviceSpec, Lab, load_lab
 from .leases import DEFAULT_LEASE_S, DeviceLease, LeaseHolder
 from .provenance import descriptor_summary, host_provenance
 from .records import new_run_id, utc_now
@@ -480,7 +480,7 @@ def run_suite(suite: Suite, *, store_path: Path, lab: Lab | None = None, resume:
     stop = stop or threading.Event()
     jobs = plan(suite, timeout_s)
     if cluster is None:
-        lab = lab if lab is not None else Lab({})
+        lab = lab if lab is not None else load_lab(None)  # the host alone
         check_devices(suite, lab)
     prebuild_agent()
     store = Store(store_path)
