@@ -132,7 +132,11 @@ class LocalSession:
         on_state("connecting", "")
         fingerprint = self._retrying_call(self._health_check)
         notes = []
-        self._guard = self._cooldown_guard()
+        try:
+            self._guard = self._cooldown_guard()
+        except EdgebenchError as exc:  # no guard is no reason to give up the device
+            self._guard = None
+            notes.append(f"cool-down guard unavailable: {one_line(exc)}")
         if self._guard is not None:
             notes.append("cool-down guard active between jobs")
         return DeviceReady(self.device, fingerprint, descriptor_summary(self.spec), tuple(notes))
@@ -423,6 +427,8 @@ def _device_worker(device: str, jobs: list[Job], sessions: SessionFactory, polic
             finish_all(jobs, summary.error, kind)
             return
         events.put(_Ready(ready))
+        if ready.notes:
+            emit_state("ready", "; ".join(ready.notes))
         consecutive: list[str] = []
         for i, job in enumerate(jobs):
             if stop.is_set():
