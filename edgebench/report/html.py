@@ -264,6 +264,29 @@ def _budget_key(q: str) -> str:
     }[q]
 
 
+def _predicted_cell(values: dict[str, float] | None, d: ReportData) -> str:
+    """A pair never measured: fit's prediction when there is one, marked as such."""
+    if not values:
+        return '<span class="cfg">not measured</span>'
+    lines = []
+    for key, label, unit, budget in (
+        ("predicted_latency_ms:p50", "p50", "ms", "latency_p50_ms"),
+        ("predicted_latency_ms:p99", "p99", "ms", "latency_p99_ms"),
+        ("predicted_memory_mb", "mem", "MB", "memory_mb"),
+        ("predicted_energy_mj", "energy", "mJ", "energy_mj"),
+    ):
+        if values.get(key) is None:
+            continue
+        status = frames.budget_status(values[key], d.budget(budget))
+        lines.append(
+            f'<div class="q {status} pred" data-status="{status}"><span>{esc(label)}</span>'
+            f"<span>≈ {fmt(values[key])} {unit}</span></div>"
+        )
+    return (
+        "".join(lines) + '<div class="cfg"><span class="badge predicted">predicted</span> not measured</div>'
+    )
+
+
 def _matrix(d: ReportData) -> tuple[str, bool]:
     m = frames.bench_matrix(d.measurements, d.samples, d.run_order)
     if m.empty:
@@ -275,13 +298,17 @@ def _matrix(d: ReportData) -> tuple[str, bool]:
             quantities.insert(1, (b.stat, b.stat, "ms"))
         elif b.quantity == "load":
             quantities.append(("load_ms", "load", "ms"))
+    verdicts = frames.fit_tables(d.fit_records)["verdicts"]
+    predicted = {
+        (v.device, v.runtime, v.model): v.predicted for v in verdicts.itertuples() if v.basis == "predicted"
+    }
     rows = []
     for (model, runtime), g in m.groupby(["model", "runtime"], sort=True):
         cells = [f'<b>{esc(model)}</b><br><span class="cfg">{esc(runtime)}</span>']
         for dev in devices:
             row = g[g["device"] == dev]
             if row.empty:
-                cells.append('<span class="cfg">not measured</span>')
+                cells.append(_predicted_cell(predicted.get((dev, runtime, model)), d))
                 continue
             r = row.iloc[0]
             lines = []
@@ -306,7 +333,7 @@ def _matrix(d: ReportData) -> tuple[str, bool]:
     legend = (
         '<p class="note">Each cell: the best measured configuration of the latest run. Colours against the '
         "budgets: green under, yellow within 10% of the limit, red over; no colour without a budget. "
-        "* p99 estimated from fewer than 100 samples.</p>"
+        "* p99 estimated from fewer than 100 samples. ≈ a pair never measured: fit's prediction.</p>"
     )
     if not d.budgets:
         legend += '<p class="note">No budgets given (pass --budget or --suite to colour the matrix).</p>'
