@@ -1,6 +1,6 @@
 """Between jobs on a device with thermal sensors the run waits for the cool-down guard (a sandbox sysfs
 tree on a local device); a run stopped with SIGTERM (cron, CI) is marked interrupted, keeps what it
-stored, and `--resume` finishes it."""
+stored, `--resume` finishes it, and `results` exports the whole run."""
 
 from __future__ import annotations
 
@@ -94,3 +94,17 @@ cooldown = false
     doc = json.loads(res.stdout)
     assert doc["status"] == "ok"
     assert doc["summary"][0]["skipped"] == kept and doc["summary"][0]["ok"] == 6 - kept
+
+    # The finished run exports whole: JSON, CSV and Parquet hold the same records.
+    def results(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "edgebench", "results", "--store", str(store), "--run", run_id, *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+    exported = json.loads(results("--json").stdout)
+    assert len(exported["records"]) == len(doc["records"]) and exported["errors"] == []
+    assert len(results("--csv").stdout.strip().splitlines()) == len(doc["records"]) + 1  # + header
+    assert results("--parquet", str(tmp_path / "run.parquet")).returncode == 0
+    import pandas as pd
+
+    frame = pd.read_parquet(tmp_path / "run.parquet")
+    assert len(frame) == len(doc["records"]) and set(frame["run_id"]) == {run_id}
