@@ -207,7 +207,9 @@ def _default_files_dir() -> Path:
 def _service() -> DeviceService:
     from distributed import get_worker
 
-    return get_worker().plugins[PLUGIN_NAME]
+    service = get_worker().plugins[PLUGIN_NAME]
+    assert isinstance(service, DeviceService)
+    return service
 
 
 def _worker_address() -> str:

@@ -177,7 +177,7 @@ class LocalSession:
             stop=stop_after_attempt(1 + self.policy.retries),
             wait=wait_exponential(multiplier=self.policy.backoff_s, max=self.policy.max_backoff_s),
             retry=retry_if_result(lambda o: is_transient(o.exception)),
-            retry_error_callback=lambda state: state.outcome.result(),  # the last outcome, as data
+            retry_error_callback=_last_outcome,
             sleep=self._sleep,
         )
         outcome: JobOutcome = retrying(attempt)
@@ -227,6 +227,11 @@ class LocalSession:
         if not self.policy.cooldown or self._dev is None:
             return None
         return cooldown_guard(self._dev, self.policy)
+
+
+def _last_outcome(state: Any) -> JobOutcome:
+    """When retries run out, the last attempt's outcome is the job's result: failures are data."""
+    return state.outcome.result()
 
 
 def cooldown_guard(device: Device, policy: Policy) -> CooldownGuard | None:

@@ -307,10 +307,11 @@ def _probe_modules(kind: str) -> list[Any]:
 
 def _accepted_params(modules: list[Any]) -> frozenset[str] | None:
     """The param names a probe takes, when every module implementing it declares `PARAMS`; else None."""
-    declared = [getattr(m, "PARAMS", None) for m in modules]
-    if not declared or any(d is None for d in declared):
+    declared: list[frozenset[str] | None] = [getattr(m, "PARAMS", None) for m in modules]
+    known = [frozenset(d) for d in declared if d is not None]
+    if not declared or len(known) != len(declared):
         return None
-    return frozenset().union(*declared)
+    return frozenset().union(*known)
 
 
 def _grid(t: TableReader, path: Path, accepted: Any,
