@@ -89,16 +89,19 @@ def wait_for_load(
 ) -> None:
     """Until the board has been busy (the agent loading and inferring) for `busy_s` without a break.
 
-    Busy is a low bar (a tenth of the board's CPUs): on a crowded host the agent gets little CPU.
+    Busy is a low bar (5% of the board's CPUs): on a crowded host the agent gets little CPU.
     """
     deadline, since = time.monotonic() + timeout, None
     while time.monotonic() < deadline and proc.poll() is None:
-        busy = sim.state()["util"] > 0.1
+        busy = sim.state()["util"] > 0.05
         since = (since or time.monotonic()) if busy else None
         if since is not None and time.monotonic() - since >= busy_s:
             return
         time.sleep(0.1)
-    raise AssertionError("the thermal run never loaded the board")
+    ended = (
+        f" (it exited {proc.returncode}: {proc.communicate()[1][-500:]})" if proc.poll() is not None else ""
+    )
+    raise AssertionError(f"the thermal run never loaded the board{ended}")
 
 
 def test_thermal_finds_the_onset_and_the_sustained_ratio(tmp_path: Path) -> None:
@@ -107,7 +110,7 @@ def test_thermal_finds_the_onset_and_the_sustained_ratio(tmp_path: Path) -> None
     argv = ["probe", "thermal", "--model", MODEL, "--device", "board", "--lab", tmp_path / "lab",
             "--threads", "1", "--affinity", "0", "--duration", "20", "--window", "1", "--margin", "1.0",
             "--idle-temp", IDLE_C, "--cooldown-timeout", "20", "--json", "--store", db]  # fmt: skip
-    with SysfsSim(tmp_path / "board", burners=4, burner_cpus=(0,), util_env=util_env, tau_s=2.0,
+    with SysfsSim(tmp_path / "board", burners=6, burner_cpus=(0,), util_env=util_env, tau_s=2.0,
                   idle_c=IDLE_C) as sim:  # fmt: skip
         sim.write_descriptor(tmp_path / "lab", env=env)
         proc = subprocess.Popen([sys.executable, "-m", "edgebench", *map(str, argv)], cwd=tmp_path, text=True,
@@ -138,7 +141,7 @@ def test_thermal_finds_the_onset_and_the_sustained_ratio(tmp_path: Path) -> None
     assert one(doc, "throttle_onset_s", signal="first") == pytest.approx(cap_t, abs=2.5)
 
     # Sustained ratio: initial (first 2 s) over steady (last 5 s) median latency, from the raw inferences;
-    # four burners on the agent's CPU leave it a fifth of it, so at least a 2x slowdown, and the same
+    # six burners on the agent's CPU leave it a seventh of it, so at least a 2x slowdown, and the same
     # slowdown (give or take the host's own noise) as the raw inferences show around the cap.
     starts_a, lats_a = np.array(starts), np.array(lats)
     ratio = one(doc, "sustained_ratio")
@@ -197,8 +200,9 @@ def test_power_is_net_of_idle_and_energy_matches_latency(tmp_path: Path) -> None
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     net = one(doc, "power_mw")
-    # One busy CPU of two is u = 0.5: 600 mA above idle at about 3.8 V.
-    assert 600 < expected < 3000
+    # One busy CPU of two is u = 0.5: 600 mA above idle at about 3.8 V (less when the host is crowded and
+    # the agent gets only part of its CPU; the simulator counts what it really used).
+    assert 150 < expected < 3000
     assert net == pytest.approx(expected, rel=0.1, abs=15)
     rec = records_by(doc, "power_mw")[0]
     assert rec["params"]["source"] == "battery:battery" and rec["params"]["samples_active"] >= 15
