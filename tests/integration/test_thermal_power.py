@@ -392,7 +392,7 @@ def test_power_on_the_emulated_adb_phone(adb_phone_factory: Any, tmp_path: Path)
         )
         expected = expected_net_mw(sim, db)
     assert res.returncode == 0, res.stderr
-    assert expected > 300  # the simulator saw the phone's agent (inside its sandbox) working
+    assert expected > 150  # the simulator saw the phone's agent (inside its sandbox) working
     doc = json.loads(res.stdout)
     assert records_by(doc, "power_mw")[0]["params"]["source"] == "battery:battery"
     assert one(doc, "power_mw") == pytest.approx(expected, rel=0.1, abs=15)
