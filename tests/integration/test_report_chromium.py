@@ -53,7 +53,7 @@ FLEET = {
     "enc_d": lambda: build_encoder(seq=128, d_model=256, heads=4, ffn=1024),
     "enc_e": lambda: build_encoder(seq=192, d_model=256, heads=4, ffn=1024),
 }
-HELD_OUT = "conv_h"  # benched on cpu1 only: fit must predict it on cpu2
+HELD_OUT = "conv_h"  # benched on cpu2 only: fit must predict it on cpu1 (the steadier device)
 HELD_OUT_BUILD = lambda: build_convnet(size=72, channels=48)  # noqa: E731
 DEVICES = {"cpu1": 1, "cpu2": 2}  # device -> thread count it is benched with
 
@@ -138,7 +138,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
     for device in DEVICES:
         for name in FLEET:
             f.bench(name, device)
-    f.bench(HELD_OUT, "cpu1")
+    f.bench(HELD_OUT, "cpu2")
     # Ceilings on cpu1 only (quick settings): cpu2's calibration has to do without.
     f.ok(
         "probe",
@@ -229,12 +229,12 @@ def test_fit_measured_predicted_and_cross_validated(fleet: Fleet) -> None:
         fits[("cpu1", "conv_e")]["value"] == 0.0 and fits[("cpu1", "conv_e")]["params"]["basis"] == "measured"
     )
     assert fits[("cpu1", "conv_e")]["params"]["limiting"] == "latency_p99_ms"
-    held = fits[("cpu2", HELD_OUT)]
+    held = fits[("cpu1", HELD_OUT)]
     assert held["params"]["basis"] == "predicted" and held["value"] in (0.0, 1.0)
     predicted = {
         r["params"].get("stat"): r["value"]
         for r in doc["records"]
-        if r["metric"] == "predicted_latency_ms" and (r["device"], r["model"]) == ("cpu2", HELD_OUT)
+        if r["metric"] == "predicted_latency_ms" and (r["device"], r["model"]) == ("cpu1", HELD_OUT)
     }
     assert predicted["p50"] > 0 and predicted["p99"] >= predicted["p50"]
     assert any(r["metric"] == "predicted_memory_mb" and r["model"] == HELD_OUT for r in doc["records"])
@@ -268,24 +268,24 @@ def test_fit_measured_predicted_and_cross_validated(fleet: Fleet) -> None:
     # The calibrated cost itself (the fastest inference) is what the counts predict; percentiles add how
     # much this shared 2-core machine disturbs each run (single runs swing by more than 10% here), so the
     # pass lines sit well above that noise: the goal (90% within +-10%) is met on a quiet device.
-    assert cv[("model", "latency_min_ms", "cv_median_abs_err")] < 0.25
-    assert cv[("model", "latency_p50_ms", "cv_median_abs_err")] < 0.5
+    assert cv[("model", "latency_min_ms", "cv_median_abs_err")] < 0.3
+    assert cv[("model", "latency_p50_ms", "cv_median_abs_err")] < 0.6
     assert cv[("model", "memory_mb", "cv_median_abs_err")] < 0.1
 
     # Now measure the pair fit had to predict: the prediction holds up against the real thing.
-    fleet.bench(HELD_OUT, "cpu2")
+    fleet.bench(HELD_OUT, "cpu1")
     with Store(fleet.db) as st:
         measured = {
             r.params["stat"]: r.value
-            for r in st.records(device="cpu2", model=HELD_OUT, metric="latency_ms")
+            for r in st.records(device="cpu1", model=HELD_OUT, metric="latency_ms")
             if r.params.get("stat") in ("min", "p50")
         }
     for stat in ("min", "p50"):
         print(
-            f"held-out {HELD_OUT} on cpu2, {stat}: predicted {predicted[stat]:.3f} ms, measured "
+            f"held-out {HELD_OUT} on cpu1, {stat}: predicted {predicted[stat]:.3f} ms, measured "
             f"{measured[stat]:.3f} ms ({predicted[stat] / measured[stat] - 1:+.1%})"
         )
-    assert 0.5 < predicted["min"] / measured["min"] < 2.0
+    assert 0.7 < predicted["min"] / measured["min"] < 1.4
     assert 0.4 < predicted["p50"] / measured["p50"] < 2.5
     with Store(fleet.db) as st:
         assert "fit" in [r.kind for r in st.runs()]
