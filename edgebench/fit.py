@@ -453,9 +453,11 @@ def floor_times(counts: ModelCounts, ceil: Ceilings) -> dict[str, float]:
     to_ms = 1e3
     if counts.nodes:
         f["nodes"] = float(len(counts.nodes))
-        cached = ceil.llc_bytes is None or counts.weight_bytes <= 0.5 * ceil.llc_bytes
+        half_llc = 0.5 * ceil.llc_bytes if ceil.llc_bytes else None
+        # Weights up to half the LLC stay cached; beyond, a growing share streams from DRAM (all of it
+        # once the weights exceed the whole cache: a cyclic pass evicts what the next one needs).
         dram_share = (
-            0.0 if cached else min(1.0, (counts.weight_bytes - 0.5 * ceil.llc_bytes) / (0.5 * ceil.llc_bytes))
+            0.0 if half_llc is None else min(1.0, max(0.0, (counts.weight_bytes - half_llc) / half_llc))
         )
         for n in counts.nodes:
             moved = n.weight_bytes + n.activation_bytes
@@ -1205,7 +1207,7 @@ class _Engine:
 def _judge(
     values: Mapping[str, float | None], budgets: Sequence[Budget]
 ) -> tuple[bool | None, str | None, float | None, dict[str, float], tuple[str, ...]]:
-    margins = {b.key: (b.limit - values[b.key]) / b.limit for b in budgets if values.get(b.key) is not None}
+    margins = {b.key: (b.limit - v) / b.limit for b in budgets if (v := values.get(b.key)) is not None}
     unchecked = tuple(b.key for b in budgets if values.get(b.key) is None)
     if not budgets:
         return None, None, None, margins, unchecked

@@ -211,9 +211,9 @@ def roofline(
         if r.model is None:
             continue
         if r.metric == "flops" and r.params.get("scope", "total") == "total":
-            flops[r.model] = r.value
+            flops[r.model] = float(r.value or 0.0)
         elif r.metric == "weight_bytes":
-            wbytes[r.model] = r.value
+            wbytes[r.model] = float(r.value or 0.0)
         elif r.metric in ("floor_ms", "efficiency"):
             d = per_pair.setdefault((r.device, r.model), {})
             d[r.metric] = r.value
@@ -623,7 +623,7 @@ def fit_tables(fit_records: Sequence[Record]) -> dict[str, pd.DataFrame]:
         if r.metric.startswith("predicted_"):
             key = (r.device, r.runtime or "", r.model or "")
             name = r.metric + (f":{r.params['stat']}" if r.params.get("stat") else "")
-            predicted.setdefault(key, {})[name] = r.value
+            predicted.setdefault(key, {})[name] = float(r.value or 0.0)
     for r in fit_records:
         if r.probe != "fit":
             continue

@@ -292,9 +292,9 @@ def _matrix(d: ReportData) -> tuple[str, bool]:
     if m.empty:
         return nodata("bench measurements"), False
     devices = sorted(m["device"].unique())
-    quantities = list(_MATRIX_QUANTITIES)
+    quantities: list[tuple[str, str, str]] = list(_MATRIX_QUANTITIES)
     for b in d.budgets:  # a budget on another statistic gets its own line
-        if b.quantity == "latency" and b.stat not in ("p50", "p99"):
+        if b.quantity == "latency" and b.stat and b.stat not in ("p50", "p99"):
             quantities.insert(1, (b.stat, b.stat, "ms"))
         elif b.quantity == "load":
             quantities.append(("load_ms", "load", "ms"))
@@ -672,7 +672,7 @@ def _fit(d: ReportData) -> tuple[str, bool]:
     out = [f'<p class="note">Source: {esc(d.fit_source)}.</p>']
     for w in d.fit_warnings:
         out.append(f'<p class="note">Note: {esc(w)}</p>')
-    budgets = {}
+    budgets: dict[str, float] = {}
     for row in v.itertuples():
         budgets.update(row.budgets or {})
     if budgets:
@@ -728,7 +728,7 @@ def _fit(d: ReportData) -> tuple[str, bool]:
         out.append('<p class="note">No budgets given: verdicts need --budget (or a suite with [budget]).</p>')
     predicted = v[v["basis"] == "predicted"]
     if not predicted.empty and not budgets:
-        rows = [
+        prows: list[list[Any]] = [
             [
                 r.device,
                 r.model,
@@ -740,7 +740,9 @@ def _fit(d: ReportData) -> tuple[str, bool]:
             for r in predicted.itertuples()
         ]
         out.append(
-            table(["device", "model", "runtime", "predicted p50 ms", "predicted memory MB", "evidence"], rows)
+            table(
+                ["device", "model", "runtime", "predicted p50 ms", "predicted memory MB", "evidence"], prows
+            )
         )
     out.append("<h3>How far to trust the predictions</h3>")
     if pts.empty:
@@ -782,7 +784,7 @@ def _fit(d: ReportData) -> tuple[str, bool]:
                 )
             )
         if not summ.empty:
-            rows = [
+            rows2: list[list[Any]] = [
                 [
                     r.device,
                     r.runtime,
@@ -797,16 +799,16 @@ def _fit(d: ReportData) -> tuple[str, bool]:
             out.append(
                 table(
                     ["device", "runtime", "held out", "quantity", "pairs", "within ±10%", "median error"],
-                    rows,
+                    rows2,
                 )
             )
         out.append("</div>")
     if not cal.empty:
-        rows = []
+        rows3: list[list[Any]] = []
         for r in cal.itertuples():
             eff = ", ".join(f"{k} {x:.0%}" for k, x in (r.efficiency or {}).items())
             ce = r.ceilings or {}
-            rows.append(
+            rows3.append(
                 [
                     r.device,
                     r.runtime,
@@ -833,7 +835,7 @@ def _fit(d: ReportData) -> tuple[str, bool]:
                     "local correction",
                     "ceilings",
                 ],
-                rows,
+                rows3,
             )
         )
     return "".join(out), True

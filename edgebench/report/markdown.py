@@ -158,7 +158,7 @@ def _fit_section(data: ReportData) -> list[str]:
     t = frames.fit_tables(data.fit_records)
     v, summ = t["verdicts"], t["summary"]
     out: list[str] = []
-    budgets = {}
+    budgets: dict[str, float] = {}
     for row in v.itertuples():
         budgets.update(row.budgets or {})
     if budgets and not v.empty:

@@ -231,7 +231,7 @@ def ceilings_plot(device: str, ceil: pd.DataFrame) -> str:
         ax.scatter(sheet, ys, marker="|", s=300, color=_PALETTE[1], zorder=3, label="datasheet")
     for y, r in zip(ys, ceil.itertuples(), strict=True):
         if r.efficiency is not None and r.efficiency == r.efficiency:
-            ax.text(float(r.best), y, f" {r.efficiency:.0%}", va="center", fontsize=8)
+            ax.text(float(r.best), float(y), f" {r.efficiency:.0%}", va="center", fontsize=8)
     ax.set_yticks(ys, labels)
     ax.set_xscale("log")
     _style(ax, f"ceilings: {device}", "measured (log scale)", "")
