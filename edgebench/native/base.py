@@ -41,6 +41,7 @@ class NativeResult:
     peak_memory_mb: float | None = None
     ops: list[tuple[str, str, float]] = field(default_factory=list)  # (node, op_type, avg ms)
     path: str = "cpu"  # which execution path ran (delegate / EP / forward type)
+    started_s: float | None = None  # device clock at the invocation's start, when stamped
     warnings: list[str] = field(default_factory=list)
 
 

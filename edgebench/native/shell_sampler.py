@@ -25,7 +25,6 @@ from ..errors import TransportError
 # Only positional parameters carry data into the script: nothing is spliced into its text.
 SAMPLER_SCRIPT = r"""
 root=$1; interval=$2; count=$3; out=$4
-echo $$ > "$out.pid"
 cd "$root" || exit 1
 statics='sys/class/thermal/thermal_zone*/type sys/devices/system/cpu/cpu[0-9]*/cpufreq/related_cpus
  sys/devices/system/cpu/cpu[0-9]*/cpufreq/affected_cpus sys/devices/system/cpu/cpu[0-9]*/cpufreq/cpuinfo_max_freq
@@ -45,7 +44,7 @@ dynamics='sys/class/thermal/thermal_zone*/temp sys/devices/system/cpu/cpu[0-9]*/
 {
   for f in $statics; do [ -r "$f" ] && read -r v < "$f" && printf 'S\t%s\t%s\n' "$f" "$v"; done
   i=0
-  while [ "$i" -lt "$count" ]; do
+  while [ "$i" -lt "$count" ] && [ ! -e "$out.stop" ]; do
     read -r up _ < /proc/uptime
     printf 'T\t%s\n' "$up"
     for f in $dynamics; do [ -r "$f" ] && read -r v < "$f" && printf 'V\t%s\t%s\n' "$f" "$v"; done
@@ -172,9 +171,9 @@ def _wait_for_first_tick(device: Device, handle: SamplerHandle, timeout: float) 
 
 def stop_sampler(device: Device, handle: SamplerHandle, timeout: float) -> ShellTrace:
     """Stop the loop (if still running), read what it wrote, and remove its files."""
-    device.transport.run(["sh", "-c", 'kill "$(cat "$1")" 2>/dev/null; true', "sh", handle.output + ".pid"],
-                         timeout=timeout)
+    # A stop file, not a signal: the loop ends at its next tick, whatever pid namespace it runs in.
+    device.transport.run(["touch", handle.output + ".stop"], timeout=timeout)
     handle.thread.join(timeout)
     text = device.transport.read_text(handle.output, timeout=timeout)
-    device.transport.run(["rm", "-f", handle.output, handle.output + ".pid"], timeout=timeout)
+    device.transport.run(["rm", "-f", handle.output, handle.output + ".stop"], timeout=timeout)
     return parse_sampler_output(text)

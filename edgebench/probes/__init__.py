@@ -35,6 +35,7 @@ NATIVE_PROBES: dict[str, str] = {
     "bench": "native:run_native_bench",
     "matmul": "native:run_native_matmul",
     "bandwidth": "native:run_native_bandwidth",
+    "thermal": "native_sustained:run_native_thermal",
 }
 
 

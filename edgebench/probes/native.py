@@ -8,6 +8,7 @@ repeated short invocations is marked `aggregated_by = "edgebench"` with what eac
 from __future__ import annotations
 
 import posixpath
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -95,13 +96,16 @@ def invoke(device: Device, adapter: RunnerAdapter, argv: list[str], env: dict[st
     if res.returncode == 127:
         raise UserError(f"{device.name}: runner binary {argv[0]} not found on the device")
     try:
-        return adapter.parse(res.stdout + "\n" + res.stderr, res.returncode, opts)
+        result = adapter.parse(res.stdout + "\n" + res.stderr, res.returncode, opts)
     except NativeToolError as exc:
         if exc.kind == "usage":
             raise UserError(str(exc)) from None
         if exc.kind == "model":
             raise ModelError(f"{device.name}: {exc}") from None
         raise MeasurementError(str(exc), device=device.name, kind=exc.kind) from None
+    stamp = re.search(r"^EDGEBENCH_T0 ([\d.]+)", res.stdout, re.MULTILINE)
+    result.started_s = float(stamp.group(1)) if stamp else None
+    return result
 
 
 def run_tool(device: Device, job: Job, model_file: Path, model_name: str, runtime: str,

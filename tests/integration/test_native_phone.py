@@ -22,13 +22,13 @@ from edgebench.testing.adblab import write_descriptor
 pytestmark = pytest.mark.integration
 
 
-def replay_runner(folder: Path, fixture: str, exit_code: int = 0) -> Path:
+def replay_runner(folder: Path, fixture: str, exit_code: int = 0, delay_s: float = 0.0) -> Path:
     """A /bin/sh script that prints a captured output of the tool and saves its argv on the phone."""
     text = resources.files("edgebench.native").joinpath("fixtures", fixture).read_text()
     body = "\n".join(ln for ln in text.splitlines() if not ln.startswith("# "))
     script = folder / f"replay-{fixture}.sh"
     script.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\" > /data/local/tmp/runner-args.txt\n"
-                      f"cat <<'CAPTURED'\n{body}\nCAPTURED\nexit {exit_code}\n")
+                      f"sleep {delay_s:g}\ncat <<'CAPTURED'\n{body}\nCAPTURED\nexit {exit_code}\n")
     return script
 
 
@@ -157,3 +157,33 @@ def test_shell_sampler_on_the_stock_phone_matches_the_python_sampler(adb_phone_f
     for key in (k for k in shell if k.startswith("temp:")):
         lo, hi = min(python[key]) - 1.0, max(python[key]) + 1.0
         assert all(lo <= v <= hi for v in shell[key][1:-1] if v is not None)
+
+
+def test_sustained_run_through_the_runner_finds_the_cap(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`probe thermal` on the stock phone: runner invocations back to back, sensors from its own sh; the
+    frequency cap the sandbox board applies is found as the throttle onset."""
+    from edgebench.jobs import Job
+    from edgebench.models import resolve_model
+    from edgebench.oneshot import run_now
+    from edgebench.testing.sysfs_sim import SysfsSim
+
+    runner = replay_runner(tmp_path, "onnxruntime_perf_test.acl.txt", delay_s=0.1)
+    lab = stock_phone(adb_phone_factory, tmp_path,
+                      f'onnxruntime_perf_test = {{ path = "onnxruntime_perf_test", push = "{runner}" }}\n')
+    with SysfsSim(lab.root, cap_at_s=4.0) as sim:
+        job = Job("stock", "thermal", resolve_model("builtin:convnet"), "onnxruntime",
+                  {"duration_s": 7.0, "window_s": 0.5, "period_s": 0.2, "runs": 8})
+        shot = run_now(lab.spec(), [job], tmp_path / "s.db", "probe")
+        shot.raise_first_error()
+        capped_at = sim.state()["capped_at"]
+    rec = {(r.metric, r.params.get("signal")): r for r in shot.records if r.metric == "throttle_onset_s"}
+    onset = rec[("throttle_onset_s", "freq_cap")].value
+    assert onset is not None and rec[("throttle_onset_s", "first")].value == onset
+    samples = [s for o in shot.outcomes for s in o.samples]
+    origin = next(s.params["origin_monotonic_s"] for s in samples if s.metric == "sensor_t_s")
+    # The phone's uptime clock and the host's monotonic clock are the same machine's here.
+    assert abs((origin + onset) - capped_at) < 1.0, (origin, onset, capped_at)
+    windows = sorted((r for r in shot.records if r.metric == "freq_cap_mhz" and "t_s" in r.params),
+                     key=lambda r: r.params["t_s"])
+    assert windows[0].value > windows[-1].value
+    assert all(r.params["runner"] == "onnxruntime_perf_test" for r in shot.records)
