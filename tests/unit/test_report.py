@@ -417,6 +417,23 @@ def test_live_fit_in_report_uses_stored_counts() -> None:
     assert {"fits", "cv_error", "cv_within_10pct"} <= metrics
 
 
+def test_predicted_pairs_show_in_matrix_and_fit_without_budgets() -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_fit import COUNTS, fleet_records
+
+    recs = fleet_records("board", skip=("m3",)) + fleet_records("phone", slow=2.0)
+    for c in COUNTS.values():  # totals as the roofline probe stores them
+        recs.append(Record("r1", "board", "roofline", c.name, None, "flops", c.flops, "FLOP", {}))
+        recs.append(Record("r1", "board", "roofline", c.name, None, "weight_bytes", c.weight_bytes, "B", {}))
+    text = render(make_data(recs, runs=("r1",)), "html")
+    matrix = text[text.index('id="matrix"') : text.index('id="ceilings"')]
+    assert "badge predicted" in matrix and "≈" in matrix
+    assert "predicted p50 ms" in text[text.index('id="fit"') :]
+    assert_self_contained(text)
+
+
 def test_format_and_atomic_write(tmp_path: Path) -> None:
     assert format_for(Path("r.md"), None) == "md" and format_for(Path("r.html"), None) == "html"
     assert format_for(Path("r.html"), "md") == "md"
