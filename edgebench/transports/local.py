@@ -26,10 +26,11 @@ class LocalTransport:
         full_env = {**os.environ, **env} if env else None
         start = time.monotonic()
         try:
-            # A new session so a timeout can kill the whole process group, not just the leader.
+            # A new session so a timeout can kill the whole process group, not just the leader; and the
+            # child dies with this process, so a killed controller leaves no agent measuring behind it.
             proc = subprocess.Popen(
                 argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                env=full_env, start_new_session=True,
+                env=full_env, start_new_session=True, preexec_fn=_die_with_parent,
             )
         except FileNotFoundError:
             return CommandResult(argv, 127, "", f"{argv[0]}: not found", time.monotonic() - start)
@@ -64,6 +65,16 @@ class LocalTransport:
             raise TransferError(f"read {remote} failed: {exc.strerror}", device=self.device) from None
 
     def close(self) -> None:
+        pass
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the parent goes away (Linux prctl PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)
+    except (OSError, AttributeError):
         pass
 
 
