@@ -47,7 +47,11 @@ NON_IDENTITY_PARAMS = frozenset({
 })
 # Per probe: counts that only say how much was measured (the native runner's `n` and `sample` follow its
 # runs); elsewhere `n` can be identity (matmul's matrix size), so these are not dropped globally.
-NON_IDENTITY_BY_PROBE = {"bench": frozenset({"n", "sample", "aggregated_by"})}
+NON_IDENTITY_BY_PROBE = {
+    "bench": frozenset({"n", "sample", "aggregated_by"}),
+    # Power records say how many sensor samples and inferences went into them: counts, not identity.
+    "power": frozenset({"samples_idle", "samples_active", "sample_rate_hz", "inferences", "active_s"}),
+}
 LOCATION_STATS = ("p50", "mean")
 DEFAULT_STAT = "p50"
 

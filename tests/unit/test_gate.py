@@ -295,6 +295,18 @@ def test_native_runner_records_pair_across_run_counts() -> None:
     assert next(iter(b.values())).samples == (5.0, 5.1, 5.2, 5.3)
 
 
+def test_power_records_pair_across_sample_counts() -> None:
+    def side(run: str, samples: int, inferences: int) -> dict[PairKey, Side]:
+        ctx = RecordContext(run, "phone", "power", "m", "onnxruntime", {"threads": 0})
+        counts = {"source": "battery", "samples_idle": samples, "samples_active": samples * 2,
+                  "sample_rate_hz": 4.0 + samples / 100}
+        return collect_side([ctx.record("energy_mj_per_inference", 2.0, "mJ", inferences=inferences,
+                                        active_s=inferences / 10, **counts),
+                             ctx.record("power_mw", 900.0, "mW", idle_subtracted=True, **counts)], [])
+
+    assert set(side("a", 40, 300)) == set(side("b", 43, 310))
+
+
 def test_a_candidate_that_lost_its_number_fails() -> None:
     def side(run: str, value: float | None) -> dict[PairKey, Side]:
         ctx = RecordContext(run, "phone", "accuracy", "enc-int8", "onnxruntime", {"variant": "enc-int8"})
