@@ -34,7 +34,7 @@ from ..device import Device
 from ..errors import LabError, MeasurementError, UserError
 from ..jobs import Job
 from ..records import ProbeResult, RecordContext
-from .common import identity_params, job_timeout, push_model_and_inputs, shapes_param
+from .common import identity_params, job_timeout, push_model_and_inputs
 from .sensing import (
     DEFAULT_PERIOD_S,
     SensorLog,
@@ -42,7 +42,7 @@ from .sensing import (
     parse_sensor_log,
     require_python_agent,
     sensor_samples,
-    sensors_config,
+    sustained_task,
 )
 
 DEFAULT_DURATION_S = 60.0
@@ -551,26 +551,10 @@ def default_trim(period_s: float) -> float:
 def power_task(
     job: Job, device: Device, runtime: str, model: str, inputs: str | None, monitor: bool
 ) -> dict[str, Any]:
-    p = job.params
-    idle = float(p.get("idle_s", DEFAULT_IDLE_S))
-    return {
-        "kind": "power",
-        "runtime": runtime,
-        "model": model,
-        "inputs": inputs,
-        "shapes": shapes_param(job),
-        "threads": int(p.get("threads") or 0),
-        "seed": int(p.get("seed", 0)),
-        "affinity": p.get("affinity"),
-        "duration_s": float(p.get("duration_s", DEFAULT_DURATION_S)),
-        "rate_hz": float(p.get("rate_hz") or 0),
-        "idle_s": idle,
-        "idle_after_s": float(p.get("idle_after_s", idle)),
-        "warmup_runs": int(p.get("warmup", 1)),
-        "warmup_s": float(p.get("warmup_seconds", 0.5)),
-        "sensors": sensors_config(device.spec, float(p.get("period_s", DEFAULT_PERIOD_S))),
-        "monitor": monitor,
-    }
+    idle = float(job.params.get("idle_s", DEFAULT_IDLE_S))
+    task = sustained_task("power", job, device, runtime, model, inputs, DEFAULT_DURATION_S)
+    return {**task, "idle_s": idle, "idle_after_s": float(job.params.get("idle_after_s", idle)),
+            "monitor": monitor}
 
 
 def run_power(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..device import Device
 from ..errors import UserError
+from ..jobs import Job
 from ..lab import DeviceSpec
 from ..records import RecordContext, Samples
 
@@ -28,6 +29,27 @@ def sensors_config(spec: DeviceSpec, period_s: float = DEFAULT_PERIOD_S) -> dict
         "current": s.power.current,
         "voltage": s.power.voltage,
         "period_s": float(period_s),
+    }
+
+
+def sustained_task(kind: str, job: Job, device: Device, runtime: str, model: str, inputs: str | None,
+                   duration_s: float) -> dict[str, Any]:
+    """The fields every sustained agent task (thermal, power) shares: model, inputs, load and sensors."""
+    p = job.params
+    return {
+        "kind": kind,
+        "runtime": runtime,
+        "model": model,
+        "inputs": inputs,
+        "shapes": {k: list(v) for k, v in (p.get("shapes") or {}).items()},
+        "threads": int(p.get("threads") or 0),
+        "seed": int(p.get("seed", 0)),
+        "affinity": p.get("affinity"),
+        "duration_s": float(p.get("duration_s", duration_s)),
+        "rate_hz": float(p.get("rate_hz") or 0),
+        "warmup_runs": int(p.get("warmup", 1)),
+        "warmup_s": float(p.get("warmup_seconds", 0.5)),
+        "sensors": sensors_config(device.spec, float(p.get("period_s", DEFAULT_PERIOD_S))),
     }
 
 

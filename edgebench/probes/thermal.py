@@ -23,15 +23,14 @@ from ..device import Device
 from ..errors import UserError
 from ..jobs import Job
 from ..records import ProbeResult, RecordContext
-from .common import identity_params, job_timeout, push_model_and_inputs, shapes_param
+from .common import identity_params, job_timeout, push_model_and_inputs
 from .sensing import (
-    DEFAULT_PERIOD_S,
     SensorLog,
     number_param,
     parse_sensor_log,
     require_python_agent,
     sensor_samples,
-    sensors_config,
+    sustained_task,
     window_mean,
 )
 
@@ -299,22 +298,7 @@ def _thermal_warnings(log: SensorLog, caps: dict[str, np.ndarray]) -> list[str]:
 
 # ---- the probe -----------------------------------------------------------------------------------
 def thermal_task(job: Job, device: Device, runtime: str, model: str, inputs: str | None) -> dict[str, Any]:
-    p = job.params
-    return {
-        "kind": "thermal",
-        "runtime": runtime,
-        "model": model,
-        "inputs": inputs,
-        "shapes": shapes_param(job),
-        "threads": int(p.get("threads") or 0),
-        "seed": int(p.get("seed", 0)),
-        "affinity": p.get("affinity"),
-        "duration_s": float(p.get("duration_s", DEFAULT_DURATION_S)),
-        "rate_hz": float(p.get("rate_hz") or 0),
-        "warmup_runs": int(p.get("warmup", 1)),
-        "warmup_s": float(p.get("warmup_seconds", 0.5)),
-        "sensors": sensors_config(device.spec, float(p.get("period_s", DEFAULT_PERIOD_S))),
-    }
+    return sustained_task("thermal", job, device, runtime, model, inputs, DEFAULT_DURATION_S)
 
 
 def cooldown_policy(job: Job) -> CooldownPolicy | None:
