@@ -203,13 +203,8 @@ class LocalSession:
                 pass
 
     def _health_check(self) -> dict[str, Any]:
-        """Reach the device and ask what it is; the agent's fingerprint where it runs Python."""
-        device = self._connected()
-        timeout = min(self.spec.timeout_s, HEALTH_TIMEOUT_S)
-        if self.spec.agent == "python":
-            return device.fingerprint(timeout)
-        res = device.transport.run(["uname", "-srm"], timeout=timeout).check(self.device)
-        return {"uname": res.stdout.strip(), "agent": self.spec.agent}
+        """Reach the device and ask what it is (the agent's fingerprint, or the shell's on native devices)."""
+        return self._connected().fingerprint(min(self.spec.timeout_s, HEALTH_TIMEOUT_S))
 
     def _retrying_call(self, fn: Callable[[], Any]) -> Any:
         def before_sleep(_state: Any) -> None:

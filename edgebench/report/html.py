@@ -213,9 +213,10 @@ def _summary(d: ReportData) -> tuple[str, bool]:
             if fp.get("error"):
                 details = f"fingerprint failed: {fp['error']}"
             where = desc.get("host") or desc.get("serial") or ""
-            drows.append([name, desc.get("transport", ""), desc.get("soc", ""), where, details])
+            drows.append([name, desc.get("transport", ""), desc.get("soc", ""), where, measured_by(desc, fp),
+                          details])
         out.append("<h3>Devices</h3>")
-        out.append(table(["device", "transport", "soc", "address", "fingerprint"], drows))
+        out.append(table(["device", "transport", "soc", "address", "measured by", "fingerprint"], drows))
     if d.budgets:
         out.append(
             '<p class="note">Budgets: '
@@ -232,6 +233,14 @@ def _redact(obj: Any) -> Any:
     if isinstance(obj, list):
         return [_redact(v) for v in obj]
     return obj
+
+
+def measured_by(descriptor: dict[str, Any], fingerprint: dict[str, Any]) -> str:
+    """Which path measured the device: the Python agent, or the native runner binaries it names."""
+    if descriptor.get("agent") == "native" or fingerprint.get("agent") == "native":
+        runners = sorted(fingerprint.get("runners") or {})
+        return "native runners" + (f": {', '.join(runners)}" if runners else "")
+    return "python agent"
 
 
 def _short_value(v: Any) -> str:

@@ -187,3 +187,26 @@ def test_sustained_run_through_the_runner_finds_the_cap(adb_phone_factory, tmp_p
                      key=lambda r: r.params["t_s"])
     assert windows[0].value > windows[-1].value
     assert all(r.params["runner"] == "onnxruntime_perf_test" for r in shot.records)
+
+
+def test_suite_mixes_python_and_native_devices(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """One suite over the host (Python agent) and the stock phone (native runner); the report says which
+    path measured what."""
+    runner = replay_runner(tmp_path, "onnxruntime_perf_test.acl.txt")
+    lab = stock_phone(adb_phone_factory, tmp_path,
+                      f'onnxruntime_perf_test = {{ path = "onnxruntime_perf_test", push = "{runner}" }}\n')
+    suite = tmp_path / "mixed.toml"
+    suite.write_text('name = "mixed"\ndevices = ["local", "stock"]\nmodels = ["builtin:convnet"]\n'
+                     '[[probe]]\nkind = "bench"\nparams = { threads = 1, runs = 20, min_seconds = 0 }\n')
+    res = edgebench("run", str(suite), "--lab", str(lab.lab_dir), "--json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    p50 = {r["device"]: r for r in doc["records"] if r["metric"] == "latency_ms" and r["params"].get("stat") == "p50"}
+    assert set(p50) == {"local", "stock"}
+    assert p50["stock"]["params"]["runner"] == "onnxruntime_perf_test" and "runner" not in p50["local"]["params"]
+    out = tmp_path / "mixed.html"
+    rep = edgebench("report", "--out", str(out), cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    html = out.read_text()
+    assert "native runners: onnxruntime_perf_test" in html and "python agent" in html
+    assert "runner=onnxruntime_perf_test" in html
