@@ -36,6 +36,7 @@ NATIVE_PROBES: dict[str, str] = {
     "matmul": "native:run_native_matmul",
     "bandwidth": "native:run_native_bandwidth",
     "thermal": "native_sustained:run_native_thermal",
+    "power": "native_sustained:run_native_power",
 }
 
 

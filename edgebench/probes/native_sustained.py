@@ -1,4 +1,5 @@
-"""Sustained thermal runs on devices without Python: the runner back to back, sensors from the shell loop.
+"""Sustained thermal and power runs on devices without Python: the runner back to back, sensors from the
+shell loop.
 
 Each runner invocation is one point on the time axis (its start on the device clock, its mean latency of
 `runs` inferences); the shell sampler gives the sensor log in the Python sampler's shape, so the thermal
@@ -9,19 +10,41 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any
 
+from ..agent.sensors import CHARGING_STATUSES, Channel, SensorSet
+from ..agent.sustained import power_source
 from ..device import Device
-from ..errors import MeasurementError
+from ..errors import MeasurementError, UserError
 from ..jobs import Job
-from ..native.shell_sampler import sensor_log, start_sampler, stop_sampler
+from ..native import NativeOptions, RunnerAdapter
+from ..native.shell_sampler import parse_sampler_output, sensor_log, start_sampler, stop_sampler
 from ..records import ProbeResult, RecordContext
+from . import power
 from .common import job_timeout, model_file_for, require_model
 from .native import adapter_and_runner, install_runner, invoke, native_options, runtime_for, stage_model
+from .power import CHARGING_HINT, ChargingError
 from .sensing import DEFAULT_PERIOD_S, parse_sensor_log, sensors_config
 from .thermal import DEFAULT_DURATION_S, DEFAULT_MARGIN, analyze_thermal, check_params, thermal_records
 
 # Prints the device clock, then becomes the runner: one round trip per invocation.
 _STAMPED = 'read -r up _ < /proc/uptime; echo "EDGEBENCH_T0 $up"; exec "$@"'
+
+
+def stamped_runner(device: Device, job: Job, ctx: RecordContext, default_runs: int
+                   ) -> tuple[RunnerAdapter, list[str], dict[str, str], NativeOptions]:
+    """The runner installed and the model staged; argv that stamps the device clock before each run."""
+    timeout = job_timeout(device, job)
+    model = require_model(job)
+    runtime = runtime_for(model, job)
+    model_file = model.path if runtime == "tflite" else model_file_for(model, runtime)
+    adapter, runner = adapter_and_runner(device, runtime, job)
+    opts = native_options(dataclasses.replace(job, params={"runs": default_runs, "warmup": 1, **job.params}))
+    binary, env = install_runner(device, runner, timeout)
+    staged = stage_model(device, adapter, model_file, model.name, timeout)
+    ctx.runtime = runtime
+    ctx.base_params = {"threads": opts.threads, "runner": adapter.name}
+    return adapter, ["sh", "-c", _STAMPED, "sh", *adapter.argv(binary, staged, opts)], env, opts
 
 
 def run_native_thermal(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
@@ -30,16 +53,7 @@ def run_native_thermal(device: Device, job: Job, ctx: RecordContext) -> ProbeRes
     duration = float(p.get("duration_s", DEFAULT_DURATION_S))
     period = float(p.get("period_s", DEFAULT_PERIOD_S))
     timeout = job_timeout(device, job)
-    model = require_model(job)
-    runtime = runtime_for(model, job)
-    model_file = model.path if runtime == "tflite" else model_file_for(model, runtime)
-    adapter, runner = adapter_and_runner(device, runtime, job)
-    opts = native_options(dataclasses.replace(job, params={"runs": 10, "warmup": 1, **p}))
-    binary, env = install_runner(device, runner, timeout)
-    argv = ["sh", "-c", _STAMPED, "sh", *adapter.argv(binary, stage_model(device, adapter, model_file,
-                                                                             model.name, timeout), opts)]
-    ctx.runtime = runtime
-    ctx.base_params = {"threads": opts.threads, "runner": adapter.name}
+    adapter, argv, env, opts = stamped_runner(device, job, ctx, default_runs=10)
     sampler = start_sampler(device, period, duration + timeout, timeout)
     starts, lats, results = [], [], []
     try:
@@ -56,11 +70,91 @@ def run_native_thermal(device: Device, job: Job, ctx: RecordContext) -> ProbeRes
     data = sensor_log(trace, sensors_config(device.spec, period), period)
     log = parse_sensor_log(data)
     rel = [s - log.origin for s in starts]
-    analysis = analyze_thermal(rel, lats, log, duration, p.get("window_s"), float(p.get("margin", DEFAULT_MARGIN)),
-                               p.get("hold_s"))
-    r = {"inferences": {"t": rel, "latencies_ms": lats}, "duration_s": duration, "load_ms": results[0].load_ms,
-         "clock": {"origin": log.origin}}
+    margin = float(p.get("margin", DEFAULT_MARGIN))
+    analysis = analyze_thermal(rel, lats, log, duration, p.get("window_s"), margin, p.get("hold_s"))
+    r = {"inferences": {"t": rel, "latencies_ms": lats}, "duration_s": duration,
+         "load_ms": results[0].load_ms, "clock": {"origin": log.origin}}
     out = thermal_records(ctx, analysis, r, log, None)
     out.warnings.append(f"{device.name}: each point is one {adapter.name} invocation (mean of {opts.runs} "
                         "inferences); no cool-down guard ran before it")
+    return out
+
+
+# ---- power -------------------------------------------------------------------------------------------------
+def device_clock(device: Device, timeout: float) -> float:
+    """The device's uptime clock now (the clock the shell sampler stamps its ticks with)."""
+    res = device.transport.run(["cat", "/proc/uptime"], timeout=timeout).check(device.name)
+    return float(res.stdout.split()[0])
+
+
+def idle_span(device: Device, seconds: float, timeout: float) -> list[float]:
+    start = device_clock(device, timeout)
+    time.sleep(max(0.0, seconds))
+    return [start, device_clock(device, timeout)]
+
+
+def sensor_set(log: dict[str, Any]) -> SensorSet:
+    """The channels of a shell-sampler log, as the agent's source selection expects them."""
+    channels = [Channel(c["id"], c["metric"], c["unit"], c["path"], 1.0, dict(c["labels"]))
+                for c in log["channels"]]
+    return SensorSet(root="/", channels=channels)
+
+
+def refuse_charging_now(log: dict[str, Any], source: dict[str, Any]) -> None:
+    if source["kind"] != "battery":
+        return
+    for key, changes in log["status"].items():
+        if key.startswith("status:") and changes and changes[-1][1] in CHARGING_STATUSES:
+            raise ChargingError(f"battery '{key.split(':', 1)[1]}' reports status '{changes[-1][1]}': "
+                                f"{CHARGING_HINT}")
+
+
+def run_native_power(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
+    """Idle, then the runner back to back, then idle again, with the shell sampler throughout."""
+    power.check_params(job.params)
+    p = job.params
+    duration = float(p.get("duration_s", power.DEFAULT_DURATION_S))
+    idle = float(p.get("idle_s", power.DEFAULT_IDLE_S))
+    idle_after = float(p.get("idle_after_s", idle))
+    period = float(p.get("period_s", DEFAULT_PERIOD_S))
+    timeout = job_timeout(device, job)
+    adapter, argv, env, opts = stamped_runner(device, job, ctx, default_runs=100)
+    config = sensors_config(device.spec, period)
+    sampler = start_sampler(device, period, idle + duration + idle_after + timeout, timeout)
+    phases: dict[str, list[float]] = {}
+    starts, lats, inferences = [], [], 0
+    try:
+        first = sensor_log(parse_sampler_output(device.transport.read_text(sampler.output, timeout=timeout)),
+                           config, period)
+        source = power_source(sensor_set(first), {})
+        if source["kind"] == "none":
+            raise UserError(f"{device.name}: no power sensor under {device.spec.sensors.sysfs_root}: "
+                            "no battery fuel gauge and no hwmon rail with power or current")
+        refuse_charging_now(first, source)
+        phases["idle_before"] = idle_span(device, idle, timeout)
+        begin, end = device_clock(device, timeout), time.monotonic() + duration
+        while time.monotonic() < end:
+            result = invoke(device, adapter, argv, env, opts, timeout)
+            starts.append(result.started_s if result.started_s is not None else float("nan"))
+            lats.append(result.aggregates["mean"])
+            inferences += opts.runs + opts.warmup
+        phases["active"] = [begin, device_clock(device, timeout)]
+        phases["idle_after"] = idle_span(device, idle_after, timeout)
+    finally:
+        trace = stop_sampler(device, sampler, timeout)
+    log = parse_sensor_log(sensor_log(trace, config, period))
+    phases = {name: [a - log.origin, b - log.origin] for name, (a, b) in phases.items()}
+    trim = float(p.get("trim_s", power.default_trim(period)))
+    with power.named_errors(device.name):
+        power.refuse_charging_seen(log, source)
+        if source["kind"] == "rail":
+            series = power.rail_series(log, source["channels"], phases, trim)
+        else:
+            series = power.battery_series(log, source["channels"], phases, trim)
+        analysis = power.analyze_power(series, phases, inferences, trim)
+    r = {"inferences": {"t": [s - log.origin for s in starts], "latencies_ms": lats},
+         "clock": {"origin": log.origin}, "source": source, "duration_s": duration}
+    out = power.power_records(ctx, analysis, r, log, series, phases)
+    out.warnings.append(f"{device.name}: energy per inference includes each {adapter.name} invocation's "
+                        f"start-up and model load ({opts.runs} runs per invocation; raise runs to dilute it)")
     return out

@@ -22,19 +22,21 @@ from edgebench.testing.adblab import write_descriptor
 pytestmark = pytest.mark.integration
 
 
-def replay_runner(folder: Path, fixture: str, exit_code: int = 0, delay_s: float = 0.0) -> Path:
-    """A /bin/sh script that prints a captured output of the tool and saves its argv on the phone."""
+def replay_runner(folder: Path, fixture: str, exit_code: int = 0, delay_s: float = 0.0, busy_loops: int = 0) -> Path:
+    """A /bin/sh script that prints a captured output of the tool and saves its argv on the phone
+    (after `busy_loops` iterations of real CPU work, so a load-driven sandbox board sees it)."""
     text = resources.files("edgebench.native").joinpath("fixtures", fixture).read_text()
     body = "\n".join(ln for ln in text.splitlines() if not ln.startswith("# "))
     script = folder / f"replay-{fixture}.sh"
     script.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\" > /data/local/tmp/runner-args.txt\n"
-                      f"sleep {delay_s:g}\ncat <<'CAPTURED'\n{body}\nCAPTURED\nexit {exit_code}\n")
+                      f"sleep {delay_s:g}\ni=0; while [ $i -lt {busy_loops} ]; do i=$((i+1)); done\n"
+                      f"cat <<'CAPTURED'\n{body}\nCAPTURED\nexit {exit_code}\n")
     return script
 
 
-def stock_phone(adb_phone_factory, tmp_path: Path, runners: str):  # type: ignore[no-untyped-def]
+def stock_phone(adb_phone_factory, tmp_path: Path, runners: str, env: str = ""):  # type: ignore[no-untyped-def]
     lab = adb_phone_factory(name="stock", path="/system/bin")
-    write_descriptor(lab.lab_dir, "stock", lab.phone, extra='agent = "native"\n[runners]\n' + runners)
+    write_descriptor(lab.lab_dir, "stock", lab.phone, extra=f'agent = "native"\n{env}\n[runners]\n' + runners)
     return lab
 
 
@@ -210,3 +212,38 @@ def test_suite_mixes_python_and_native_devices(adb_phone_factory, tmp_path: Path
     html = out.read_text()
     assert "native runners: onnxruntime_perf_test" in html and "python agent" in html
     assert "runner=onnxruntime_perf_test" in html
+
+
+@pytest.mark.parametrize("charging", [False, True])
+def test_power_through_the_runner_on_the_stock_phone(adb_phone_factory, tmp_path: Path, charging: bool) -> None:  # type: ignore[no-untyped-def]
+    """`probe power` on the stock phone: idle, the runner (doing real CPU work) back to back, idle; the
+    sandbox board turns that work into battery current; a charging battery is refused."""
+    import math
+
+    from edgebench.jobs import Job
+    from edgebench.models import resolve_model
+    from edgebench.oneshot import run_now
+    from edgebench.probes.power import ChargingError
+    from edgebench.testing.sysfs_sim import SysfsSim
+
+    runner = replay_runner(tmp_path, "onnxruntime_perf_test.acl.txt", busy_loops=200000)
+    lab = stock_phone(adb_phone_factory, tmp_path,
+                      f'onnxruntime_perf_test = {{ path = "onnxruntime_perf_test", push = "{runner}" }}\n',
+                      env='env = { EDGEBENCH_LOAD = "phone" }')
+    job = Job("stock", "power", resolve_model("builtin:convnet"), "onnxruntime",
+              {"duration_s": 4.0, "idle_s": 2.0, "period_s": 0.2, "runs": 8})
+    with SysfsSim(lab.root, util_env="EDGEBENCH_LOAD=phone", charging=charging):
+        shot = run_now(lab.spec(), [job], tmp_path / "s.db", "probe")
+    if charging:
+        [outcome] = shot.outcomes
+        assert not outcome.ok and isinstance(outcome.exception, ChargingError)
+        assert "Charging" in (outcome.error or "") and "monitor" in (outcome.error or "")
+        return
+    shot.raise_first_error()
+    rec = {r.metric: r for r in shot.records if "phase" not in r.params}
+    net, energy = rec["power_mw"].value, rec["energy_mj_per_inference"]
+    assert net > 100  # the runner's CPU work shows as current above idle
+    expected = net * energy.params["active_s"] / energy.params["inferences"]
+    assert math.isclose(energy.value, expected, rel_tol=1e-6)
+    assert energy.params["inferences"] % 9 == 0  # (8 runs + 1 warm-up) per invocation
+    assert rec["power_mw"].params["runner"] == "onnxruntime_perf_test" and rec["power_mw"].params["samples_idle"] > 5
