@@ -23,7 +23,9 @@ def agent_bytes() -> bytes:
     with zipfile.ZipFile(buf, "a", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr(zipfile.ZipInfo("__main__.py", _EPOCH), _BOOT)
         for name in names:
-            zf.writestr(zipfile.ZipInfo(f"{AGENT_PACKAGE}/{name}", _EPOCH), sources.joinpath(name).read_bytes())
+            zf.writestr(
+                zipfile.ZipInfo(f"{AGENT_PACKAGE}/{name}", _EPOCH), sources.joinpath(name).read_bytes()
+            )
     return buf.getvalue()
 
 

@@ -17,8 +17,12 @@ from .errors import ModelError
 from .hashing import sha256_file
 from .models import models_cache_dir
 
-_CONVERT = "import sys, _tools\nok = _tools.mnnconvert(sys.argv[1:])\nsys.exit(0 if ok in (True, 0, None) else 1)\n"
-_QUANT = "import sys, _tools\nok = _tools.mnnquant(sys.argv[1:])\nsys.exit(0 if ok in (True, 0, None) else 1)\n"
+_CONVERT = (
+    "import sys, _tools\nok = _tools.mnnconvert(sys.argv[1:])\nsys.exit(0 if ok in (True, 0, None) else 1)\n"
+)
+_QUANT = (
+    "import sys, _tools\nok = _tools.mnnquant(sys.argv[1:])\nsys.exit(0 if ok in (True, 0, None) else 1)\n"
+)
 
 
 def run_mnn_tool(args: Sequence[str], *, quant: bool = False, timeout: float = 900.0) -> str:
@@ -26,8 +30,13 @@ def run_mnn_tool(args: Sequence[str], *, quant: bool = False, timeout: float = 9
     code = _QUANT if quant else _CONVERT
     tool = "mnnquant" if quant else "mnnconvert"
     try:
-        proc = subprocess.run([sys.executable, "-c", code, tool, *args], capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [sys.executable, "-c", code, tool, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         raise ModelError(f"{tool} timed out after {timeout:g} s") from None
     output = proc.stdout + proc.stderr
@@ -49,8 +58,19 @@ def onnx_to_mnn(onnx_path: Path, out: Path | None = None, extra: Sequence[str] =
             return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.{threading.get_ident()}")  # devices convert in parallel
-    run_mnn_tool(["-f", "ONNX", "--modelFile", str(onnx_path), "--MNNModel", str(tmp), "--bizCode", "edgebench",
-                  *extra])
+    run_mnn_tool(
+        [
+            "-f",
+            "ONNX",
+            "--modelFile",
+            str(onnx_path),
+            "--MNNModel",
+            str(tmp),
+            "--bizCode",
+            "edgebench",
+            *extra,
+        ]
+    )
     if not tmp.exists() or tmp.stat().st_size == 0:
         raise ModelError(f"{onnx_path}: mnnconvert produced no model")
     os.replace(tmp, out)

@@ -136,9 +136,9 @@ def parse_device(data: dict, path: Path) -> DeviceSpec:
     )
     r.done()
     if transport == "ssh" and not dev.host:
-        raise r.error("host", "required for transport = \"ssh\"")
+        raise r.error("host", 'required for transport = "ssh"')
     if transport == "adb" and not dev.serial:
-        raise r.error("serial", "required for transport = \"adb\"")
+        raise r.error("serial", 'required for transport = "adb"')
     return dev
 
 
@@ -176,8 +176,9 @@ def _parse_sensors(r: TableReader) -> Sensors:
     monitor = p.get("monitor", (str, list), ())
     if isinstance(monitor, str):
         monitor = (monitor,)
-    power = PowerSource(current=p.get("current", str, None), voltage=p.get("voltage", str, None),
-                        monitor=tuple(monitor))
+    power = PowerSource(
+        current=p.get("current", str, None), voltage=p.get("voltage", str, None), monitor=tuple(monitor)
+    )
     p.done()
     sensors = Sensors(sysfs_root=r.get("sysfs_root", str, "/"), thermal_zones=zones, power=power)
     r.done()
@@ -195,7 +196,10 @@ def _parse_runners(r: TableReader) -> dict[str, RunnerSpec]:
             raise r.error(name, "must be a path or a table {path, push, libs}")
         t = r.table(name)
         runners[name] = RunnerSpec(
-            name=name, path=t.get("path", str), host_path=t.get("push", str, None), libs=t.str_list("libs", ())
+            name=name,
+            path=t.get("path", str),
+            host_path=t.get("push", str, None),
+            libs=t.str_list("libs", ()),
         )
         t.done()
     return runners

@@ -58,7 +58,8 @@ def build_mlp(hidden: int = 2048, width: int = 1024, layers: int = 3) -> onnx.Mo
             nodes.append(helper.make_node("Relu", [f"a{i}"], [out], name=f"fc{i}/Relu"))
         prev = out
     graph = helper.make_graph(
-        nodes, "mlp",
+        nodes,
+        "mlp",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])],
         inits,
@@ -75,9 +76,17 @@ def build_convnet(size: int = 112, channels: int = 64) -> onnx.ModelProto:
     for i, (cin, cout, stride) in enumerate(specs):
         w, b = f"conv{i}.w", f"conv{i}.b"
         inits += [_init(w, _weights(rng, cin * 9, (cout, cin, 3, 3))), _init(b, np.zeros(cout))]
-        nodes.append(helper.make_node(
-            "Conv", [prev, w, b], [f"c{i}"], name=f"conv{i}", kernel_shape=[3, 3], pads=[1, 1, 1, 1],
-            strides=[stride, stride]))
+        nodes.append(
+            helper.make_node(
+                "Conv",
+                [prev, w, b],
+                [f"c{i}"],
+                name=f"conv{i}",
+                kernel_shape=[3, 3],
+                pads=[1, 1, 1, 1],
+                strides=[stride, stride],
+            )
+        )
         nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}"))
         prev = f"r{i}"
     inits += [_init("fc.w", _weights(rng, channels, (channels, 10))), _init("fc.b", np.zeros(10))]
@@ -87,7 +96,8 @@ def build_convnet(size: int = 112, channels: int = 64) -> onnx.ModelProto:
         helper.make_node("Gemm", ["flat", "fc.w", "fc.b"], ["logits"], name="fc"),
     ]
     graph = helper.make_graph(
-        nodes, "convnet",
+        nodes,
+        "convnet",
         [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, size, size])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])],
         inits,
@@ -100,15 +110,25 @@ def build_encoder(seq: int = 128, d_model: int = 256, heads: int = 4, ffn: int =
     rng = np.random.default_rng(3)
     dh = d_model // heads
     inits = [
-        _init("ln1.g", np.ones(d_model)), _init("ln1.b", np.zeros(d_model)),
-        _init("ln2.g", np.ones(d_model)), _init("ln2.b", np.zeros(d_model)),
+        _init("ln1.g", np.ones(d_model)),
+        _init("ln1.b", np.zeros(d_model)),
+        _init("ln2.g", np.ones(d_model)),
+        _init("ln2.b", np.zeros(d_model)),
         numpy_helper.from_array(np.array([1, seq, heads, dh], dtype=np.int64), "split_shape"),
         numpy_helper.from_array(np.array([1, seq, d_model], dtype=np.int64), "merge_shape"),
         _init("scale", np.array(1.0 / np.sqrt(dh))),
-        _init("half", np.array(0.5)), _init("one", np.array(1.0)), _init("rsqrt2", np.array(1 / np.sqrt(2))),
+        _init("half", np.array(0.5)),
+        _init("one", np.array(1.0)),
+        _init("rsqrt2", np.array(1 / np.sqrt(2))),
     ]
-    for name, shape in [("wq", (d_model, d_model)), ("wk", (d_model, d_model)), ("wv", (d_model, d_model)),
-                        ("wo", (d_model, d_model)), ("w1", (d_model, ffn)), ("w2", (ffn, d_model))]:
+    for name, shape in [
+        ("wq", (d_model, d_model)),
+        ("wk", (d_model, d_model)),
+        ("wv", (d_model, d_model)),
+        ("wo", (d_model, d_model)),
+        ("w1", (d_model, ffn)),
+        ("w2", (ffn, d_model)),
+    ]:
         inits.append(_init(name, _weights(rng, shape[0], shape)))
     inits += [_init("b1", np.zeros(ffn)), _init("b2", np.zeros(d_model))]
     n = helper.make_node
@@ -117,8 +137,13 @@ def build_encoder(seq: int = 128, d_model: int = 256, heads: int = 4, ffn: int =
         nodes += [
             n("MatMul", ["x", f"w{p}"], [f"{p}2"], name=f"attn/{p}_proj"),
             n("Reshape", [f"{p}2", "split_shape"], [f"{p}4"], name=f"attn/{p}_split"),
-            n("Transpose", [f"{p}4"], [f"{p}h"], name=f"attn/{p}_heads",
-              perm=[0, 2, 3, 1] if p == "k" else [0, 2, 1, 3]),
+            n(
+                "Transpose",
+                [f"{p}4"],
+                [f"{p}h"],
+                name=f"attn/{p}_heads",
+                perm=[0, 2, 3, 1] if p == "k" else [0, 2, 1, 3],
+            ),
         ]
     nodes += [
         n("MatMul", ["qh", "kh"], ["scores"], name="attn/scores"),
@@ -144,7 +169,8 @@ def build_encoder(seq: int = 128, d_model: int = 256, heads: int = 4, ffn: int =
         n("LayerNormalization", ["res2", "ln2.g", "ln2.b"], ["y"], name="ln2", axis=-1, epsilon=1e-5),
     ]
     graph = helper.make_graph(
-        nodes, "encoder",
+        nodes,
+        "encoder",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, d_model])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, seq, d_model])],
         inits,
@@ -153,7 +179,9 @@ def build_encoder(seq: int = 128, d_model: int = 256, heads: int = 4, ffn: int =
 
 
 def _model(graph: onnx.GraphProto) -> onnx.ModelProto:
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="edgebench")
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="edgebench"
+    )
     model.ir_version = 8  # readable by every onnxruntime and MNN converter still in use
     onnx.checker.check_model(model)
     return model
@@ -188,7 +216,7 @@ def builtin_model(name: str, cache_dir: Path | None = None) -> Path:
 def resolve_model(ref: str, base_dir: Path | None = None, name: str | None = None) -> ModelRef:
     """Turn a model reference into a checked ModelRef; a bad one is a one-line ModelError."""
     if ref.startswith(BUILTIN_PREFIX):
-        key = ref[len(BUILTIN_PREFIX):]
+        key = ref[len(BUILTIN_PREFIX) :]
         return ModelRef(name or key, builtin_model(key))
     path = Path(os.path.expanduser(ref))
     if base_dir is not None and not path.is_absolute():

@@ -88,7 +88,9 @@ class RecordContext:
             params={**self.base_params, **params},
         )
 
-    def samples(self, metric: str, unit: str, values: list[float] | tuple[float, ...], **params: Any) -> Samples:
+    def samples(
+        self, metric: str, unit: str, values: list[float] | tuple[float, ...], **params: Any
+    ) -> Samples:
         return Samples(
             run_id=self.run_id,
             device=self.device,

@@ -88,7 +88,8 @@ class Store:
     # ---- schema ---------------------------------------------------------------------------------
     def _migrate(self) -> None:
         has_meta = self.db.execute(
-            "SELECT name FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
+            "SELECT name FROM sqlite_master WHERE type='table' AND name='meta'"
+        ).fetchone()
         version = 0
         if has_meta:
             row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -96,8 +97,10 @@ class Store:
         elif self.db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
             raise UserError(f"{self.path}: a SQLite file that is not an edgebench store")
         if version > SCHEMA_VERSION:
-            raise UserError(f"{self.path}: store schema version {version} is newer than this edgebench "
-                            f"supports ({SCHEMA_VERSION}); upgrade edgebench")
+            raise UserError(
+                f"{self.path}: store schema version {version} is newer than this edgebench "
+                f"supports ({SCHEMA_VERSION}); upgrade edgebench"
+            )
         if version < 1:
             self._update_to_1()
 
@@ -121,18 +124,24 @@ class Store:
             else:
                 self.db.execute(
                     "INSERT INTO runs(run_id, created, kind, suite, provenance, status) VALUES(?,?,?,?,?,?)",
-                    (run_id, utc_now(), kind, suite, _dumps(provenance), "running"))
+                    (run_id, utc_now(), kind, suite, _dumps(provenance), "running"),
+                )
 
     def finish_run(self, run_id: str, status: str) -> None:
         with self._tx():
-            self.db.execute("UPDATE runs SET status=?, finished=? WHERE run_id=?", (status, utc_now(), run_id))
+            self.db.execute(
+                "UPDATE runs SET status=?, finished=? WHERE run_id=?", (status, utc_now(), run_id)
+            )
 
-    def save_device(self, run_id: str, device: str, fingerprint: dict[str, Any],
-                    descriptor: dict[str, Any]) -> None:
+    def save_device(
+        self, run_id: str, device: str, fingerprint: dict[str, Any], descriptor: dict[str, Any]
+    ) -> None:
         with self._tx():
             self.db.execute(
-                "INSERT OR IGNORE INTO devices(run_id, device, fingerprint, descriptor, ts) VALUES(?,?,?,?,?)",
-                (run_id, device, _dumps(fingerprint), _dumps(descriptor), utc_now()))
+                "INSERT OR IGNORE INTO devices(run_id, device, fingerprint, descriptor, ts)"
+                " VALUES(?,?,?,?,?)",
+                (run_id, device, _dumps(fingerprint), _dumps(descriptor), utc_now()),
+            )
 
     def save_job(self, run_id: str, outcome: JobOutcome) -> bool:
         """Store one job with its records and samples in one transaction.
@@ -141,45 +150,109 @@ class Store:
         """
         job = outcome.job
         with self._tx():
-            if outcome.ok and self.db.execute(
-                    "SELECT 1 FROM jobs WHERE run_id=? AND job_key=? AND status='ok'", (run_id, job.key)).fetchone():
+            if (
+                outcome.ok
+                and self.db.execute(
+                    "SELECT 1 FROM jobs WHERE run_id=? AND job_key=? AND status='ok'", (run_id, job.key)
+                ).fetchone()
+            ):
                 return False
             cur = self.db.execute(
                 "INSERT INTO jobs(run_id, job_key, device, probe, model, runtime, params, status, error, "
-                "error_kind, warnings, started, finished, wall_s, device_s) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (run_id, job.key, job.device, job.probe, job.model.name if job.model else None, job.runtime,
-                 _dumps(job.params), outcome.status, outcome.error, outcome.error_kind,
-                 _dumps(outcome.warnings), outcome.started, outcome.finished, outcome.wall_s, outcome.device_s))
+                "error_kind, warnings, started, finished, wall_s, device_s)"
+                " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    run_id,
+                    job.key,
+                    job.device,
+                    job.probe,
+                    job.model.name if job.model else None,
+                    job.runtime,
+                    _dumps(job.params),
+                    outcome.status,
+                    outcome.error,
+                    outcome.error_kind,
+                    _dumps(outcome.warnings),
+                    outcome.started,
+                    outcome.finished,
+                    outcome.wall_s,
+                    outcome.device_s,
+                ),
+            )
             job_id = cur.lastrowid
             self.db.executemany(
-                "INSERT INTO records(job_id, run_id, device, probe, model, runtime, metric, value, unit, params, ts)"
+                "INSERT INTO records(job_id, run_id, device, probe, model, runtime, metric, value, unit,"
+                " params, ts)"
                 " VALUES(?,?,?,?,?,?,?,?,?,?,?)",
-                [(job_id, run_id, r.device, r.probe, r.model, r.runtime, r.metric, r.value, r.unit,
-                  _dumps(r.params), r.ts) for r in outcome.records])
+                [
+                    (
+                        job_id,
+                        run_id,
+                        r.device,
+                        r.probe,
+                        r.model,
+                        r.runtime,
+                        r.metric,
+                        r.value,
+                        r.unit,
+                        _dumps(r.params),
+                        r.ts,
+                    )
+                    for r in outcome.records
+                ],
+            )
             self.db.executemany(
-                "INSERT INTO samples(job_id, run_id, device, probe, model, runtime, metric, unit, params, vals, ts)"
+                "INSERT INTO samples(job_id, run_id, device, probe, model, runtime, metric, unit, params,"
+                " vals, ts)"
                 " VALUES(?,?,?,?,?,?,?,?,?,?,?)",
-                [(job_id, run_id, s.device, s.probe, s.model, s.runtime, s.metric, s.unit, _dumps(s.params),
-                  json.dumps(list(s.values)), s.ts) for s in outcome.samples])
+                [
+                    (
+                        job_id,
+                        run_id,
+                        s.device,
+                        s.probe,
+                        s.model,
+                        s.runtime,
+                        s.metric,
+                        s.unit,
+                        _dumps(s.params),
+                        json.dumps(list(s.values)),
+                        s.ts,
+                    )
+                    for s in outcome.samples
+                ],
+            )
         return True
 
-    def import_records(self, run_id: str, records: Sequence[Record], samples: Sequence[Samples] = (),
-                       kind: str = "import", provenance: dict[str, Any] | None = None) -> None:
+    def import_records(
+        self,
+        run_id: str,
+        records: Sequence[Record],
+        samples: Sequence[Samples] = (),
+        kind: str = "import",
+        provenance: dict[str, Any] | None = None,
+    ) -> None:
         """Append records made elsewhere (e.g. imported pytest-benchmark JSON) as one job."""
         from .jobs import Job
 
         self.begin_run(run_id, kind, provenance or {})
         first = records[0] if records else None
-        job = Job(device=first.device if first else "-", probe=first.probe if first else kind,
-                  params={"import": kind})
-        self.save_job(run_id, JobOutcome(job, "ok", list(records), list(samples), started=utc_now(),
-                                         finished=utc_now()))
+        job = Job(
+            device=first.device if first else "-",
+            probe=first.probe if first else kind,
+            params={"import": kind},
+        )
+        self.save_job(
+            run_id, JobOutcome(job, "ok", list(records), list(samples), started=utc_now(), finished=utc_now())
+        )
         self.finish_run(run_id, "ok")
 
     # ---- reading --------------------------------------------------------------------------------
     def runs(self) -> list[RunInfo]:
         rows = self.db.execute(
-            "SELECT run_id, created, kind, suite, provenance, status, finished FROM runs ORDER BY created, run_id")
+            "SELECT run_id, created, kind, suite, provenance, status, finished FROM runs"
+            " ORDER BY created, run_id"
+        )
         return [RunInfo(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5], r[6]) for r in rows]
 
     def run(self, run_id: str) -> RunInfo:
@@ -199,32 +272,75 @@ class Store:
         return {r[0] for r in rows}
 
     def records(self, run_ids: Iterable[str] | None = None, **where: Any) -> list[Record]:
-        sql, args = _select("SELECT run_id, device, probe, model, runtime, metric, value, unit, params, ts "
-                            "FROM records", run_ids, where)
-        return [Record(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], json.loads(r[8]), r[9])
-                for r in self.db.execute(sql + " ORDER BY id", args)]
+        sql, args = _select(
+            "SELECT run_id, device, probe, model, runtime, metric, value, unit, params, ts FROM records",
+            run_ids,
+            where,
+        )
+        return [
+            Record(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], json.loads(r[8]), r[9])
+            for r in self.db.execute(sql + " ORDER BY id", args)
+        ]
 
     def samples(self, run_ids: Iterable[str] | None = None, **where: Any) -> list[Samples]:
-        sql, args = _select("SELECT run_id, device, probe, model, runtime, metric, unit, vals, params, ts "
-                            "FROM samples", run_ids, where)
-        return [Samples(r[0], r[1], r[2], r[3], r[4], r[5], r[6], tuple(json.loads(r[7])), json.loads(r[8]), r[9])
-                for r in self.db.execute(sql + " ORDER BY id", args)]
+        sql, args = _select(
+            "SELECT run_id, device, probe, model, runtime, metric, unit, vals, params, ts FROM samples",
+            run_ids,
+            where,
+        )
+        return [
+            Samples(r[0], r[1], r[2], r[3], r[4], r[5], r[6], tuple(json.loads(r[7])), json.loads(r[8]), r[9])
+            for r in self.db.execute(sql + " ORDER BY id", args)
+        ]
 
     def errors(self, run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """Failed jobs that no later attempt in the same run turned ok."""
         sql, args = _select(
-            "SELECT run_id, job_key, device, probe, model, runtime, params, error, error_kind, finished FROM jobs",
-            run_ids, {"status": "error"})
+            "SELECT run_id, job_key, device, probe, model, runtime, params, error, error_kind, finished"
+            " FROM jobs",
+            run_ids,
+            {"status": "error"},
+        )
         ok = {(r[0], r[1]) for r in self.db.execute("SELECT run_id, job_key FROM jobs WHERE status='ok'")}
-        return [{"run_id": r[0], "job": r[1], "device": r[2], "probe": r[3], "model": r[4], "runtime": r[5],
-                 "params": json.loads(r[6]), "error": r[7], "kind": r[8], "ts": r[9]}
-                for r in self.db.execute(sql + " ORDER BY id", args) if (r[0], r[1]) not in ok]
+        return [
+            {
+                "run_id": r[0],
+                "job": r[1],
+                "device": r[2],
+                "probe": r[3],
+                "model": r[4],
+                "runtime": r[5],
+                "params": json.loads(r[6]),
+                "error": r[7],
+                "kind": r[8],
+                "ts": r[9],
+            }
+            for r in self.db.execute(sql + " ORDER BY id", args)
+            if (r[0], r[1]) not in ok
+        ]
 
     def jobs(self, run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
-        sql, args = _select("SELECT run_id, job_key, device, probe, model, runtime, params, status, error, "
-                            "wall_s, device_s, started, finished FROM jobs", run_ids, {})
-        cols = ("run_id", "job", "device", "probe", "model", "runtime", "params", "status", "error", "wall_s",
-                "device_s", "started", "finished")
+        sql, args = _select(
+            "SELECT run_id, job_key, device, probe, model, runtime, params, status, error, "
+            "wall_s, device_s, started, finished FROM jobs",
+            run_ids,
+            {},
+        )
+        cols = (
+            "run_id",
+            "job",
+            "device",
+            "probe",
+            "model",
+            "runtime",
+            "params",
+            "status",
+            "error",
+            "wall_s",
+            "device_s",
+            "started",
+            "finished",
+        )
         out = []
         for r in self.db.execute(sql + " ORDER BY id", args):
             d = dict(zip(cols, r, strict=True))
@@ -234,8 +350,10 @@ class Store:
 
     def device_info(self, run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
         sql, args = _select("SELECT run_id, device, fingerprint, descriptor FROM devices", run_ids, {})
-        return [{"run_id": r[0], "device": r[1], "fingerprint": json.loads(r[2]), "descriptor": json.loads(r[3])}
-                for r in self.db.execute(sql, args)]
+        return [
+            {"run_id": r[0], "device": r[1], "fingerprint": json.loads(r[2]), "descriptor": json.loads(r[3])}
+            for r in self.db.execute(sql, args)
+        ]
 
     def records_frame(self, run_ids: Iterable[str] | None = None, **where: Any):  # type: ignore[no-untyped-def]
         """Records as a pandas DataFrame (one column per record field; params stay a dict)."""
@@ -243,7 +361,9 @@ class Store:
 
         from .records import RECORD_FIELDS
 
-        return pd.DataFrame([r.to_dict() for r in self.records(run_ids, **where)], columns=list(RECORD_FIELDS))
+        return pd.DataFrame(
+            [r.to_dict() for r in self.records(run_ids, **where)], columns=list(RECORD_FIELDS)
+        )
 
 
 class _Tx:

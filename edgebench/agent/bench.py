@@ -33,8 +33,9 @@ def load(task: dict, warnings: list[str]):  # type: ignore[no-untyped-def]
         raise TaskError("runtime", str(exc)) from None
     load_ms = (time.perf_counter_ns() - start) / 1e6
     try:
-        feeds = make_inputs(session.inputs, task.get("shapes", {}), int(task.get("seed", 0)),
-                            task.get("inputs"), warnings)
+        feeds = make_inputs(
+            session.inputs, task.get("shapes", {}), int(task.get("seed", 0)), task.get("inputs"), warnings
+        )
     except InputError as exc:
         raise TaskError("input", str(exc)) from None
     return session, feeds, load_ms, rss_before
@@ -49,7 +50,9 @@ def run(task: dict) -> tuple[dict, list[str]]:
         first_ms = time_once(step)
     except Exception as exc:  # noqa: BLE001 - the runtime's own errors carry the reason
         raise TaskError("model", f"inference failed: {str(exc).strip().splitlines()[0]}") from None
-    policy = Policy(**{k: task[k] for k in ("warmup_runs", "warmup_s", "runs", "min_s", "max_s") if k in task})
+    policy = Policy(
+        **{k: task[k] for k in ("warmup_runs", "warmup_s", "runs", "min_s", "max_s") if k in task}
+    )
     warm_calls, warm_s = warm_up(step, policy)
     samples, cut_short = sample(step, policy)
     if cut_short:

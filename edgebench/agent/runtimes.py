@@ -24,9 +24,16 @@ class InputInfo:
 
 
 ORT_TYPES = {
-    "tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
-    "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(int16)": "int16", "tensor(int8)": "int8",
-    "tensor(uint8)": "uint8", "tensor(uint16)": "uint16", "tensor(bool)": "bool",
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+    "tensor(int64)": "int64",
+    "tensor(int32)": "int32",
+    "tensor(int16)": "int16",
+    "tensor(int8)": "int8",
+    "tensor(uint8)": "uint8",
+    "tensor(uint16)": "uint16",
+    "tensor(bool)": "bool",
 }
 
 
@@ -35,8 +42,14 @@ class OrtSession:
 
     runtime = "onnxruntime"
 
-    def __init__(self, path: str, threads: int = 0, profile_prefix: str | None = None,
-                 providers: list[str] | None = None, optimization: str = "all") -> None:
+    def __init__(
+        self,
+        path: str,
+        threads: int = 0,
+        profile_prefix: str | None = None,
+        providers: list[str] | None = None,
+        optimization: str = "all",
+    ) -> None:
         try:
             import onnxruntime as ort
         except ImportError as exc:
@@ -59,8 +72,10 @@ class OrtSession:
             self.session = ort.InferenceSession(path, opts, providers=providers or ["CPUExecutionProvider"])
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
             raise ModelLoadError(_first_line(exc)) from None
-        self.inputs = [InputInfo(i.name, list(i.shape), ORT_TYPES.get(i.type, "float32"))
-                       for i in self.session.get_inputs()]
+        self.inputs = [
+            InputInfo(i.name, list(i.shape), ORT_TYPES.get(i.type, "float32"))
+            for i in self.session.get_inputs()
+        ]
         self.output_names = [o.name for o in self.session.get_outputs()]
 
     def prepare(self, feeds: dict[str, Any]) -> Callable[[], Any]:
@@ -106,14 +121,24 @@ class MnnSession:
 
     def _dtype(self, tensor: Any) -> str:
         m, kind = self.mnn, tensor.getDataType()
-        table = [(m.Halide_Type_Float, "float32"), (m.Halide_Type_Int, "int32"), (m.Halide_Type_Int64, "int64"),
-                 (m.Halide_Type_Uint8, "uint8"), (m.Halide_Type_Double, "float64")]
+        table = [
+            (m.Halide_Type_Float, "float32"),
+            (m.Halide_Type_Int, "int32"),
+            (m.Halide_Type_Int64, "int64"),
+            (m.Halide_Type_Uint8, "uint8"),
+            (m.Halide_Type_Double, "float64"),
+        ]
         return next((name for ref, name in table if kind == ref), "float32")
 
     def _halide(self, dtype: str) -> Any:
         m = self.mnn
-        return {"float32": m.Halide_Type_Float, "int32": m.Halide_Type_Int, "int64": m.Halide_Type_Int64,
-                "uint8": m.Halide_Type_Uint8, "float64": m.Halide_Type_Double}[dtype]
+        return {
+            "float32": m.Halide_Type_Float,
+            "int32": m.Halide_Type_Int,
+            "int64": m.Halide_Type_Int64,
+            "uint8": m.Halide_Type_Uint8,
+            "float64": m.Halide_Type_Double,
+        }[dtype]
 
     def _load_inputs(self, feeds: dict[str, Any]) -> None:
         m, interp, sess = self.mnn, self.interpreter, self.session
@@ -143,7 +168,9 @@ class MnnSession:
         for name in self.output_names:
             tensor = self.interpreter.getSessionOutput(self.session, name)
             shape = tuple(tensor.getShape())
-            host = m.Tensor(shape, m.Halide_Type_Float, np.zeros(shape, np.float32), m.Tensor_DimensionType_Caffe)
+            host = m.Tensor(
+                shape, m.Halide_Type_Float, np.zeros(shape, np.float32), m.Tensor_DimensionType_Caffe
+            )
             tensor.copyToHostTensor(host)
             # getNumpyData is a view the next run overwrites: keep a copy.
             result[name] = np.array(host.getNumpyData(), copy=True)

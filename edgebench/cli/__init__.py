@@ -27,13 +27,18 @@ COMMAND_MODULES = ("core", "probe", "run", "gate", "numerics", "report", "roofli
 
 def build_app() -> typer.Typer:
     app = typer.Typer(
-        name="edgebench", add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+        name="edgebench",
+        add_completion=False,
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
         help="Device benchmarking and profiling lab harness for on-device AI.",
         context_settings={"help_option_names": ["-h", "--help"]},
     )
 
     @app.callback()
-    def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for internal errors.")) -> None:
+    def _root(
+        debug: bool = typer.Option(False, "--debug", help="Show tracebacks for internal errors."),
+    ) -> None:
         """Device benchmarking and profiling lab harness for on-device AI."""
 
     for name in COMMAND_MODULES:
@@ -56,7 +61,9 @@ def main(argv: list[str] | None = None) -> None:
     except ABORTS:
         _fail("interrupted", 130, debug)
     except Exception as exc:  # noqa: BLE001 - never a traceback unless --debug
-        _fail(f"internal error: {type(exc).__name__}: {one_line(exc)} (run with --debug for details)", 1, debug)
+        _fail(
+            f"internal error: {type(exc).__name__}: {one_line(exc)} (run with --debug for details)", 1, debug
+        )
     sys.exit(rc if isinstance(rc, int) else 0)
 
 

@@ -56,11 +56,26 @@ def devices(
         return 3 if failed(reports) else 0
     specs = [the_lab.devices[n] for n in names]
     if as_json:
-        print_json({"devices": [{"name": s.name, "transport": s.transport, "soc": s.soc, "agent": s.agent,
-                                 "source": s.source} for s in specs]})
+        print_json(
+            {
+                "devices": [
+                    {
+                        "name": s.name,
+                        "transport": s.transport,
+                        "soc": s.soc,
+                        "agent": s.agent,
+                        "source": s.source,
+                    }
+                    for s in specs
+                ]
+            }
+        )
     else:
-        render_table("devices", ["device", "transport", "soc", "descriptor"],
-                     [[s.name, s.transport, s.soc, s.source] for s in specs])
+        render_table(
+            "devices",
+            ["device", "transport", "soc", "descriptor"],
+            [[s.name, s.transport, s.soc, s.source] for s in specs],
+        )
     return 0
 
 
@@ -77,7 +92,9 @@ def bench(
     min_seconds: float = typer.Option(1.0, "--min-seconds", min=0.0),
     max_seconds: float = typer.Option(60.0, "--max-seconds", min=0.01),
     seed: int = typer.Option(0, "--seed"),
-    timeout: float = typer.Option(None, "--timeout", help="Bound on every remote call (default: descriptor)."),
+    timeout: float = typer.Option(
+        None, "--timeout", help="Bound on every remote call (default: descriptor)."
+    ),
     store: Path = STORE_OPT,
     no_store: bool = typer.Option(False, "--no-store", help="Do not keep the results."),
     lab: Path = LAB_OPT,
@@ -89,8 +106,14 @@ def bench(
     ref = resolve_model(model)
     if inputs is not None and not inputs.is_file():
         raise UserError(f"{inputs}: inputs file not found")
-    params = {"threads": threads, "runs": runs, "warmup": warmup, "min_seconds": min_seconds,
-              "max_seconds": max_seconds, "seed": seed}
+    params = {
+        "threads": threads,
+        "runs": runs,
+        "warmup": warmup,
+        "min_seconds": min_seconds,
+        "max_seconds": max_seconds,
+        "seed": seed,
+    }
     if affinity:
         params["affinity"] = parse_cpus(affinity)
     if shape:
@@ -111,10 +134,23 @@ def bench(
 
 
 def show_records(records: list[Record], title: str) -> None:
-    rows = [[r.device, r.model, r.runtime, r.probe, r.metric,
-             {k: v for k, v in r.params.items() if k != "stat"} or None, r.params.get("stat"), r.value, r.unit]
-            for r in records]
-    render_table(title, ["device", "model", "runtime", "probe", "metric", "params", "stat", "value", "unit"], rows)
+    rows = [
+        [
+            r.device,
+            r.model,
+            r.runtime,
+            r.probe,
+            r.metric,
+            {k: v for k, v in r.params.items() if k != "stat"} or None,
+            r.params.get("stat"),
+            r.value,
+            r.unit,
+        ]
+        for r in records
+    ]
+    render_table(
+        title, ["device", "model", "runtime", "probe", "metric", "params", "stat", "value", "unit"], rows
+    )
 
 
 def results(

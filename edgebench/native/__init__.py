@@ -19,6 +19,17 @@ ADAPTERS: dict[str, type[RunnerAdapter]] = {
 }
 
 # runtime -> the runner that measures it
-RUNNER_FOR_RUNTIME = {"tflite": "benchmark_model", "onnxruntime": "onnxruntime_perf_test", "mnn": "mnn_benchmark"}
+RUNNER_FOR_RUNTIME = {
+    "tflite": "benchmark_model",
+    "onnxruntime": "onnxruntime_perf_test",
+    "mnn": "mnn_benchmark",
+}
 
-__all__ = ["ADAPTERS", "RUNNER_FOR_RUNTIME", "NativeOptions", "NativeResult", "NativeToolError", "RunnerAdapter"]
+__all__ = [
+    "ADAPTERS",
+    "RUNNER_FOR_RUNTIME",
+    "NativeOptions",
+    "NativeResult",
+    "NativeToolError",
+    "RunnerAdapter",
+]

@@ -25,7 +25,9 @@ class NativeOptions:
     runs: int = 50
     min_seconds: float = 1.0
     max_seconds: float = 150.0
-    delegate: str | None = None  # tflite: xnnpack|nnapi|gpu|hexagon; ort: an execution provider (cpu, nnapi, qnn, ...)
+    delegate: str | None = (
+        None  # tflite: xnnpack|nnapi|gpu|hexagon; ort: an execution provider (cpu, nnapi, qnn, ...)
+    )
     precision: str | None = None  # fp32 | fp16 | low
     profile: bool = False
 

@@ -11,7 +11,15 @@ import re
 
 from .base import NativeOptions, NativeResult, NativeToolError, first_error_line, number
 
-_PERCENTILES = {"min": "Min", "max": "Max", "p50": "P50", "p90": "P90", "p95": "P95", "p99": "P99", "p999": "P999"}
+_PERCENTILES = {
+    "min": "Min",
+    "max": "Max",
+    "p50": "P50",
+    "p90": "P90",
+    "p95": "P95",
+    "p99": "P99",
+    "p999": "P999",
+}
 _ERRORS = ("[ONNXRuntimeError]", "failed:", "not supported", "Error", "error:")
 
 

@@ -26,20 +26,36 @@ from ..errors import TransportError
 SAMPLER_SCRIPT = r"""
 root=$1; interval=$2; count=$3; out=$4
 cd "$root" || exit 1
-statics='sys/class/thermal/thermal_zone*/type sys/devices/system/cpu/cpu[0-9]*/cpufreq/related_cpus
- sys/devices/system/cpu/cpu[0-9]*/cpufreq/affected_cpus sys/devices/system/cpu/cpu[0-9]*/cpufreq/cpuinfo_max_freq
- sys/devices/system/cpu/cpu[0-9]*/cpufreq/cpuinfo_min_freq sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor
- sys/devices/system/cpu/cpufreq/policy[0-9]*/related_cpus sys/devices/system/cpu/cpufreq/policy[0-9]*/affected_cpus
- sys/devices/system/cpu/cpufreq/policy[0-9]*/cpuinfo_max_freq sys/devices/system/cpu/cpufreq/policy[0-9]*/cpuinfo_min_freq
+statics='sys/class/thermal/thermal_zone*/type
+ sys/devices/system/cpu/cpu[0-9]*/cpufreq/related_cpus
+ sys/devices/system/cpu/cpu[0-9]*/cpufreq/affected_cpus
+ sys/devices/system/cpu/cpu[0-9]*/cpufreq/cpuinfo_max_freq
+ sys/devices/system/cpu/cpu[0-9]*/cpufreq/cpuinfo_min_freq
+ sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor
+ sys/devices/system/cpu/cpufreq/policy[0-9]*/related_cpus
+ sys/devices/system/cpu/cpufreq/policy[0-9]*/affected_cpus
+ sys/devices/system/cpu/cpufreq/policy[0-9]*/cpuinfo_max_freq
+ sys/devices/system/cpu/cpufreq/policy[0-9]*/cpuinfo_min_freq
  sys/devices/system/cpu/cpufreq/policy[0-9]*/scaling_governor
- sys/class/power_supply/*/type sys/class/power_supply/*/scope sys/class/hwmon/hwmon*/name sys/class/hwmon/hwmon*/*_label'
-dynamics='sys/class/thermal/thermal_zone*/temp sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_cur_freq
- sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_max_freq sys/devices/system/cpu/cpu[0-9]*/cpufreq/cpuinfo_cur_freq
- sys/devices/system/cpu/cpufreq/policy[0-9]*/scaling_cur_freq sys/devices/system/cpu/cpufreq/policy[0-9]*/scaling_max_freq
+ sys/class/power_supply/*/type
+ sys/class/power_supply/*/scope
+ sys/class/hwmon/hwmon*/name
+ sys/class/hwmon/hwmon*/*_label'
+dynamics='sys/class/thermal/thermal_zone*/temp
+ sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_cur_freq
+ sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_max_freq
+ sys/devices/system/cpu/cpu[0-9]*/cpufreq/cpuinfo_cur_freq
+ sys/devices/system/cpu/cpufreq/policy[0-9]*/scaling_cur_freq
+ sys/devices/system/cpu/cpufreq/policy[0-9]*/scaling_max_freq
  sys/devices/system/cpu/cpufreq/policy[0-9]*/cpuinfo_cur_freq
- sys/class/power_supply/*/current_now sys/class/power_supply/*/voltage_now sys/class/power_supply/*/power_now
- sys/class/power_supply/*/status sys/class/power_supply/*/online
- sys/class/hwmon/hwmon*/in[0-9]*_input sys/class/hwmon/hwmon*/curr[0-9]*_input sys/class/hwmon/hwmon*/power[0-9]*_input
+ sys/class/power_supply/*/current_now
+ sys/class/power_supply/*/voltage_now
+ sys/class/power_supply/*/power_now
+ sys/class/power_supply/*/status
+ sys/class/power_supply/*/online
+ sys/class/hwmon/hwmon*/in[0-9]*_input
+ sys/class/hwmon/hwmon*/curr[0-9]*_input
+ sys/class/hwmon/hwmon*/power[0-9]*_input
  sys/class/hwmon/hwmon*/temp[0-9]*_input'
 {
   for f in $statics; do [ -r "$f" ] && read -r v < "$f" && printf 'S\t%s\t%s\n' "$f" "$v"; done
@@ -95,8 +111,17 @@ def parse_sampler_output(text: str) -> ShellTrace:
 def sensor_log(trace: ShellTrace, config: dict[str, Any], period_s: float) -> dict[str, Any]:
     """The Python sampler's log, built from the shell trace with the agent's own discovery."""
     if not trace.ticks:
-        return {"clock": "device uptime", "period_s": period_s, "origin": 0.0, "t": [], "channels": [],
-                "status": {}, "static": {}, "warnings": ["the shell sampler recorded no tick"], "late_ticks": 0}
+        return {
+            "clock": "device uptime",
+            "period_s": period_s,
+            "origin": 0.0,
+            "t": [],
+            "channels": [],
+            "status": {},
+            "static": {},
+            "warnings": ["the shell sampler recorded no tick"],
+            "late_ticks": 0,
+        }
     with tempfile.TemporaryDirectory(prefix="edgebench-sysfs-") as snap:
         # The first tick's values and the static files, laid out as a sysfs tree for discovery.
         for rel, value in {**trace.ticks[0][1], **trace.static}.items():
@@ -121,9 +146,15 @@ def sensor_log(trace: ShellTrace, config: dict[str, Any], period_s: float) -> di
                 changes.append([round(t - origin, 4), text])
         status[sid] = changes
     return {
-        "clock": "device uptime", "period_s": period_s, "origin": origin, "late_ticks": 0,
-        "t": [round(t - origin, 4) for t, _ in trace.ticks], "channels": channels, "status": status,
-        "static": found.static, "warnings": list(found.warnings),
+        "clock": "device uptime",
+        "period_s": period_s,
+        "origin": origin,
+        "late_ticks": 0,
+        "t": [round(t - origin, 4) for t, _ in trace.ticks],
+        "channels": channels,
+        "status": status,
+        "static": found.static,
+        "warnings": list(found.warnings),
     }
 
 

@@ -54,7 +54,9 @@ def shapes_param(job: Job) -> dict[str, list[int]]:
     return {k: list(v) for k, v in (job.params.get("shapes") or {}).items()}
 
 
-def identity_params(job: Job, keys: tuple[str, ...] = ("threads", "affinity", "shapes", "inputs")) -> dict[str, Any]:
+def identity_params(
+    job: Job, keys: tuple[str, ...] = ("threads", "affinity", "shapes", "inputs")
+) -> dict[str, Any]:
     """The params that make a measurement what it is (paired on by gates); policy knobs stay out."""
     out: dict[str, Any] = {}
     for key in keys:

@@ -27,8 +27,7 @@ from ..records import ProbeResult, RecordContext
 from ..stats import MIN_SAMPLES_FOR_P90, MIN_SAMPLES_FOR_P99, summarize
 from .common import job_timeout, model_file_for, require_model
 
-_NEEDED = {"p90": MIN_SAMPLES_FOR_P90, "p95": MIN_SAMPLES_FOR_P90, "p99": MIN_SAMPLES_FOR_P99,
-           "p999": 1000}
+_NEEDED = {"p90": MIN_SAMPLES_FOR_P90, "p95": MIN_SAMPLES_FOR_P90, "p99": MIN_SAMPLES_FOR_P99, "p999": 1000}
 
 
 def runtime_for(model: ModelRef, job: Job) -> str:
@@ -43,17 +42,24 @@ def adapter_and_runner(device: Device, runtime: str, job: Job) -> tuple[RunnerAd
         raise UserError(f"no native runner for runtime '{runtime}' (known runners: {', '.join(ADAPTERS)})")
     runner = device.spec.runners.get(name)
     if runner is None:
-        raise UserError(f"{device.name}: no '{name}' in [runners] of {device.spec.source} "
-                        f"(needed for runtime '{runtime}' on a native device)")
+        raise UserError(
+            f"{device.name}: no '{name}' in [runners] of {device.spec.source} "
+            f"(needed for runtime '{runtime}' on a native device)"
+        )
     return ADAPTERS[name](), runner
 
 
 def native_options(job: Job) -> NativeOptions:
     p = job.params
     return NativeOptions(
-        threads=int(p.get("threads") or 0), warmup=int(p.get("warmup", 1)), runs=int(p.get("runs", 50)),
-        min_seconds=float(p.get("min_seconds", 1.0)), max_seconds=float(p.get("max_seconds", 150.0)),
-        delegate=p.get("delegate"), precision=p.get("precision"), profile=bool(p.get("profile", False)),
+        threads=int(p.get("threads") or 0),
+        warmup=int(p.get("warmup", 1)),
+        runs=int(p.get("runs", 50)),
+        min_seconds=float(p.get("min_seconds", 1.0)),
+        max_seconds=float(p.get("max_seconds", 150.0)),
+        delegate=p.get("delegate"),
+        precision=p.get("precision"),
+        profile=bool(p.get("profile", False)),
     )
 
 
@@ -69,7 +75,10 @@ def install_runner(device: Device, runner: RunnerSpec, timeout: float) -> tuple[
     remote = device.ensure_files([host, *libs], timeout)
     # Libraries keep their names (the loader looks them up by name) in a folder of links to the cache.
     folder = posixpath.join(device.spec.workdir, "runners", runner.name)
-    script = 'd=$1; shift; mkdir -p "$d" && chmod 755 "$1" && while [ $# -ge 2 ]; do ln -sf "$1" "$d/$2"; shift 2; done'
+    script = (
+        'd=$1; shift; mkdir -p "$d" && chmod 755 "$1" && '
+        'while [ $# -ge 2 ]; do ln -sf "$1" "$d/$2"; shift 2; done'
+    )
     pairs: list[str] = [remote[0], posixpath.basename(runner.path) or runner.name]
     for lib, remote_lib in zip(libs, remote[1:], strict=True):
         pairs += [remote_lib, lib.name]
@@ -85,13 +94,20 @@ def stage_model(device: Device, adapter: RunnerAdapter, model_file: Path, name: 
         return remote
     folder = posixpath.join(device.spec.workdir, "native", posixpath.basename(remote).split(".")[0])
     target = posixpath.join(folder, f"{name}{adapter.model_suffix}")
-    device.transport.run(["sh", "-c", 'mkdir -p "$1" && ln -sf "$2" "$3"', "sh", folder, remote, target],
-                         timeout=timeout).check(device.name)
+    device.transport.run(
+        ["sh", "-c", 'mkdir -p "$1" && ln -sf "$2" "$3"', "sh", folder, remote, target], timeout=timeout
+    ).check(device.name)
     return folder
 
 
-def invoke(device: Device, adapter: RunnerAdapter, argv: list[str], env: dict[str, str], opts: NativeOptions,
-           timeout: float) -> NativeResult:
+def invoke(
+    device: Device,
+    adapter: RunnerAdapter,
+    argv: list[str],
+    env: dict[str, str],
+    opts: NativeOptions,
+    timeout: float,
+) -> NativeResult:
     res = device.transport.run(argv, timeout=timeout, env=env or device.spec.env or None)
     if res.returncode == 127:
         raise UserError(f"{device.name}: runner binary {argv[0]} not found on the device")
@@ -108,8 +124,14 @@ def invoke(device: Device, adapter: RunnerAdapter, argv: list[str], env: dict[st
     return result
 
 
-def run_tool(device: Device, job: Job, model_file: Path, model_name: str, runtime: str,
-             opts: NativeOptions | None = None) -> tuple[list[NativeResult], RunnerAdapter, NativeOptions]:
+def run_tool(
+    device: Device,
+    job: Job,
+    model_file: Path,
+    model_name: str,
+    runtime: str,
+    opts: NativeOptions | None = None,
+) -> tuple[list[NativeResult], RunnerAdapter, NativeOptions]:
     """Run the runner once, or `invocations` times for a distribution; returns each parsed output."""
     timeout = job_timeout(device, job)
     adapter, runner = adapter_and_runner(device, runtime, job)
@@ -140,15 +162,20 @@ def native_records(ctx: RecordContext, results: list[NativeResult], opts: Native
         tool_records(ctx, first, out)
     else:
         invocation_records(ctx, results, opts, out)
-    for metric, value, unit in (("load_ms", first.load_ms, "ms"), ("first_inference_ms", first.first_ms, "ms"),
-                                ("peak_rss_mb", first.peak_memory_mb, "MB")):
+    for metric, value, unit in (
+        ("load_ms", first.load_ms, "ms"),
+        ("first_inference_ms", first.first_ms, "ms"),
+        ("peak_rss_mb", first.peak_memory_mb, "MB"),
+    ):
         if value is not None:
             out.records.append(ctx.record(metric, value, unit, aggregated_by="tool"))
     totals: dict[tuple[str, str], float] = {}
     for node, op_type, ms in first.ops:
         totals[(node, op_type)] = totals.get((node, op_type), 0.0) + ms
     for (node, op_type), ms in totals.items():
-        out.records.append(ctx.record("op_time_ms", ms, "ms", node=node, op_type=op_type, aggregated_by="tool"))
+        out.records.append(
+            ctx.record("op_time_ms", ms, "ms", node=node, op_type=op_type, aggregated_by="tool")
+        )
     return out
 
 
@@ -166,19 +193,23 @@ def tool_records(ctx: RecordContext, result: NativeResult, out: ProbeResult) -> 
             params["stat"] = stat
         out.records.append(ctx.record(metric, value, "ms", **params))
     if not any(s.startswith("p") for s in result.aggregates):
-        out.warnings.append(f"{ctx.device}: the tool prints only {', '.join(sorted(result.aggregates))}; "
-                            "set invocations to get a distribution")
+        out.warnings.append(
+            f"{ctx.device}: the tool prints only {', '.join(sorted(result.aggregates))}; "
+            "set invocations to get a distribution"
+        )
 
 
-def invocation_records(ctx: RecordContext, results: list[NativeResult], opts: NativeOptions,
-                       out: ProbeResult) -> None:
+def invocation_records(
+    ctx: RecordContext, results: list[NativeResult], opts: NativeOptions, out: ProbeResult
+) -> None:
     """A distribution over invocations: each sample is one invocation's mean of `runs` inferences."""
     values = [r.aggregates["mean"] for r in results]
     s = summarize(values)
     what = "single inference" if opts.runs == 1 else f"mean of {opts.runs} inferences"
     for stat, value in {**s.percentiles, "mean": s.mean, "min": s.min, "max": s.max}.items():
-        out.records.append(ctx.record("latency_ms", value, "ms", stat=stat, aggregated_by="edgebench",
-                                      sample=what, n=s.n))
+        out.records.append(
+            ctx.record("latency_ms", value, "ms", stat=stat, aggregated_by="edgebench", sample=what, n=s.n)
+        )
     out.warnings += [f"{why} (invocations)" for why in s.refused.values()]
     out.samples.append(ctx.samples("latency_ms", "ms", values, sample=what))
 
@@ -187,18 +218,26 @@ def invocation_records(ctx: RecordContext, results: list[NativeResult], opts: Na
 def matmul_model(n: int) -> onnx.ModelProto:
     """y = x @ W with square n x n fp32 operands: 2*n^3 FLOPs per inference."""
     w = numpy_helper.from_array(np.random.default_rng(7).standard_normal((n, n)).astype(np.float32), "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], f"matmul{n}",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, n])], [w])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        f"matmul{n}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, n])],
+        [w],
+    )
     return _model(graph)
 
 
 def bandwidth_model(elements: int) -> onnx.ModelProto:
-    """y = x + 1 over a large vector: reads 4N bytes and writes 4N bytes per inference (STREAM 'copy'-like)."""
+    """y = x + 1 over a large vector: reads and writes 4N bytes per inference (STREAM 'copy'-like)."""
     one = numpy_helper.from_array(np.ones(1, np.float32), "one")
-    graph = helper.make_graph([helper.make_node("Add", ["x", "one"], ["y"])], "stream_add",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [elements])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [elements])], [one])
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "one"], ["y"])],
+        "stream_add",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [elements])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [elements])],
+        [one],
+    )
     return _model(graph)
 
 
@@ -229,8 +268,15 @@ def run_native_matmul(device: Device, job: Job, ctx: RecordContext) -> ProbeResu
     n = int(job.params.get("n", 1024))
     best_ms, runner, path = _ceiling_run(device, job, ctx, _probe_model_file(matmul_model(n), f"matmul{n}"))
     tops = 2 * n**3 / (best_ms / 1e3) / 1e12
-    params = {"dtype": "fp32", "n": n, "threads": int(job.params.get("threads") or 0), "runner": runner,
-              "path": path, "backend": runner, "stat": "best"}
+    params = {
+        "dtype": "fp32",
+        "n": n,
+        "threads": int(job.params.get("threads") or 0),
+        "runner": runner,
+        "path": path,
+        "backend": runner,
+        "stat": "best",
+    }
     out = ProbeResult(records=[ctx.record("effective_tops", tops, "TOPS", **params)])
     peak = device.spec.spec.peak_tops.get("fp32")
     if peak:
@@ -240,14 +286,21 @@ def run_native_matmul(device: Device, job: Job, ctx: RecordContext) -> ProbeResu
 
 def run_native_bandwidth(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     elements = int(job.params.get("elements", 32 * 2**20))
-    best_ms, runner, path = _ceiling_run(device, job, ctx,
-                                         _probe_model_file(bandwidth_model(elements), f"stream_add{elements}"))
+    best_ms, runner, path = _ceiling_run(
+        device, job, ctx, _probe_model_file(bandwidth_model(elements), f"stream_add{elements}")
+    )
     moved = 2 * 4 * elements  # read x, write y; write-allocate not counted (STREAM convention)
     gbps = moved / (best_ms / 1e3) / 1e9
-    params = {"kernel": "add", "bytes": moved, "threads": int(job.params.get("threads") or 0), "runner": runner,
-              "path": path}
+    params = {
+        "kernel": "add",
+        "bytes": moved,
+        "threads": int(job.params.get("threads") or 0),
+        "runner": runner,
+        "path": path,
+    }
     out = ProbeResult(records=[ctx.record("bandwidth_gbps", gbps, "GB/s", **params)])
     if device.spec.spec.memory_bandwidth_gbps:
-        out.records.append(ctx.record("efficiency", gbps / device.spec.spec.memory_bandwidth_gbps, "ratio",
-                                      **params))
+        out.records.append(
+            ctx.record("efficiency", gbps / device.spec.spec.memory_bandwidth_gbps, "ratio", **params)
+        )
     return out
