@@ -92,6 +92,13 @@ def bench(
     min_seconds: float = typer.Option(1.0, "--min-seconds", min=0.0),
     max_seconds: float = typer.Option(60.0, "--max-seconds", min=0.01),
     seed: int = typer.Option(0, "--seed"),
+    delegate: str = typer.Option(
+        None, "--delegate", help="Native runners: delegate or execution provider (nnapi, gpu, qnn...)."
+    ),
+    precision: str = typer.Option(None, "--precision", help="Native runners: fp32, fp16 or low."),
+    invocations: int = typer.Option(
+        1, "--invocations", min=1, help="Native runners: repeat the tool N times for a distribution."
+    ),
     timeout: float = typer.Option(
         None, "--timeout", help="Bound on every remote call (default: descriptor)."
     ),
@@ -120,6 +127,13 @@ def bench(
         params["shapes"] = parse_shapes(shape)
     if inputs:
         params["inputs"] = str(inputs)
+    repeat = invocations if invocations > 1 else None
+    native = {"delegate": delegate, "precision": precision, "invocations": repeat}
+    given = {k: v for k, v in native.items() if v is not None}
+    if given and spec.agent != "native":
+        raise UserError(f"--{sorted(given)[0]} applies to native runners; {spec.name} runs the Python agent "
+                        f"({spec.source})")
+    params.update(given)
     job = Job(device=spec.name, probe="bench", model=ref, runtime=runtime, params=params, timeout_s=timeout)
     note(f"edgebench: bench {ref.name} on {spec.name} ({runtime})")
     shot = run_now(spec, [job], None if no_store else store, "bench")

@@ -247,3 +247,20 @@ def test_power_through_the_runner_on_the_stock_phone(adb_phone_factory, tmp_path
     assert math.isclose(energy.value, expected, rel_tol=1e-6)
     assert energy.params["inferences"] % 9 == 0  # (8 runs + 1 warm-up) per invocation
     assert rec["power_mw"].params["runner"] == "onnxruntime_perf_test" and rec["power_mw"].params["samples_idle"] > 5
+
+
+def test_bench_cli_maps_delegate_and_invocations(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    runner = replay_runner(tmp_path, "onnxruntime_perf_test.acl.txt")
+    lab = stock_phone(adb_phone_factory, tmp_path,
+                      f'onnxruntime_perf_test = {{ path = "onnxruntime_perf_test", push = "{runner}" }}\n')
+    res = edgebench("bench", "builtin:convnet", "--device", "stock", "--lab", str(lab.lab_dir), "--runs", "8",
+                    "--delegate", "nnapi", "--invocations", "3", "--json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    args = (lab.root / "data/local/tmp/runner-args.txt").read_text().split("\n")
+    assert args[args.index("-e") + 1] == "nnapi"
+    p50 = next(r for r in json.loads(res.stdout)["records"] if r["params"].get("stat") == "p50")
+    assert p50["params"]["aggregated_by"] == "edgebench" and p50["params"]["n"] == 3
+    assert p50["params"]["path"] == "nnapi"
+    # On a Python device the runner options are refused, naming the device.
+    bad = edgebench("bench", "builtin:convnet", "--delegate", "nnapi", cwd=tmp_path)
+    assert bad.returncode == 2 and "--delegate applies to native runners; local" in bad.stderr
