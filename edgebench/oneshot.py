@@ -40,16 +40,12 @@ def run_now(spec: DeviceSpec, jobs: Sequence[Job], store_path: Path | None, kind
     """Open the device, record its fingerprint, run the jobs, store each one as it finishes."""
     store = Store(store_path) if store_path is not None else None
     shot = OneShot(new_run_id())
-    own_device = device is None
+    status = "failed"  # unless every job below finishes ok; an unreachable device leaves it failed
     try:
         if store:
             store.begin_run(shot.run_id, kind, host_provenance())
-        try:
-            device = device or Device(spec)
-        except EdgebenchError:
-            if store:
-                store.finish_run(shot.run_id, "failed")
-            raise
+        own_device = device is None
+        device = device or Device(spec)
         try:
             _fingerprint(device, store, shot.run_id)
             for job in jobs:
@@ -62,10 +58,10 @@ def run_now(spec: DeviceSpec, jobs: Sequence[Job], store_path: Path | None, kind
         finally:
             if own_device:
                 device.close()
-        if store:
-            store.finish_run(shot.run_id, "ok" if all(o.ok for o in shot.outcomes) else "failed")
+        status = "ok" if all(o.ok for o in shot.outcomes) else "failed"
     finally:
         if store:
+            store.finish_run(shot.run_id, status)
             store.close()
     return shot
 
@@ -73,11 +69,9 @@ def run_now(spec: DeviceSpec, jobs: Sequence[Job], store_path: Path | None, kind
 def _fingerprint(device: Device, store: Store | None, run_id: str) -> None:
     try:
         fp = device.fingerprint()
-    except UserError:
+    except (UserError, LabError):
         raise
-    except LabError:
-        raise
-    except EdgebenchError as exc:
+    except EdgebenchError as exc:  # the device answers but its agent cannot say what it is: keep going
         fp = {"error": str(exc)}
     if store:
         store.save_device(run_id, device.name, fp, descriptor_summary(device.spec))
