@@ -246,17 +246,23 @@ class ProcMeter:
     The board's own load on a host that other work shares: a device descriptor's `env` tags the agent.
     """
 
+    # A pid first seen between fork and exec still shows its parent's (untagged) environment; an
+    # untagged pid is looked at again on every tick until it has been around this long.
+    RECHECK_S = 10.0
+
     def __init__(self, tag: str, cpus: int) -> None:
         self.tag = tag.encode()
         self.cpus = max(1, cpus)
         self.tick_hz = os.sysconf("SC_CLK_TCK")
         self.extra: set[int] = set()
         self._tagged: dict[int, bool] = {}
+        self._first_seen: dict[int, float] = {}
         self._ticks: dict[int, int] = {}
         self._last = time.monotonic()
 
-    def _is_tagged(self, pid: int) -> bool:
-        if pid not in self._tagged:
+    def _is_tagged(self, pid: int, now: float) -> bool:
+        first = self._first_seen.setdefault(pid, now)
+        if pid not in self._tagged or (not self._tagged[pid] and now - first < self.RECHECK_S):
             try:
                 with open(f"/proc/{pid}/environ", "rb") as fh:
                     self._tagged[pid] = self.tag in fh.read().split(b"\0")
@@ -279,14 +285,16 @@ class ProcMeter:
         used = 0
         seen = {}
         for pid in pids:
-            if pid not in self.extra and not self._is_tagged(pid):
+            if pid not in self.extra and not self._is_tagged(pid, now):
                 continue
             ticks = self._cpu_ticks(pid)
             if ticks is None:
                 continue
             seen[pid] = ticks
             used += ticks - self._ticks.get(pid, ticks)
-        self._tagged = {p: v for p, v in self._tagged.items() if p in set(pids)}
+        alive = set(pids)
+        self._tagged = {p: v for p, v in self._tagged.items() if p in alive}
+        self._first_seen = {p: t for p, t in self._first_seen.items() if p in alive}
         self._ticks = seen
         elapsed, self._last = now - self._last, now
         return min(1.0, used / self.tick_hz / (elapsed * self.cpus)) if elapsed > 0 else 0.0
