@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import ModelError
+from .errors import ModelError, seconds
 from .hashing import sha256_file
 from .models import models_cache_dir
 
@@ -38,7 +38,7 @@ def run_mnn_tool(args: Sequence[str], *, quant: bool = False, timeout: float = 9
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        raise ModelError(f"{tool} timed out after {timeout:g} s") from None
+        raise ModelError(f"{tool} timed out after {seconds(timeout)} s") from None
     output = proc.stdout + proc.stderr
     if proc.returncode != 0 or "Converted Failed" in output:
         lines = [ln for ln in output.splitlines() if ln.strip()]

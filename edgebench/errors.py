@@ -81,11 +81,16 @@ class CommandError(TransportError):
         self.stderr = stderr
 
 
+def seconds(value: float) -> str:
+    """A time limit for a message: what is left of a 2 s budget reads "2", not "1.99999"."""
+    return f"{round(value, 2):g}"
+
+
 class CommandTimeout(TransportError):
     """A remote call did not finish within its timeout."""
 
     def __init__(self, argv: Sequence[str], timeout: float, *, device: str = "", output: str = "") -> None:
-        super().__init__(f"{argv[0] if argv else 'call'} timed out after {timeout:g} s", device=device)
+        super().__init__(f"{argv[0] if argv else 'call'} timed out after {seconds(timeout)} s", device=device)
         self.argv = list(argv)
         self.timeout = timeout
         self.output = output

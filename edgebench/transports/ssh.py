@@ -46,6 +46,7 @@ from ..errors import (
     TransferError,
     TransportError,
     one_line,
+    seconds,
 )
 from ..lab import DeviceSpec
 from .base import CommandResult, command_line
@@ -209,7 +210,7 @@ class SshTransport:
             which = f"the key from {self.spec.source}" if self.spec.key else "the ssh-agent and default keys"
             why = f"authentication failed with {which}"
         elif isinstance(exc, socket.timeout | TimeoutError):
-            why = f"connect timed out after {limit:g} s"
+            why = f"connect timed out after {seconds(limit)} s"
         elif isinstance(exc, socket.gaierror):
             why = f"unknown host ({exc.strerror or exc})"
         elif isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
@@ -218,7 +219,7 @@ class SshTransport:
             why = _reason(exc)
         elif isinstance(exc, paramiko.SSHException | EOFError) and (
                 "banner" in str(exc).lower() or time.monotonic() - started >= limit * 0.95):
-            why = f"no ssh answer within {limit:g} s (is the board hung, or is that port not sshd?)"
+            why = f"no ssh answer within {seconds(limit)} s (is the board hung, or is that port not sshd?)"
         elif isinstance(exc, paramiko.SSHException | EOFError):
             why = f"ssh handshake failed: {one_line(exc) if str(exc) else type(exc).__name__}"
         elif isinstance(exc, KeyboardInterrupt):

@@ -14,7 +14,7 @@ import paramiko
 import psutil
 import pytest
 
-from edgebench.errors import ConfigError, HostKeyError, TransportError
+from edgebench.errors import CommandTimeout, ConfigError, HostKeyError, TransportError
 from edgebench.health import FACTS_SCRIPT, DeviceCheck, check_rows, failed, parse_facts
 from edgebench.lab import DeviceSpec
 from edgebench.testing.sshd import generate_key
@@ -156,9 +156,11 @@ def test_a_silent_server_hits_the_banner_timeout(tmp_path: Path) -> None:
     start = time.monotonic()
     try:
         with pytest.raises(TransportError) as err:
-            SshTransport(spec(tmp_path, port=server.getsockname()[1], connect_timeout_s=1.0))
+            # What is left of a call's budget is rarely round; the message still names it as a person would.
+            SshTransport(spec(tmp_path, port=server.getsockname()[1], connect_timeout_s=0.9999987))
         assert time.monotonic() - start < 6
         assert "cannot connect" in str(err.value) and "\n" not in str(err.value)
+        assert "within 1 s" in str(err.value) or "after 1 s" in str(err.value)
     finally:
         for s in held:
             s.close()
@@ -193,3 +195,9 @@ def test_check_rows_and_failures() -> None:
     assert rows[2][1].startswith("not usable: interpreter")
     assert failed([ok, down, broken]) == [down, broken]
     assert ok.to_dict()["status"] == "ok"
+
+
+def test_timeouts_in_messages_are_rounded() -> None:
+    assert "timed out after 2 s" in str(CommandTimeout(["echo", "hi"], 1.9999931))
+    assert "timed out after 0.25 s" in str(CommandTimeout(["echo"], 0.25))
+    assert "timed out after 1800 s" in str(CommandTimeout(["echo"], 1800.0))
