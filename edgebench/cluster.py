@@ -72,9 +72,16 @@ class DeviceService(WorkerPlugin):
     name = PLUGIN_NAME
     idempotent = True
 
-    def __init__(self, lab: Lab, devices: Sequence[str], *, lock_dir: Path | None = None,
-                 idle_release_s: float = IDLE_RELEASE_S, lease_s: float = DEFAULT_LEASE_S,
-                 files_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        lab: Lab,
+        devices: Sequence[str],
+        *,
+        lock_dir: Path | None = None,
+        idle_release_s: float = IDLE_RELEASE_S,
+        lease_s: float = DEFAULT_LEASE_S,
+        files_dir: Path | None = None,
+    ) -> None:
         self.lab = lab
         self.devices = tuple(devices)
         self.lock_dir = lock_dir
@@ -193,8 +200,11 @@ class DeviceService(WorkerPlugin):
         while not self._stop.wait(min(5.0, self.idle_release_s / 2)):
             now = time.monotonic()
             with self._lock:
-                idle = [k for k, s in self._slots.items()
-                        if not s.busy and now - s.last_used > self.idle_release_s]
+                idle = [
+                    k
+                    for k, s in self._slots.items()
+                    if not s.busy and now - s.last_used > self.idle_release_s
+                ]
             for run_id, device in idle:
                 self.release(run_id, device)
 
@@ -226,16 +236,27 @@ def prepare_task(run_id: str, device: str, policy: Policy) -> dict[str, Any]:
     try:
         got = _service().acquire(run_id, device, policy)
     except Exception as exc:  # noqa: BLE001 - failures are data for the controller
-        return {"status": "error", "error": one_line(exc), "kind": error_kind(exc),
-                "worker": _worker_address()}
+        return {
+            "status": "error",
+            "error": one_line(exc),
+            "kind": error_kind(exc),
+            "worker": _worker_address(),
+        }
     if isinstance(got, str):
         return {"status": "busy", "holder": got, "worker": _worker_address()}
     _service().done_with(got)
     return {"status": "ok", "ready": got.ready, "worker": _worker_address()}
 
 
-def run_task(run_id: str, device: str, policy: Policy, job: Job, files: dict[str, tuple[str, int]],
-             payload: dict[str, bytes] | None, first: bool) -> dict[str, Any]:
+def run_task(
+    run_id: str,
+    device: str,
+    policy: Policy,
+    job: Job,
+    files: dict[str, tuple[str, int]],
+    payload: dict[str, bytes] | None,
+    first: bool,
+) -> dict[str, Any]:
     """Dask task: run one job on this worker's device and return its outcome (without the exception).
 
     Host files (models, inputs) come by content: a worker that lacks one answers "need" and the controller
@@ -278,10 +299,18 @@ def _portable(outcome: JobOutcome, job: Job) -> JobOutcome:
     return outcome
 
 
-def serve_worker(scheduler: str, lab_dir: Path | None, *, devices: Sequence[str] | None = None,
-                 name: str | None = None, host: str | None = None, lock_dir: Path | None = None,
-                 idle_release_s: float = IDLE_RELEASE_S, death_timeout_s: float = 60.0,
-                 on_ready: Callable[[str, list[str]], None] | None = None) -> None:
+def serve_worker(
+    scheduler: str,
+    lab_dir: Path | None,
+    *,
+    devices: Sequence[str] | None = None,
+    name: str | None = None,
+    host: str | None = None,
+    lock_dir: Path | None = None,
+    idle_release_s: float = IDLE_RELEASE_S,
+    death_timeout_s: float = 60.0,
+    on_ready: Callable[[str, list[str]], None] | None = None,
+) -> None:
     """Run a Dask worker holding this host's devices until it is told to stop (SIGTERM, SIGINT)."""
     lab = load_lab(lab_dir)
     names = list(devices) if devices else lab.names()
@@ -293,13 +322,29 @@ def serve_worker(scheduler: str, lab_dir: Path | None, *, devices: Sequence[str]
     asyncio.run(_serve(scheduler, service, names, name, host, death_timeout_s, on_ready))
 
 
-async def _serve(scheduler: str, service: DeviceService, names: list[str], name: str | None, host: str | None,
-                 death_timeout_s: float, on_ready: Callable[[str, list[str]], None] | None) -> None:
+async def _serve(
+    scheduler: str,
+    service: DeviceService,
+    names: list[str],
+    name: str | None,
+    host: str | None,
+    death_timeout_s: float,
+    on_ready: Callable[[str, list[str]], None] | None,
+) -> None:
     from distributed import Worker
 
     resources = {resource_name(n): 1.0 for n in names}
-    worker = Worker(scheduler, nthreads=len(names) + 1, resources=resources, name=name, host=host,
-                    plugins=(service,), dashboard=False, memory_limit=0, death_timeout=death_timeout_s)
+    worker = Worker(
+        scheduler,
+        nthreads=len(names) + 1,
+        resources=resources,
+        name=name,
+        host=host,
+        plugins=(service,),
+        dashboard=False,
+        memory_limit=0,
+        death_timeout=death_timeout_s,
+    )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: asyncio.ensure_future(worker.close()))
@@ -327,8 +372,15 @@ class TaskLost(LabError):
 class ClusterExecutor:
     """The controller's connection to the cluster; makes one ClusterSession per device."""
 
-    def __init__(self, address: str, run_id: str, policy: Policy, *, grace_s: float | None = None,
-                 connect_timeout_s: float = 15.0) -> None:
+    def __init__(
+        self,
+        address: str,
+        run_id: str,
+        policy: Policy,
+        *,
+        grace_s: float | None = None,
+        connect_timeout_s: float = 15.0,
+    ) -> None:
         from distributed import Client
 
         self.address = address
@@ -384,11 +436,20 @@ class ClusterExecutor:
         with self._lock:
             return {p: (self._hashes.sha256(Path(p)), Path(p).stat().st_size) for p in paths}
 
-    def submit(self, fn: Callable[..., Any], device: str, *args: Any,
-               workers: list[str] | None = None) -> Any:
+    def submit(
+        self, fn: Callable[..., Any], device: str, *args: Any, workers: list[str] | None = None
+    ) -> Any:
         key = f"edgebench-{fn.__name__}-{device}-{uuid.uuid4().hex[:12]}"
-        return self.client.submit(fn, *args, key=key, resources={resource_name(device): 1}, pure=False,
-                                  workers=workers, allow_other_workers=False, retries=0)
+        return self.client.submit(
+            fn,
+            *args,
+            key=key,
+            resources={resource_name(device): 1},
+            pure=False,
+            workers=workers,
+            allow_other_workers=False,
+            retries=0,
+        )
 
     def wait(self, future: Any, device: str) -> Any:
         """The task's result. WorkerLost when no worker holds the device any more, TaskLost when Dask
@@ -457,17 +518,22 @@ class ClusterSession:
         except (WorkerLost, TaskLost) as exc:
             return error_outcome(job, one_line(exc), "lab", exc)
         except Exception as exc:  # noqa: BLE001 - anything the cluster throws is this job's failure, not a crash
-            return error_outcome(job, f"{self.device}: cluster error: {type(exc).__name__}: {one_line(exc)}",
-                                 "lab", exc)
+            return error_outcome(
+                job, f"{self.device}: cluster error: {type(exc).__name__}: {one_line(exc)}", "lab", exc
+            )
         finally:
             shipment.clear()  # drop the scattered bytes: the worker keeps them on disk
         outcome: JobOutcome = reply["outcome"]
         outcome.job = job
         return outcome
 
-    def _until_done(self, task: Callable[[], tuple[Callable[..., Any], tuple[Any, ...], list[str] | None]],
-                    on_state: StateFn, on_need: Callable[[dict[str, Any]], None] | None = None,
-                    on_lost: Callable[[], None] | None = None) -> dict[str, Any]:
+    def _until_done(
+        self,
+        task: Callable[[], tuple[Callable[..., Any], tuple[Any, ...], list[str] | None]],
+        on_state: StateFn,
+        on_need: Callable[[dict[str, Any]], None] | None = None,
+        on_lost: Callable[[], None] | None = None,
+    ) -> dict[str, Any]:
         """Submit until the task answers for real: again after a lost worker (a few times), after
         "need" (files shipped), and after "busy" (another run holds the device: queue)."""
         ex = self.executor

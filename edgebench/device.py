@@ -135,7 +135,9 @@ class Device:
             if attempt == 2:
                 raise TransferError(
                     f"{local.name}: pushed file does not match (sha256 {got or 'missing'} != {digest}) "
-                    f"after a re-push to {remote}", device=self.name)
+                    f"after a re-push to {remote}",
+                    device=self.name,
+                )
 
     # ---- agent ---------------------------------------------------------------------------------
     def agent_path(self, timeout: float) -> str:
@@ -149,10 +151,18 @@ class Device:
         document = _last_json(res.stdout)
         if document is None:
             if res.returncode == 127:
-                raise LabError(f"{self.name}: interpreter '{self.spec.python}' not found on the device "
-                               f"(set `python` in {self.spec.source})")
-            raise CommandError(argv[:2], res.returncode, res.stdout, res.stderr, device=self.name,
-                               message=f"agent gave no result: {_tail(res.stderr or res.stdout)}")
+                raise LabError(
+                    f"{self.name}: interpreter '{self.spec.python}' not found on the device "
+                    f"(set `python` in {self.spec.source})"
+                )
+            raise CommandError(
+                argv[:2],
+                res.returncode,
+                res.stdout,
+                res.stderr,
+                device=self.name,
+                message=f"agent gave no result: {_tail(res.stderr or res.stdout)}",
+            )
         if not document.get("ok"):
             raise agent_error(self.name, document.get("error") or {})
         return AgentReply(document.get("result") or {}, list(document.get("warnings") or []), res.duration_s)
@@ -168,14 +178,22 @@ class Device:
 
     def _shell_fingerprint(self, timeout: float) -> dict[str, Any]:
         """For devices without Python: the device's own shell says what it is."""
-        script = ('uname -s -r; uname -m; grep -c ^processor /proc/cpuinfo; '
-                  'getprop ro.product.model 2>/dev/null; getprop ro.build.fingerprint 2>/dev/null')
+        script = (
+            "uname -s -r; uname -m; grep -c ^processor /proc/cpuinfo; "
+            "getprop ro.product.model 2>/dev/null; getprop ro.build.fingerprint 2>/dev/null"
+        )
         res = self.transport.run(["sh", "-c", script], timeout=timeout)
         lines = [ln.strip() for ln in res.stdout.splitlines()] + [""] * 5
         cores = int(lines[2]) if lines[2].isdigit() else None
-        return {"kernel": lines[0], "arch": lines[1], "cores": cores, "model": lines[3] or None,
-                "build": lines[4] or None, "agent": "native",
-                "runners": {name: r.path for name, r in self.spec.runners.items()}}
+        return {
+            "kernel": lines[0],
+            "arch": lines[1],
+            "cores": cores,
+            "model": lines[3] or None,
+            "build": lines[4] or None,
+            "agent": "native",
+            "runners": {name: r.path for name, r in self.spec.runners.items()},
+        }
 
 
 def agent_error(device: str, error: dict[str, Any]) -> Exception:

@@ -99,8 +99,9 @@ class CommandTimeout(TransportError):
 class ConnectionLost(TransportError):
     """The link to the device dropped during a call (board died, cable pulled); carries argv and output."""
 
-    def __init__(self, argv: Sequence[str], message: str, *, device: str = "", stdout: str = "",
-                 stderr: str = "") -> None:
+    def __init__(
+        self, argv: Sequence[str], message: str, *, device: str = "", stdout: str = "", stderr: str = ""
+    ) -> None:
         super().__init__(message, device=device)
         self.argv = list(argv)
         self.stdout = stdout

@@ -22,8 +22,13 @@ def error_kind(exc: BaseException) -> str:
 
 
 def record_context(run_id: str, job: Job) -> RecordContext:
-    return RecordContext(run_id=run_id, device=job.device, probe=job.probe,
-                         model=job.model.name if job.model else None, runtime=job.runtime)
+    return RecordContext(
+        run_id=run_id,
+        device=job.device,
+        probe=job.probe,
+        model=job.model.name if job.model else None,
+        runtime=job.runtime,
+    )
 
 
 def execute_job(device: Device, job: Job, run_id: str) -> JobOutcome:

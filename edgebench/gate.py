@@ -42,9 +42,18 @@ VERDICTS = (FAIL, MISSING, NOISY, IMPROVED, PASS)
 
 # Params that say how a measurement was taken, not what was measured: pairs ignore them, so a candidate
 # run with more --runs still pairs with its baseline. `stat` is its own key field.
-NON_IDENTITY_PARAMS = frozenset({
-    "stat", "runs", "warmup", "warmup_seconds", "min_seconds", "max_seconds", "seed", "rss_before_load_mb",
-})
+NON_IDENTITY_PARAMS = frozenset(
+    {
+        "stat",
+        "runs",
+        "warmup",
+        "warmup_seconds",
+        "min_seconds",
+        "max_seconds",
+        "seed",
+        "rss_before_load_mb",
+    }
+)
 # Per probe: counts that only say how much was measured (the native runner's `n` and `sample` follow its
 # runs); elsewhere `n` can be identity (matmul's matrix size), so these are not dropped globally.
 NON_IDENTITY_BY_PROBE = {
@@ -88,8 +97,12 @@ class GateRule:
     kind: str = ""  # max_slowdown | max_increase | max_drop (for messages); derived when empty
 
     def matches(self, key: PairKey) -> bool:
-        for want, have in ((self.metric, key.metric), (self.probe, key.probe), (self.device, key.device),
-                           (self.model, key.model)):
+        for want, have in (
+            (self.metric, key.metric),
+            (self.probe, key.probe),
+            (self.device, key.device),
+            (self.model, key.model),
+        ):
             if want is not None and want != have:
                 return False
         return not key.stat or key.stat == self.stat
@@ -102,8 +115,14 @@ class GateRule:
 def default_rules(max_slowdown: float = 0.05) -> list[GateRule]:
     """What `gate` checks without a suite: bench latency statistically, the rest by plain thresholds."""
     return [
-        GateRule("latency_ms", "higher", Threshold(max_slowdown, True), stat="p50", probe="bench",
-                 kind="max_slowdown"),
+        GateRule(
+            "latency_ms",
+            "higher",
+            Threshold(max_slowdown, True),
+            stat="p50",
+            probe="bench",
+            kind="max_slowdown",
+        ),
         GateRule("peak_rss_mb", "higher", Threshold(0.10, True), min_delta=2.0),
         GateRule("energy_mj_per_inference", "higher", Threshold(0.10, True)),
         GateRule("cosine", "lower", Threshold(0.001, False)),
@@ -113,7 +132,7 @@ def default_rules(max_slowdown: float = 0.05) -> list[GateRule]:
 
 
 def parse_percent(text: str, where: str) -> float:
-    """"5%" -> 0.05; anything else is a one-line UserError naming where it came from."""
+    """ "5%" -> 0.05; anything else is a one-line UserError naming where it came from."""
     value = text.strip()
     if not value.endswith("%"):
         raise UserError(f"{where}: expected a percentage like 5%, got {text!r}")
@@ -134,29 +153,47 @@ def rules_from_suite(path: Path) -> list[GateRule]:
     suite = load_suite(path)
     rules = []
     for i, g in enumerate(suite.gates):
-        given = [(k, getattr(g, k)) for k in ("max_slowdown", "max_increase", "max_drop")
-                 if getattr(g, k) is not None]
+        given = [
+            (k, getattr(g, k))
+            for k in ("max_slowdown", "max_increase", "max_drop")
+            if getattr(g, k) is not None
+        ]
         if not given:
             raise ConfigError(path, f"gate[{i}]: give max_slowdown, max_increase or max_drop")
         for kind, amount in given:
             if kind == "max_drop" and amount >= 1:
                 raise ConfigError(path, f"gate[{i}].max_drop: a drop must be below 100%")
             worse = "lower" if kind == "max_drop" else "higher"
-            rules.append(GateRule(g.metric, worse, Threshold(amount, True), stat=g.stat or DEFAULT_STAT,
-                                  probe=g.probe, device=g.device, model=g.model,
-                                  source=f"{Path(path).name} gate[{i}]", kind=kind))
+            rules.append(
+                GateRule(
+                    g.metric,
+                    worse,
+                    Threshold(amount, True),
+                    stat=g.stat or DEFAULT_STAT,
+                    probe=g.probe,
+                    device=g.device,
+                    model=g.model,
+                    source=f"{Path(path).name} gate[{i}]",
+                    kind=kind,
+                )
+            )
     return rules
 
 
-def merge_rules(defaults: Sequence[GateRule], overrides: Sequence[GateRule],
-                max_slowdown: float | None = None) -> list[GateRule]:
+def merge_rules(
+    defaults: Sequence[GateRule], overrides: Sequence[GateRule], max_slowdown: float | None = None
+) -> list[GateRule]:
     """Suite rules replace the defaults for the metrics they name; --max-slowdown overrides relative
     thresholds of every rule on a time metric that is gated statistically (latency)."""
     named = {r.metric for r in overrides}
     rules = [r for r in defaults if r.metric not in named] + list(overrides)
     if max_slowdown is not None:
-        rules = [replace(r, threshold=Threshold(max_slowdown, True))
-                 if r.worse == "higher" and r.metric == "latency_ms" else r for r in rules]
+        rules = [
+            replace(r, threshold=Threshold(max_slowdown, True))
+            if r.worse == "higher" and r.metric == "latency_ms"
+            else r
+            for r in rules
+        ]
     return rules
 
 
@@ -196,8 +233,15 @@ def identity_params(params: dict[str, Any], probe: str = "") -> dict[str, Any]:
 
 def record_key(r: Record | Samples, stat: str | None = None) -> PairKey:
     st = stat if stat is not None else str(r.params.get("stat", ""))
-    return PairKey(r.device, r.model or "-", r.runtime or "-", r.probe, r.metric, st,
-                   params_key(identity_params(r.params, r.probe)))
+    return PairKey(
+        r.device,
+        r.model or "-",
+        r.runtime or "-",
+        r.probe,
+        r.metric,
+        st,
+        params_key(identity_params(r.params, r.probe)),
+    )
 
 
 @dataclass(frozen=True)
@@ -329,8 +373,9 @@ class SampleTest:
     method: str
 
 
-def test_samples(base: Sequence[float], cand: Sequence[float], rule: GateRule, opts: GateOptions,
-                 rng: np.random.Generator) -> SampleTest:
+def test_samples(
+    base: Sequence[float], cand: Sequence[float], rule: GateRule, opts: GateOptions, rng: np.random.Generator
+) -> SampleTest:
     """One pair's significance and magnitude from raw samples."""
     b, c = np.asarray(base, dtype=float), np.asarray(cand, dtype=float)
     bstat, cstat = float(stat_of(b, rule.stat)), float(stat_of(c, rule.stat))
@@ -354,13 +399,22 @@ def _batch(b: np.ndarray, c: np.ndarray) -> int:
     return max(1, 4_000_000 // (b.size + c.size))
 
 
-def _permutation_pvalues(b: np.ndarray, c: np.ndarray, stat: str, worse_alt: str, opts: GateOptions,
-                         rng: np.random.Generator) -> tuple[float, float]:
+def _permutation_pvalues(
+    b: np.ndarray, c: np.ndarray, stat: str, worse_alt: str, opts: GateOptions, rng: np.random.Generator
+) -> tuple[float, float]:
     def diff(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
         return stat_of(y, stat, axis) - stat_of(x, stat, axis)
 
-    res = sps.permutation_test((b, c), diff, permutation_type="independent", alternative="two-sided",
-                               n_resamples=opts.resamples, vectorized=True, batch=_batch(b, c), rng=rng)
+    res = sps.permutation_test(
+        (b, c),
+        diff,
+        permutation_type="independent",
+        alternative="two-sided",
+        n_resamples=opts.resamples,
+        vectorized=True,
+        batch=_batch(b, c),
+        rng=rng,
+    )
     null = np.asarray(res.null_distribution)
     observed = float(res.statistic)
     # Both one-sided p-values from one null distribution (with the +1 that keeps them valid).
@@ -369,8 +423,9 @@ def _permutation_pvalues(b: np.ndarray, c: np.ndarray, stat: str, worse_alt: str
     return (float(greater), float(less)) if worse_alt == "greater" else (float(less), float(greater))
 
 
-def _bootstrap_effect(b: np.ndarray, c: np.ndarray, rule: GateRule, opts: GateOptions,
-                      rng: np.random.Generator) -> tuple[float, float, float]:
+def _bootstrap_effect(
+    b: np.ndarray, c: np.ndarray, rule: GateRule, opts: GateOptions, rng: np.random.Generator
+) -> tuple[float, float, float]:
     """Percentile-bootstrap (1 - 2 alpha) interval of the worse-oriented effect and its standard error."""
     stat, relative, higher = rule.stat, rule.threshold.relative, rule.worse == "higher"
 
@@ -383,9 +438,17 @@ def _bootstrap_effect(b: np.ndarray, c: np.ndarray, rule: GateRule, opts: GateOp
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # degenerate resamples: the interval is then just wider
-        res = sps.bootstrap((b, c), effect, vectorized=True, paired=False, n_resamples=opts.resamples,
-                            confidence_level=1 - 2 * opts.alpha, method="percentile", batch=_batch(b, c),
-                            rng=rng)
+        res = sps.bootstrap(
+            (b, c),
+            effect,
+            vectorized=True,
+            paired=False,
+            n_resamples=opts.resamples,
+            confidence_level=1 - 2 * opts.alpha,
+            method="percentile",
+            batch=_batch(b, c),
+            rng=rng,
+        )
     dist = np.asarray(res.bootstrap_distribution, dtype=float)
     dist = dist[np.isfinite(dist)]
     if relative:
@@ -454,16 +517,32 @@ class PairVerdict:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            **self.key.to_dict(), "verdict": self.verdict, "reason": self.reason, "unit": self.unit,
-            "baseline": _finite(self.baseline), "candidate": _finite(self.candidate),
-            "change": _finite(self.change), "change_relative": self.rule.threshold.relative,
-            "ci_low": _finite(self.ci_low), "ci_high": _finite(self.ci_high),
+            **self.key.to_dict(),
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "unit": self.unit,
+            "baseline": _finite(self.baseline),
+            "candidate": _finite(self.candidate),
+            "change": _finite(self.change),
+            "change_relative": self.rule.threshold.relative,
+            "ci_low": _finite(self.ci_low),
+            "ci_high": _finite(self.ci_high),
             "p_value": _finite(self.p_value),
-            "q_value": _finite(self.q_value), "n_baseline": self.n_baseline, "n_candidate": self.n_candidate,
-            "method": self.method, "samples_needed": self.samples_needed, "lab_failure": self.lab_failure,
-            "rule": {"metric": self.rule.metric, "stat": self.rule.stat, "probe": self.rule.probe,
-                     "worse": self.rule.worse, "threshold": self.rule.threshold.text(),
-                     "min_delta": self.rule.min_delta, "source": self.rule.source},
+            "q_value": _finite(self.q_value),
+            "n_baseline": self.n_baseline,
+            "n_candidate": self.n_candidate,
+            "method": self.method,
+            "samples_needed": self.samples_needed,
+            "lab_failure": self.lab_failure,
+            "rule": {
+                "metric": self.rule.metric,
+                "stat": self.rule.stat,
+                "probe": self.rule.probe,
+                "worse": self.rule.worse,
+                "threshold": self.rule.threshold.text(),
+                "min_delta": self.rule.min_delta,
+                "source": self.rule.source,
+            },
         }
 
 
@@ -498,10 +577,18 @@ class GateResult:
         return {0: PASS, 1: FAIL, 3: "LAB FAILURE"}[self.exit_code]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"baseline": self.baseline, "candidate": self.candidate, "verdict": self.overall,
-                "exit_code": self.exit_code, "counts": self.counts(), "alpha": self.options.alpha,
-                "strict": self.options.strict, "unpaired_candidate": self.unpaired_candidate,
-                "notes": list(self.notes), "pairs": [v.to_dict() for v in self.verdicts]}
+        return {
+            "baseline": self.baseline,
+            "candidate": self.candidate,
+            "verdict": self.overall,
+            "exit_code": self.exit_code,
+            "counts": self.counts(),
+            "alpha": self.options.alpha,
+            "strict": self.options.strict,
+            "unpaired_candidate": self.unpaired_candidate,
+            "notes": list(self.notes),
+            "pairs": [v.to_dict() for v in self.verdicts],
+        }
 
 
 def _change_from_effect(e: float, rule: GateRule) -> float:
@@ -522,9 +609,15 @@ def judge_single(key: PairKey, rule: GateRule, base: Side, cand: Side) -> PairVe
     eff = worse_effect(base.value, cand.value, rule)
     frame = effect_frame(rule)
     delta = abs(cand.value - base.value)
-    common: dict[str, Any] = dict(unit=cand.unit, baseline=base.value, candidate=cand.value,
-                  change=_change_from_effect(eff, rule), n_baseline=1, n_candidate=1,
-                  method="threshold (single value, no samples)")
+    common: dict[str, Any] = dict(
+        unit=cand.unit,
+        baseline=base.value,
+        candidate=cand.value,
+        change=_change_from_effect(eff, rule),
+        n_baseline=1,
+        n_candidate=1,
+        method="threshold (single value, no samples)",
+    )
     what = rule.describe(cand.unit)
     if eff > frame.limit and delta > rule.min_delta:
         return PairVerdict(key, rule, FAIL, f"over the {what}", **common)
@@ -533,43 +626,85 @@ def judge_single(key: PairKey, rule: GateRule, base: Side, cand: Side) -> PairVe
     return PairVerdict(key, rule, PASS, f"within the {what}", **common)
 
 
-def judge_samples(key: PairKey, rule: GateRule, test: SampleTest, q_worse: float, q_better: float,
-                  unit: str, opts: GateOptions) -> PairVerdict:
+def judge_samples(
+    key: PairKey,
+    rule: GateRule,
+    test: SampleTest,
+    q_worse: float,
+    q_better: float,
+    unit: str,
+    opts: GateOptions,
+) -> PairVerdict:
     """Combine magnitude (bootstrap bound vs the limit) and significance (BH-corrected p) into a verdict."""
     frame = effect_frame(rule)
     low, high = _change_bounds(test.ci_low, test.ci_high, rule)
-    common: dict[str, Any] = dict(unit=unit, baseline=test.baseline_stat, candidate=test.candidate_stat,
-                  change=_change_from_effect(test.effect, rule), ci_low=low, ci_high=high,
-                  p_value=test.p_worse, q_value=q_worse, n_baseline=test.n_baseline,
-                  n_candidate=test.n_candidate, method=test.method)
+    common: dict[str, Any] = dict(
+        unit=unit,
+        baseline=test.baseline_stat,
+        candidate=test.candidate_stat,
+        change=_change_from_effect(test.effect, rule),
+        ci_low=low,
+        ci_high=high,
+        p_value=test.p_worse,
+        q_value=q_worse,
+        n_baseline=test.n_baseline,
+        n_candidate=test.n_candidate,
+        method=test.method,
+    )
     what = rule.describe(unit)
     delta = abs(test.candidate_stat - test.baseline_stat)
     worse_sig, better_sig = q_worse < opts.alpha, q_better < opts.alpha
     if worse_sig and test.ci_high >= frame.limit and delta > rule.min_delta:
-        return PairVerdict(key, rule, FAIL, f"significantly worse (q={q_worse:.2g}) and the change may reach "
-                                            f"the {what}", **common)
+        return PairVerdict(
+            key,
+            rule,
+            FAIL,
+            f"significantly worse (q={q_worse:.2g}) and the change may reach the {what}",
+            **common,
+        )
     if better_sig or test.ci_high < frame.limit or delta <= rule.min_delta:
         if better_sig and test.effect <= frame.better_limit:
-            return PairVerdict(key, rule, IMPROVED, f"significantly better (q={q_better:.2g}) by more than "
-                                                    f"the {what}", **common)
-        why = ("a change of the threshold's size is ruled out" if test.ci_high < frame.limit
-               else "within limits")
+            return PairVerdict(
+                key,
+                rule,
+                IMPROVED,
+                f"significantly better (q={q_better:.2g}) by more than the {what}",
+                **common,
+            )
+        why = (
+            "a change of the threshold's size is ruled out" if test.ci_high < frame.limit else "within limits"
+        )
         if worse_sig:
             why = f"significantly worse (q={q_worse:.2g}) but {why}"
         return PairVerdict(key, rule, PASS, why, **common)
     need = samples_to_settle(test, frame, opts)
     more = "" if need is None else f"; ~{need} samples per side would settle it at {opts.power:.0%} power"
-    return PairVerdict(key, rule, NOISY, f"not significant, yet the change may reach the {what}{more}",
-                       samples_needed=need, **common)
+    return PairVerdict(
+        key,
+        rule,
+        NOISY,
+        f"not significant, yet the change may reach the {what}{more}",
+        samples_needed=need,
+        **common,
+    )
 
 
 def too_few(key: PairKey, rule: GateRule, base: Side, cand: Side, need: int) -> PairVerdict:
     nb, nc = len(base.samples or ()), len(cand.samples or ())
-    return PairVerdict(key, rule, NOISY, f"too few samples ({nb} vs {nc}); {rule.stat} needs at least {need} "
-                                         f"per side", unit=cand.unit, baseline=base.value,
-                       candidate=cand.value, change=_change_from_effect(worse_effect(base.value, cand.value,
-                                                                                     rule), rule),
-                       n_baseline=nb, n_candidate=nc, method="-", samples_needed=need)
+    return PairVerdict(
+        key,
+        rule,
+        NOISY,
+        f"too few samples ({nb} vs {nc}); {rule.stat} needs at least {need} per side",
+        unit=cand.unit,
+        baseline=base.value,
+        candidate=cand.value,
+        change=_change_from_effect(worse_effect(base.value, cand.value, rule), rule),
+        n_baseline=nb,
+        n_candidate=nc,
+        method="-",
+        samples_needed=need,
+    )
 
 
 @dataclass(frozen=True)
@@ -584,13 +719,23 @@ class JobFailure:
     error: str
 
     def covers(self, key: PairKey) -> bool:
-        return (self.device, self.probe, self.model, self.runtime) == (key.device, key.probe, key.model,
-                                                                       key.runtime)
+        return (self.device, self.probe, self.model, self.runtime) == (
+            key.device,
+            key.probe,
+            key.model,
+            key.runtime,
+        )
 
 
-def evaluate(baseline: dict[PairKey, Side], candidate: dict[PairKey, Side], rules: Sequence[GateRule],
-             opts: GateOptions | None = None, candidate_failures: Sequence[JobFailure] = (),
-             baseline_run: str = "baseline", candidate_run: str = "candidate") -> GateResult:
+def evaluate(
+    baseline: dict[PairKey, Side],
+    candidate: dict[PairKey, Side],
+    rules: Sequence[GateRule],
+    opts: GateOptions | None = None,
+    candidate_failures: Sequence[JobFailure] = (),
+    baseline_run: str = "baseline",
+    candidate_run: str = "candidate",
+) -> GateResult:
     """Judge every baseline pair some rule covers; pure given its inputs (seeded resampling)."""
     opts = opts or GateOptions()
     rng = np.random.default_rng(opts.seed)
@@ -610,8 +755,17 @@ def evaluate(baseline: dict[PairKey, Side], candidate: dict[PairKey, Side], rule
             if cand is None:
                 done.append(_missing(key, rule, base, candidate_failures))
             elif math.isnan(cand.value):
-                done.append(PairVerdict(key, rule, FAIL, "the candidate measured no finite value",
-                                        unit=base.unit, baseline=base.value, n_baseline=base.n_records))
+                done.append(
+                    PairVerdict(
+                        key,
+                        rule,
+                        FAIL,
+                        "the candidate measured no finite value",
+                        unit=base.unit,
+                        baseline=base.value,
+                        n_baseline=base.n_records,
+                    )
+                )
             elif base.samples is None or cand.samples is None:
                 done.append(judge_single(key, rule, base, cand))
             else:
@@ -619,15 +773,17 @@ def evaluate(baseline: dict[PairKey, Side], candidate: dict[PairKey, Side], rule
                 if min(len(base.samples), len(cand.samples)) < need:
                     done.append(too_few(key, rule, base, cand, need))
                 else:
-                    pending.append((key, rule, test_samples(base.samples, cand.samples, rule, opts, rng),
-                                    cand.unit))
+                    pending.append(
+                        (key, rule, test_samples(base.samples, cand.samples, rule, opts, rng), cand.unit)
+                    )
     if pending:
         q_worse = sps.false_discovery_control([t.p_worse for _, _, t, _ in pending], method="bh")
         q_better = sps.false_discovery_control([t.p_better for _, _, t, _ in pending], method="bh")
-        done += [judge_samples(k, r, t, float(qw), float(qb), u, opts)
-                 for (k, r, t, u), qw, qb in zip(pending, q_worse, q_better, strict=True)]
-    unpaired = sum(1 for k in candidate if k not in baseline
-                   and any(r.matches(k) for r in rules))
+        done += [
+            judge_samples(k, r, t, float(qw), float(qb), u, opts)
+            for (k, r, t, u), qw, qb in zip(pending, q_worse, q_better, strict=True)
+        ]
+    unpaired = sum(1 for k in candidate if k not in baseline and any(r.matches(k) for r in rules))
     order = {v: i for i, v in enumerate(VERDICTS)}
     done.sort(key=lambda v: (order[v.verdict], v.key))
     notes = [] if covered else ["no baseline record matches any gate rule: nothing was compared"]
@@ -640,21 +796,32 @@ def _missing(key: PairKey, rule: GateRule, base: Side, failures: Sequence[JobFai
     if failure is None:
         return PairVerdict(key, rule, MISSING, "in the baseline, not in the candidate", **common)
     if failure.kind == "lab":
-        return PairVerdict(key, rule, MISSING, f"candidate job failed (lab): {failure.error}",
-                           lab_failure=True, **common)
+        return PairVerdict(
+            key, rule, MISSING, f"candidate job failed (lab): {failure.error}", lab_failure=True, **common
+        )
     return PairVerdict(key, rule, FAIL, f"candidate job failed ({failure.kind}): {failure.error}", **common)
 
 
 # ---- store glue ----------------------------------------------------------------------------------------
 
 
-def gate_runs(store: Any, baseline: str, candidate: str, rules: Sequence[GateRule],
-              opts: GateOptions | None = None) -> GateResult:
+def gate_runs(
+    store: Any, baseline: str, candidate: str, rules: Sequence[GateRule], opts: GateOptions | None = None
+) -> GateResult:
     """Read both runs from an open Store (unknown runs are a UserError) and evaluate them."""
     store.run(baseline)
     store.run(candidate)
-    failures = [JobFailure(e["device"], e["probe"], e["model"] or "-", e["runtime"] or "-",
-                           e["kind"] or "internal", e["error"] or "") for e in store.errors([candidate])]
+    failures = [
+        JobFailure(
+            e["device"],
+            e["probe"],
+            e["model"] or "-",
+            e["runtime"] or "-",
+            e["kind"] or "internal",
+            e["error"] or "",
+        )
+        for e in store.errors([candidate])
+    ]
     base = collect_side(store.records([baseline]), store.samples([baseline]))
     cand = collect_side(store.records([candidate]), store.samples([candidate]))
     result = evaluate(base, cand, rules, opts, failures, baseline, candidate)
@@ -677,8 +844,11 @@ def fingerprint_changes(before: Sequence[dict[str, Any]], after: Sequence[dict[s
         for k in FINGERPRINT_KEYS:
             a, b = prev.get(k), now.get(k)
             if isinstance(a, dict) and isinstance(b, dict):
-                notes += [f"{d['device']}: {k}.{sub} changed from {a.get(sub)} to {b.get(sub)}"
-                          for sub in sorted(set(a) | set(b)) if a.get(sub) != b.get(sub)]
+                notes += [
+                    f"{d['device']}: {k}.{sub} changed from {a.get(sub)} to {b.get(sub)}"
+                    for sub in sorted(set(a) | set(b))
+                    if a.get(sub) != b.get(sub)
+                ]
             elif a is not None and b is not None and a != b:
                 notes.append(f"{d['device']}: {k} changed from {a} to {b}")
     return notes

@@ -35,7 +35,7 @@ SENSOR_GLOBS = {
 # One round trip for the facts a POSIX shell can give. $1 is the sysfs root; $2... are files the
 # descriptor names (power sensors), reported as readable or not. Nothing is spliced into the script.
 FACTS_SCRIPT = (
-    'root=$1; shift\n'
+    "root=$1; shift\n"
     'echo "kernel=$(uname -s 2>/dev/null) $(uname -r 2>/dev/null)"\n'
     'echo "arch=$(uname -m 2>/dev/null)"\n'
     'n=$(getconf _NPROCESSORS_ONLN 2>/dev/null) || n=""\n'
@@ -118,8 +118,9 @@ def sensor_files(spec: DeviceSpec) -> list[str]:
 
 def shell_facts(device: Device, timeout: float) -> dict[str, Any]:
     root = device.spec.sensors.sysfs_root.rstrip("/") + "/"
-    res = device.transport.run(["sh", "-c", FACTS_SCRIPT, "sh", root, *sensor_files(device.spec)],
-                               timeout=timeout)
+    res = device.transport.run(
+        ["sh", "-c", FACTS_SCRIPT, "sh", root, *sensor_files(device.spec)], timeout=timeout
+    )
     return parse_facts(res.stdout)
 
 
@@ -180,8 +181,11 @@ def _fill_agent_facts(report: DeviceCheck, fp: dict[str, Any]) -> None:
 
 
 def _add_warnings(report: DeviceCheck) -> None:
-    if report.usable and report.agent == "python" and not (
-            report.runtimes.get("onnxruntime") or report.runtimes.get("mnn")):
+    if (
+        report.usable
+        and report.agent == "python"
+        and not (report.runtimes.get("onnxruntime") or report.runtimes.get("mnn"))
+    ):
         report.warnings.append("no runtime (onnxruntime or MNN) importable by the device's interpreter")
     for path, present in report.sensor_files.items():
         if not present:
@@ -190,7 +194,7 @@ def _add_warnings(report: DeviceCheck) -> None:
 
 def _without_device_prefix(message: str, name: str) -> str:
     prefix = f"{name}: "
-    return message[len(prefix):] if message.startswith(prefix) else message
+    return message[len(prefix) :] if message.startswith(prefix) else message
 
 
 def check_devices(lab: Lab, names: list[str], timeout: float = HEALTH_TIMEOUT_S) -> list[DeviceCheck]:
@@ -214,11 +218,22 @@ def check_rows(reports: list[DeviceCheck]) -> list[list[Any]]:
     short = {"onnxruntime": "ort", "mnn": "mnn", "numpy": "numpy"}
     rows = []
     for r in reports:
-        system = [r.arch, f"{r.cores} cores" if r.cores else None,
-                  f"{r.memory_mb:.0f} MB" if r.memory_mb is not None else None, r.kernel]
+        system = [
+            r.arch,
+            f"{r.cores} cores" if r.cores else None,
+            f"{r.memory_mb:.0f} MB" if r.memory_mb is not None else None,
+            r.kernel,
+        ]
         versions = [f"py {r.python}"] if r.python else []
         versions += [f"{short[k]} {v}" for k, v in r.runtimes.items() if k in short]
         sensors = [f"{k.split('_')[0]} {v}" for k, v in r.sensors.items()]
-        rows.append([f"{r.name} ({r.transport})", r.status, ", ".join(x for x in system if x) or None,
-                     ", ".join(versions) or None, ", ".join(sensors) or None])
+        rows.append(
+            [
+                f"{r.name} ({r.transport})",
+                r.status,
+                ", ".join(x for x in system if x) or None,
+                ", ".join(versions) or None,
+                ", ".join(sensors) or None,
+            ]
+        )
     return rows

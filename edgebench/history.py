@@ -52,7 +52,7 @@ def _max_split_statistic(values: np.ndarray, axis: int = -1) -> np.ndarray:
     cusum = np.cumsum(x - x.mean(axis=-1, keepdims=True), axis=-1)[..., :-1]
     k = np.arange(1, m)
     gain = cusum**2 * m / (k * (m - k))
-    return gain[..., MIN_SEGMENT - 1:m - MIN_SEGMENT].max(axis=-1)
+    return gain[..., MIN_SEGMENT - 1 : m - MIN_SEGMENT].max(axis=-1)
 
 
 def _candidates(z: np.ndarray) -> list[int]:
@@ -77,8 +77,13 @@ def _relative_change(before: np.ndarray, after: np.ndarray) -> float:
     return a / b - 1
 
 
-def detect_steps(values: Sequence[float], alpha: float = DEFAULT_ALPHA,
-                 min_change: float = DEFAULT_MIN_CHANGE, resamples: int = 1999, seed: int = 0) -> list[Step]:
+def detect_steps(
+    values: Sequence[float],
+    alpha: float = DEFAULT_ALPHA,
+    min_change: float = DEFAULT_MIN_CHANGE,
+    resamples: int = 1999,
+    seed: int = 0,
+) -> list[Step]:
     """Change points of a series (indices of the first point of each new level), sorted.
 
     PELT proposes; each proposal must then hold between its neighbours: the medians on either side differ
@@ -102,9 +107,15 @@ def detect_steps(values: Sequence[float], alpha: float = DEFAULT_ALPHA,
             if abs(_relative_change(y[lo:at], y[at:hi])) < min_change:
                 tested[lo, at, hi] = 1.0
             else:
-                res = sps.permutation_test((z[lo:hi],), _max_split_statistic, permutation_type="pairings",
-                                           alternative="greater", n_resamples=n_resamples, vectorized=True,
-                                           rng=rng)
+                res = sps.permutation_test(
+                    (z[lo:hi],),
+                    _max_split_statistic,
+                    permutation_type="pairings",
+                    alternative="greater",
+                    n_resamples=n_resamples,
+                    vectorized=True,
+                    rng=rng,
+                )
                 tested[lo, at, hi] = float(res.pvalue)
         return tested[lo, at, hi]
 
@@ -155,8 +166,9 @@ class Series:
     def label(self) -> str:
         extra = ", ".join(f"{k}={v}" for k, v in self.params.items())
         stat = f"[{self.stat}]" if self.stat else ""
-        return (f"{self.device} {self.model or '-'} {self.runtime or '-'} {self.probe}:{self.metric}{stat}"
-                + (f" ({extra})" if extra else ""))
+        return f"{self.device} {self.model or '-'} {self.runtime or '-'} {self.probe}:{self.metric}{stat}" + (
+            f" ({extra})" if extra else ""
+        )
 
 
 def build_series(records: Sequence[Record], stat: str | None = "p50") -> list[Series]:
@@ -173,45 +185,87 @@ def build_series(records: Sequence[Record], stat: str | None = "p50") -> list[Se
         groups[key][r.run_id].append(r)
     out = []
     for (device, model, runtime, probe, metric, rstat, _), runs in groups.items():
-        points = sorted((Point(run_id, min(r.ts for r in recs), float(np.median([r.value for r in recs])))
-                         for run_id, recs in runs.items()), key=lambda p: (p.ts, p.run_id))
+        points = sorted(
+            (
+                Point(run_id, min(r.ts for r in recs), float(np.median([r.value for r in recs])))
+                for run_id, recs in runs.items()
+            ),
+            key=lambda p: (p.ts, p.run_id),
+        )
         first = next(iter(runs.values()))[0]
-        out.append(Series(device, model, runtime, probe, metric, rstat, identity_params(first.params, probe),
-                          first.unit, tuple(points)))
+        out.append(
+            Series(
+                device,
+                model,
+                runtime,
+                probe,
+                metric,
+                rstat,
+                identity_params(first.params, probe),
+                first.unit,
+                tuple(points),
+            )
+        )
     return sorted(out, key=lambda s: s.label())
 
 
-def change_points(series: Series, alpha: float = DEFAULT_ALPHA, min_change: float = DEFAULT_MIN_CHANGE,
-                  seed: int = 0) -> list[ChangePoint]:
+def change_points(
+    series: Series, alpha: float = DEFAULT_ALPHA, min_change: float = DEFAULT_MIN_CHANGE, seed: int = 0
+) -> list[ChangePoint]:
     """The runs where the series stepped, with the median levels before and after each step."""
     values = [p.value for p in series.points]
     steps = detect_steps(values, alpha=alpha, min_change=min_change, seed=seed)
     bounds = [0] + [s.index for s in steps] + [len(values)]
     out = []
     for i, step in enumerate(steps):
-        before = np.median(values[bounds[i]:step.index])
-        after = np.median(values[step.index:bounds[i + 2]])
+        before = np.median(values[bounds[i] : step.index])
+        after = np.median(values[step.index : bounds[i + 2]])
         change = float(after / before - 1) if before else math.inf
         pt, prev = series.points[step.index], series.points[step.index - 1]
-        out.append(ChangePoint(pt.run_id, prev.run_id, pt.ts, float(before), float(after), change,
-                               step.p_value))
+        out.append(
+            ChangePoint(pt.run_id, prev.run_id, pt.ts, float(before), float(after), change, step.p_value)
+        )
     return out
 
 
 def change_point_records(series: Series, points: Sequence[ChangePoint]) -> list[Record]:
     """Change points as records (probe `history`, metric `change_point`, value = relative step)."""
-    return [Record(run_id=cp.run_id, device=series.device, probe="history", model=series.model,
-                   runtime=series.runtime, metric="change_point",
-                   value=cp.change if math.isfinite(cp.change) else None, unit="ratio",
-                   params={**series.params, "series_probe": series.probe, "series_metric": series.metric,
-                           "stat": series.stat, "before": cp.before, "after": cp.after,
-                           "level_unit": series.unit,
-                           "previous_run": cp.previous_run, "p_value": cp.p_value},
-                   ts=cp.ts) for cp in points]
+    return [
+        Record(
+            run_id=cp.run_id,
+            device=series.device,
+            probe="history",
+            model=series.model,
+            runtime=series.runtime,
+            metric="change_point",
+            value=cp.change if math.isfinite(cp.change) else None,
+            unit="ratio",
+            params={
+                **series.params,
+                "series_probe": series.probe,
+                "series_metric": series.metric,
+                "stat": series.stat,
+                "before": cp.before,
+                "after": cp.after,
+                "level_unit": series.unit,
+                "previous_run": cp.previous_run,
+                "p_value": cp.p_value,
+            },
+            ts=cp.ts,
+        )
+        for cp in points
+    ]
 
 
-def load_series(store: Any, device: str, model: str, metric: str = "latency_ms", stat: str | None = "p50",
-                probe: str | None = None, runtime: str | None = None) -> list[Series]:
+def load_series(
+    store: Any,
+    device: str,
+    model: str,
+    metric: str = "latency_ms",
+    stat: str | None = "p50",
+    probe: str | None = None,
+    runtime: str | None = None,
+) -> list[Series]:
     """The series of one device and model from an open Store; none found is a one-line UserError."""
     records = store.records(None, device=device, model=model, metric=metric, probe=probe, runtime=runtime)
     series = build_series(records, stat)

@@ -51,12 +51,22 @@ def pytest_benchmark_stats(seconds: Sequence[float], include_data: bool = True) 
     std_out = int(np.sum((x < mean - std) | (x > mean + std)))
     iqr_out = int(np.sum((x < lo_fence) | (x > hi_fence)))
     out: dict[str, Any] = {
-        "min": float(x[0]), "max": float(x[-1]), "mean": mean, "stddev": std, "rounds": n,
-        "median": float(np.median(x)), "iqr": iqr, "q1": q1, "q3": q3, "iqr_outliers": iqr_out,
-        "stddev_outliers": std_out, "outliers": f"{std_out};{iqr_out}",
+        "min": float(x[0]),
+        "max": float(x[-1]),
+        "mean": mean,
+        "stddev": std,
+        "rounds": n,
+        "median": float(np.median(x)),
+        "iqr": iqr,
+        "q1": q1,
+        "q3": q3,
+        "iqr_outliers": iqr_out,
+        "stddev_outliers": std_out,
+        "outliers": f"{std_out};{iqr_out}",
         "ld15iqr": float(inside[0]) if inside.size else float(x[0]),
         "hd15iqr": float(inside[-1]) if inside.size else float(x[-1]),
-        "ops": 1.0 / mean if mean > 0 else 0.0, "total": float(x.sum()),
+        "ops": 1.0 / mean if mean > 0 else 0.0,
+        "total": float(x.sum()),
     }
     if include_data:
         out["data"] = [float(v) for v in seconds]
@@ -73,19 +83,40 @@ def _stats_from_records(recs: dict[str, float], scale: float) -> dict[str, Any] 
     q1, q3 = recs.get("p25", median), recs.get("p75", median)
     std = recs.get("stddev", 0.0)
     rounds = int(recs.get("rounds", 1))
-    raw = {"min": recs.get("min", median), "max": recs.get("max", median), "mean": mean, "median": median,
-           "q1": q1, "q3": q3, "stddev": std}
+    raw = {
+        "min": recs.get("min", median),
+        "max": recs.get("max", median),
+        "mean": mean,
+        "median": median,
+        "q1": q1,
+        "q3": q3,
+        "stddev": std,
+    }
     vals = {k: v * scale for k, v in raw.items()}
-    return {"min": vals["min"], "max": vals["max"], "mean": vals["mean"], "stddev": vals["stddev"],
-            "rounds": rounds, "median": vals["median"], "iqr": vals["q3"] - vals["q1"], "q1": vals["q1"],
-            "q3": vals["q3"],
-            "iqr_outliers": 0, "stddev_outliers": 0, "outliers": "0;0", "ld15iqr": vals["min"],
-            "hd15iqr": vals["max"], "ops": 1.0 / vals["mean"] if vals["mean"] > 0 else 0.0,
-            "total": vals["mean"] * rounds, "iterations": 1}
+    return {
+        "min": vals["min"],
+        "max": vals["max"],
+        "mean": vals["mean"],
+        "stddev": vals["stddev"],
+        "rounds": rounds,
+        "median": vals["median"],
+        "iqr": vals["q3"] - vals["q1"],
+        "q1": vals["q1"],
+        "q3": vals["q3"],
+        "iqr_outliers": 0,
+        "stddev_outliers": 0,
+        "outliers": "0;0",
+        "ld15iqr": vals["min"],
+        "hd15iqr": vals["max"],
+        "ops": 1.0 / vals["mean"] if vals["mean"] > 0 else 0.0,
+        "total": vals["mean"] * rounds,
+        "iterations": 1,
+    }
 
 
-def _bench_name(device: str, model: str, runtime: str, probe: str, metric: str,
-                params: dict[str, Any]) -> str:
+def _bench_name(
+    device: str, model: str, runtime: str, probe: str, metric: str, params: dict[str, Any]
+) -> str:
     parts = [device, runtime] + [f"{k}={_short(v)}" for k, v in sorted(params.items())]
     what = "" if (probe, metric) == ("bench", "latency_ms") else f"{probe}.{metric}:"
     return f"{what}{model}[{'-'.join(parts)}]"
@@ -99,14 +130,21 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-def _entry(key: tuple[Any, ...], stats: dict[str, Any], extra: dict[str, Any],
-           options: dict[str, Any]) -> dict[str, Any]:
+def _entry(
+    key: tuple[Any, ...], stats: dict[str, Any], extra: dict[str, Any], options: dict[str, Any]
+) -> dict[str, Any]:
     device, model, runtime, probe, metric, pkey = key
     params = json.loads(pkey)
     name = _bench_name(device, model, runtime, probe, metric, params)
     return {
-        "group": device, "name": name, "fullname": f"edgebench::{name}", "params": params or None,
-        "param": name[name.index("[") + 1:-1], "extra_info": extra, "options": options, "stats": stats,
+        "group": device,
+        "name": name,
+        "fullname": f"edgebench::{name}",
+        "params": params or None,
+        "param": name[name.index("[") + 1 : -1],
+        "extra_info": extra,
+        "options": options,
+        "stats": stats,
     }
 
 
@@ -117,8 +155,14 @@ def export_run(store: Any, run_id: str, include_data: bool = True) -> dict[str, 
     samples = store.samples([run_id])
 
     def key(r: Record | Samples) -> tuple[Any, ...]:
-        return (r.device, r.model or "-", r.runtime or "-", r.probe, r.metric,
-                params_key(identity_params(r.params, r.probe)))
+        return (
+            r.device,
+            r.model or "-",
+            r.runtime or "-",
+            r.probe,
+            r.metric,
+            params_key(identity_params(r.params, r.probe)),
+        )
 
     by_measurement: dict[tuple[Any, ...], dict[str, Any]] = defaultdict(dict)
     stat_records: dict[tuple[Any, ...], dict[str, float]] = defaultdict(dict)
@@ -128,7 +172,7 @@ def export_run(store: Any, run_id: str, include_data: bool = True) -> dict[str, 
             continue
         k = key(r)
         if r.metric.endswith("_stddev_ms"):  # the spread of a series kept without samples (see import)
-            stat_records[k[:4] + (r.metric[:-len("_stddev_ms")] + "_ms",) + k[5:]]["stddev"] = r.value
+            stat_records[k[:4] + (r.metric[: -len("_stddev_ms")] + "_ms",) + k[5:]]["stddev"] = r.value
         elif "stat" in r.params and r.unit in _TIME_SCALE:
             stat_records[k][str(r.params["stat"])] = r.value
         elif r.unit in _TIME_SCALE:
@@ -137,8 +181,14 @@ def export_run(store: Any, run_id: str, include_data: bool = True) -> dict[str, 
             by_measurement[k[:4] + k[5:]][r.metric] = r.value
 
     benchmarks, done = [], set()
-    opts = {"disable_gc": False, "timer": "edgebench-agent", "min_rounds": 1, "max_time": 0.0,
-            "min_time": 0.0, "warmup": True}
+    opts = {
+        "disable_gc": False,
+        "timer": "edgebench-agent",
+        "min_rounds": 1,
+        "max_time": 0.0,
+        "min_time": 0.0,
+        "warmup": True,
+    }
     for s in samples:
         k = key(s)
         if s.unit not in _TIME_SCALE or not s.values or k in done:
@@ -171,8 +221,14 @@ def export_run(store: Any, run_id: str, include_data: bool = True) -> dict[str, 
     benchmarks.sort(key=lambda b: (b["group"], b["name"]))
     return {
         "machine_info": _machine_info(store, run_id, info.provenance),
-        "commit_info": {"id": info.provenance.get("git_commit"), "time": info.created,
-                        "author_time": info.created, "dirty": False, "project": "edgebench", "branch": None},
+        "commit_info": {
+            "id": info.provenance.get("git_commit"),
+            "time": info.created,
+            "author_time": info.created,
+            "dirty": False,
+            "project": "edgebench",
+            "branch": None,
+        },
         "benchmarks": benchmarks,
         "datetime": _iso(info.created),
         "version": FORMAT_VERSION,
@@ -181,12 +237,20 @@ def export_run(store: Any, run_id: str, include_data: bool = True) -> dict[str, 
 
 def _machine_info(store: Any, run_id: str, provenance: dict[str, Any]) -> dict[str, Any]:
     devices = {d["device"]: d["fingerprint"] for d in store.device_info([run_id])}
-    return {"node": ",".join(sorted(devices)) or provenance.get("host") or "edgebench",
-            "processor": "", "machine": "", "python_compiler": "", "python_implementation": "CPython",
-            "python_implementation_version": provenance.get("python", ""),
-            "python_version": provenance.get("python", ""), "python_build": [], "release": "",
-            "system": provenance.get("platform", ""), "cpu": {},
-            "edgebench": {"run_id": run_id, "version": provenance.get("edgebench"), "devices": devices}}
+    return {
+        "node": ",".join(sorted(devices)) or provenance.get("host") or "edgebench",
+        "processor": "",
+        "machine": "",
+        "python_compiler": "",
+        "python_implementation": "CPython",
+        "python_implementation_version": provenance.get("python", ""),
+        "python_version": provenance.get("python", ""),
+        "python_build": [],
+        "release": "",
+        "system": provenance.get("platform", ""),
+        "cpu": {},
+        "edgebench": {"run_id": run_id, "version": provenance.get("edgebench"), "devices": devices},
+    }
 
 
 def _iso(ts: str) -> str:
@@ -243,8 +307,9 @@ def read_pytest_benchmark(path: Path) -> dict[str, Any]:
     return doc
 
 
-def records_from_pytest_benchmark(doc: dict[str, Any], path: Path, run_id: str,
-                                  device: str | None = None) -> tuple[list[Record], list[Samples]]:
+def records_from_pytest_benchmark(
+    doc: dict[str, Any], path: Path, run_id: str, device: str | None = None
+) -> tuple[list[Record], list[Samples]]:
     """Records and samples for one pytest-benchmark document (validated field by field)."""
     machine = _table(doc, "machine_info")
     dev = device or str(machine.get("node") or "unknown")
@@ -268,7 +333,8 @@ def records_from_pytest_benchmark(doc: dict[str, Any], path: Path, run_id: str,
         data = stats.get("data")
         if data is not None:
             numbers = isinstance(data, list) and all(
-                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in data)
+                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in data
+            )
             if not numbers or not data:
                 raise _fail(path, f"{where}.stats.data", "expected a non-empty list of numbers")
             ms = [float(v) * 1000.0 for v in data]
@@ -277,8 +343,9 @@ def records_from_pytest_benchmark(doc: dict[str, Any], path: Path, run_id: str,
             records += [rec("latency_ms", v, "ms", stat=k) for k, v in values.items()]
             records.append(rec("latency_cv", s.cv, "ratio"))
             records.append(rec("samples_n", float(s.n), "count"))
-            samples.append(Samples(run_id, dev, "bench", name, "python", "latency_ms", "ms", tuple(ms), {},
-                                   ts))
+            samples.append(
+                Samples(run_id, dev, "bench", name, "python", "latency_ms", "ms", tuple(ms), {}, ts)
+            )
         else:
             fields = {"p50": "median", "mean": "mean", "min": "min", "max": "max", "p25": "q1", "p75": "q3"}
             for stat, field in fields.items():
@@ -304,9 +371,15 @@ def import_file(store: Any, path: Path, device: str | None = None) -> tuple[str,
     run_id = new_run_id()
     records, samples = records_from_pytest_benchmark(doc, path, run_id, device)
     machine, commit = _table(doc, "machine_info"), _table(doc, "commit_info")
-    provenance = {"source": "pytest-benchmark", "file": Path(path).name, "datetime": doc.get("datetime"),
-                  "pytest_benchmark_version": doc.get("version"),
-                  "python": machine.get("python_version"), "host": machine.get("node"),
-                  "git_commit": commit.get("id"), "branch": commit.get("branch")}
+    provenance = {
+        "source": "pytest-benchmark",
+        "file": Path(path).name,
+        "datetime": doc.get("datetime"),
+        "pytest_benchmark_version": doc.get("version"),
+        "python": machine.get("python_version"),
+        "host": machine.get("node"),
+        "git_commit": commit.get("id"),
+        "branch": commit.get("branch"),
+    }
     store.import_records(run_id, records, samples, kind="pytest-benchmark", provenance=provenance)
     return run_id, len(records), len(samples)

@@ -26,8 +26,11 @@ class Job:
     def key(self) -> str:
         """Stable across processes: a resumed run recognises the jobs it already finished."""
         ident = {
-            "device": self.device, "probe": self.probe, "model": self.model.name if self.model else None,
-            "runtime": self.runtime, "params": self.params,
+            "device": self.device,
+            "probe": self.probe,
+            "model": self.model.name if self.model else None,
+            "runtime": self.runtime,
+            "params": self.params,
         }
         digest = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
         return f"{self.device}/{self.probe}/{self.model.name if self.model else '-'}/{digest}"
@@ -56,6 +59,13 @@ class JobOutcome:
 
     def error_dict(self) -> dict[str, Any]:
         j = self.job
-        return {"device": j.device, "probe": j.probe, "model": j.model.name if j.model else None,
-                "runtime": j.runtime, "params": j.params, "job": j.key, "kind": self.error_kind,
-                "error": self.error}
+        return {
+            "device": j.device,
+            "probe": j.probe,
+            "model": j.model.name if j.model else None,
+            "runtime": j.runtime,
+            "params": j.params,
+            "job": j.key,
+            "kind": self.error_kind,
+            "error": self.error,
+        }

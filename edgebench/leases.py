@@ -79,8 +79,15 @@ class LeaseHolder:
 class DeviceLease:
     """The exclusive lease on one device. Acquire, use the device while `lost` is None, release."""
 
-    def __init__(self, device: str, *, run_id: str = "", folder: Path | str | None = None,
-                 lease_s: float = DEFAULT_LEASE_S, poll_s: float = DEFAULT_POLL_S) -> None:
+    def __init__(
+        self,
+        device: str,
+        *,
+        run_id: str = "",
+        folder: Path | str | None = None,
+        lease_s: float = DEFAULT_LEASE_S,
+        poll_s: float = DEFAULT_POLL_S,
+    ) -> None:
         self.device = device
         self.run_id = run_id
         self.folder = Path(folder) if folder is not None else default_lock_dir()
@@ -90,8 +97,9 @@ class DeviceLease:
         self.journal_path = self.folder / f"{stem}.journal"
         self.poll_s = poll_s
         self.lease_s = lease_s
-        self._lock = filelock.SoftFileLease(str(self.marker_path), lease_duration=lease_s, thread_local=False,
-                                            is_singleton=False)
+        self._lock = filelock.SoftFileLease(
+            str(self.marker_path), lease_duration=lease_s, thread_local=False, is_singleton=False
+        )
         self._holder: LeaseHolder | None = None
 
     @property
@@ -108,8 +116,9 @@ class DeviceLease:
             return None
         return f"lease on {self.device} was lost ({compromise.reason}): another holder took it over"
 
-    def acquire(self, timeout: float | None = None,
-                on_wait: Callable[[LeaseHolder | None, float], None] | None = None) -> LeaseHolder:
+    def acquire(
+        self, timeout: float | None = None, on_wait: Callable[[LeaseHolder | None, float], None] | None = None
+    ) -> LeaseHolder:
         """Wait for the lease (forever when timeout is None); while queued, on_wait(holder, waited_s)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         start = time.monotonic()
@@ -126,8 +135,10 @@ class DeviceLease:
                 waited = time.monotonic() - start
                 if timeout is not None and waited >= timeout:
                     who = holder.describe() if holder else "another process"
-                    raise LeaseTimeout(f"{self.device}: still leased by {who} after waiting {waited:.0f} s "
-                                       f"(lock {self.marker_path})") from None
+                    raise LeaseTimeout(
+                        f"{self.device}: still leased by {who} after waiting {waited:.0f} s "
+                        f"(lock {self.marker_path})"
+                    ) from None
                 if on_wait is not None and (first or holder != told):
                     on_wait(holder, waited)
                 told, first = holder, False
@@ -136,8 +147,9 @@ class DeviceLease:
             except OSError as exc:
                 raise LabError(f"{self.device}: cannot use lock folder {self.folder}: {exc}") from None
         now = time.time()
-        self._holder = LeaseHolder(self.device, self.run_id, os.getpid(), socket.gethostname(), utc_now(),
-                                   now)
+        self._holder = LeaseHolder(
+            self.device, self.run_id, os.getpid(), socket.gethostname(), utc_now(), now
+        )
         _write_json_atomic(self.holder_path, asdict(self._holder))
         self._journal("acquired", waited_s=round(time.monotonic() - start, 3))
         return self._holder
@@ -173,8 +185,16 @@ class DeviceLease:
         self.release()
 
     def _journal(self, event: str, **extra: Any) -> None:
-        entry = {"event": event, "device": self.device, "run_id": self.run_id, "pid": os.getpid(),
-                 "host": socket.gethostname(), "ts": utc_now(), "epoch": time.time(), **extra}
+        entry = {
+            "event": event,
+            "device": self.device,
+            "run_id": self.run_id,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "ts": utc_now(),
+            "epoch": time.time(),
+            **extra,
+        }
         line = (json.dumps(entry, sort_keys=True) + "\n").encode()
         # One write on an O_APPEND descriptor: lines from concurrent processes never interleave.
         try:

@@ -34,9 +34,14 @@ class OneShot:
                 raise EdgebenchError(o.error or "job failed")
 
 
-def run_now(spec: DeviceSpec, jobs: Sequence[Job], store_path: Path | None, kind: str,
-            on_outcome: Callable[[JobOutcome], None] | None = None,
-            device: Device | None = None) -> OneShot:
+def run_now(
+    spec: DeviceSpec,
+    jobs: Sequence[Job],
+    store_path: Path | None,
+    kind: str,
+    on_outcome: Callable[[JobOutcome], None] | None = None,
+    device: Device | None = None,
+) -> OneShot:
     """Open the device, record its fingerprint, run the jobs, store each one as it finishes."""
     store = Store(store_path) if store_path is not None else None
     shot = OneShot(new_run_id())

@@ -106,9 +106,18 @@ def error_outcome(job: Job, message: str, kind: str = "lab", exc: BaseException 
 class LocalSession:
     """A device this host reaches through its own transport (local, ssh, adb)."""
 
-    def __init__(self, spec: DeviceSpec, run_id: str, policy: Policy, *, lock_dir: Path | None = None,
-                 lease_s: float = DEFAULT_LEASE_S, sleep: Callable[[float], None] = time.sleep,
-                 connect: Callable[[DeviceSpec], Device] = Device, lease: DeviceLease | None = None) -> None:
+    def __init__(
+        self,
+        spec: DeviceSpec,
+        run_id: str,
+        policy: Policy,
+        *,
+        lock_dir: Path | None = None,
+        lease_s: float = DEFAULT_LEASE_S,
+        sleep: Callable[[float], None] = time.sleep,
+        connect: Callable[[DeviceSpec], Device] = Device,
+        lease: DeviceLease | None = None,
+    ) -> None:
         self.spec = spec
         self.device = spec.name
         self.run_id = run_id
@@ -213,7 +222,9 @@ class LocalSession:
         retrying = Retrying(
             stop=stop_after_attempt(1 + self.policy.retries),
             wait=wait_exponential(multiplier=self.policy.backoff_s, max=self.policy.max_backoff_s),
-            retry=retry_if_exception(is_transient), before_sleep=before_sleep, sleep=self._sleep,
+            retry=retry_if_exception(is_transient),
+            before_sleep=before_sleep,
+            sleep=self._sleep,
             reraise=True,
         )
         return retrying(fn)
@@ -345,10 +356,16 @@ class _Finished:
     summary: DeviceSummary
 
 
-def run_plan(run_id: str, jobs: Sequence[Job], sessions: SessionFactory, store: Store, policy: Policy,
-             observer: RunObserver | None = None, stop: threading.Event | None = None,
-             done_keys: set[str] | frozenset[str] = frozenset(),
-             ) -> tuple[dict[str, DeviceSummary], list[JobOutcome]]:
+def run_plan(
+    run_id: str,
+    jobs: Sequence[Job],
+    sessions: SessionFactory,
+    store: Store,
+    policy: Policy,
+    observer: RunObserver | None = None,
+    stop: threading.Event | None = None,
+    done_keys: set[str] | frozenset[str] = frozenset(),
+) -> tuple[dict[str, DeviceSummary], list[JobOutcome]]:
     """Run the jobs (minus done_keys) device-parallel; store each outcome as it arrives."""
     observer = observer or NullObserver()
     stop = stop or threading.Event()
@@ -364,9 +381,12 @@ def run_plan(run_id: str, jobs: Sequence[Job], sessions: SessionFactory, store: 
             summary.state = "ok"
             continue
         # Daemon threads: an interrupted controller exits without waiting for a job in flight.
-        t = threading.Thread(target=_device_worker, name=f"edgebench-{device}", daemon=True,
-                             args=(device, todo, sessions, policy, events, stop, summary.skipped,
-                                   len(device_jobs)))
+        t = threading.Thread(
+            target=_device_worker,
+            name=f"edgebench-{device}",
+            daemon=True,
+            args=(device, todo, sessions, policy, events, stop, summary.skipped, len(device_jobs)),
+        )
         threads.append(t)
         t.start()
     outcomes: list[JobOutcome] = []
@@ -392,8 +412,16 @@ def run_plan(run_id: str, jobs: Sequence[Job], sessions: SessionFactory, store: 
     return summaries, outcomes
 
 
-def _device_worker(device: str, jobs: list[Job], sessions: SessionFactory, policy: Policy,
-                   events: queue.Queue[Any], stop: threading.Event, skipped: int, total: int) -> None:
+def _device_worker(
+    device: str,
+    jobs: list[Job],
+    sessions: SessionFactory,
+    policy: Policy,
+    events: queue.Queue[Any],
+    stop: threading.Event,
+    skipped: int,
+    total: int,
+) -> None:
     """One device's series: prepare, jobs in order, quarantine, close. Everything goes out as events."""
     summary = DeviceSummary(device, jobs=total, skipped=skipped)
     t0 = time.monotonic()
@@ -446,9 +474,11 @@ def _device_worker(device: str, jobs: list[Job], sessions: SessionFactory, polic
                 consecutive.clear()
             if len(consecutive) >= policy.quarantine_after:
                 summary.state = "quarantined"
-                summary.error = (f"{device} quarantined after {len(consecutive)} failed jobs in a row "
-                                 f"(last: {consecutive[-1]})")
-                finish_all(jobs[i + 1:], summary.error)
+                summary.error = (
+                    f"{device} quarantined after {len(consecutive)} failed jobs in a row "
+                    f"(last: {consecutive[-1]})"
+                )
+                finish_all(jobs[i + 1 :], summary.error)
                 return
         summary.state = "failed" if summary.failed else "ok"
     except Exception as exc:  # noqa: BLE001 - a bug here must not hang the run: report it as the device's
@@ -478,10 +508,19 @@ class RunInterrupted(EdgebenchError):
     exit_code = 130
 
 
-def run_suite(suite: Suite, *, store_path: Path, lab: Lab | None = None, resume: str | None = None,
-              cluster: str | None = None, timeout_s: float | None = None, lock_dir: Path | None = None,
-              observer: RunObserver | None = None, argv: list[str] | None = None,
-              stop: threading.Event | None = None) -> RunResult:
+def run_suite(
+    suite: Suite,
+    *,
+    store_path: Path,
+    lab: Lab | None = None,
+    resume: str | None = None,
+    cluster: str | None = None,
+    timeout_s: float | None = None,
+    lock_dir: Path | None = None,
+    observer: RunObserver | None = None,
+    argv: list[str] | None = None,
+    stop: threading.Event | None = None,
+) -> RunResult:
     """Plan the suite, run it (locally or on a Dask cluster) and store every job as it finishes."""
     stop = stop or threading.Event()
     jobs = plan(suite, timeout_s)
@@ -505,13 +544,16 @@ def run_suite(suite: Suite, *, store_path: Path, lab: Lab | None = None, resume:
         with _sessions(suite, run_id, lab, cluster, lock_dir) as factory:
             store.begin_run(run_id, "suite", provenance, suite=suite.name)
             try:
-                summaries, outcomes = run_plan(run_id, jobs, factory, store, suite.policy, observer, stop,
-                                               done_keys)
+                summaries, outcomes = run_plan(
+                    run_id, jobs, factory, store, suite.policy, observer, stop, done_keys
+                )
             except KeyboardInterrupt:
                 stop.set()
                 store.finish_run(run_id, "interrupted")
-                raise RunInterrupted(f"run {run_id} interrupted; its finished jobs are stored: finish it "
-                                     f"with `edgebench run {suite.path} --resume {run_id}`") from None
+                raise RunInterrupted(
+                    f"run {run_id} interrupted; its finished jobs are stored: finish it "
+                    f"with `edgebench run {suite.path} --resume {run_id}`"
+                ) from None
             except BaseException:
                 stop.set()
                 store.finish_run(run_id, "interrupted")
@@ -527,8 +569,9 @@ def run_suite(suite: Suite, *, store_path: Path, lab: Lab | None = None, resume:
 class _sessions:
     """The session factory for the run's executor, with whatever it needs open (a Dask client)."""
 
-    def __init__(self, suite: Suite, run_id: str, lab: Lab | None, cluster: str | None,
-                 lock_dir: Path | None) -> None:
+    def __init__(
+        self, suite: Suite, run_id: str, lab: Lab | None, cluster: str | None, lock_dir: Path | None
+    ) -> None:
         self.suite, self.run_id, self.lab, self.cluster, self.lock_dir = suite, run_id, lab, cluster, lock_dir
         self._executor: Any = None
 
@@ -555,5 +598,3 @@ def prebuild_agent() -> None:
     from .agentpack import build_agent
 
     build_agent(Path(tempfile.gettempdir()) / "edgebench-agent")
-
-

@@ -16,8 +16,9 @@ _SECRET_KEYS = ("key", "password", "passphrase", "token", "secret")
 
 def git_commit(folder: Path) -> str | None:
     try:
-        out = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=5)
+        out = subprocess.run(
+            ["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
@@ -57,10 +58,18 @@ def redact_argv(argv: list[str]) -> list[str]:
 def descriptor_summary(spec: DeviceSpec) -> dict[str, Any]:
     """What the store keeps of a descriptor: identity and datasheet, never key paths or credentials."""
     return {
-        "name": spec.name, "transport": spec.transport, "soc": spec.soc, "agent": spec.agent,
-        "serial": spec.serial, "host": spec.host, "workdir": spec.workdir,
-        "spec": {"memory_bandwidth_gbps": spec.spec.memory_bandwidth_gbps, "peak_tops": spec.spec.peak_tops,
-                 "cpu_clusters": {k: list(v) for k, v in spec.spec.cpu_clusters.items()},
-                 "llc_bytes": spec.spec.llc_bytes},
+        "name": spec.name,
+        "transport": spec.transport,
+        "soc": spec.soc,
+        "agent": spec.agent,
+        "serial": spec.serial,
+        "host": spec.host,
+        "workdir": spec.workdir,
+        "spec": {
+            "memory_bandwidth_gbps": spec.spec.memory_bandwidth_gbps,
+            "peak_tops": spec.spec.peak_tops,
+            "cpu_clusters": {k: list(v) for k, v in spec.spec.cpu_clusters.items()},
+            "llc_bytes": spec.spec.llc_bytes,
+        },
         "source": spec.source,
     }

@@ -38,8 +38,15 @@ def summarize(values: list[float] | tuple[float, ...] | np.ndarray) -> Summary:
     mean = float(x.mean())
     std = float(x.std(ddof=1)) if x.size > 1 else 0.0
     return Summary(
-        n=int(x.size), mean=mean, std=std, cv=std / mean if mean else 0.0,
-        min=float(x.min()), max=float(x.max()), percentiles=pct, outliers=count_outliers(x), refused=refused,
+        n=int(x.size),
+        mean=mean,
+        std=std,
+        cv=std / mean if mean else 0.0,
+        min=float(x.min()),
+        max=float(x.max()),
+        percentiles=pct,
+        outliers=count_outliers(x),
+        refused=refused,
     )
 
 

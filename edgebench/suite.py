@@ -139,8 +139,17 @@ def load_suite(path: Path | str) -> Suite:
     r.done()
     if not probes:
         raise ConfigError(path, "probe: a suite needs at least one [[probe]] table")
-    return Suite(name=name, path=path.resolve(), devices=devices, models=tuple(models), probes=tuple(probes),
-                 gates=tuple(gates), budget=budget, timeout_s=timeout, policy=policy)
+    return Suite(
+        name=name,
+        path=path.resolve(),
+        devices=devices,
+        models=tuple(models),
+        probes=tuple(probes),
+        gates=tuple(gates),
+        budget=budget,
+        timeout_s=timeout,
+        policy=policy,
+    )
 
 
 def check_devices(suite: Suite, lab: Lab) -> None:
@@ -148,8 +157,9 @@ def check_devices(suite: Suite, lab: Lab) -> None:
     for i, name in enumerate(suite.devices):
         if name not in lab.devices:
             where = f" in {lab.folder}" if lab.folder else ""
-            raise ConfigError(suite.path, f"devices[{i}]: unknown device '{name}'{where} "
-                                          f"(known: {', '.join(lab.names())})")
+            raise ConfigError(
+                suite.path, f"devices[{i}]: unknown device '{name}'{where} (known: {', '.join(lab.names())})"
+            )
 
 
 def plan(suite: Suite, timeout_s: float | None = None) -> list[Job]:
@@ -183,14 +193,16 @@ def jobs_by_device(jobs: list[Job]) -> dict[str, list[Job]]:
     return out
 
 
-def _job(device: str, probe: ProbeSpec, model: ModelRef | None, point: dict[str, Any],
-         timeout_s: float | None) -> Job:
+def _job(
+    device: str, probe: ProbeSpec, model: ModelRef | None, point: dict[str, Any], timeout_s: float | None
+) -> Job:
     params = dict(point)
     runtime = params.pop("runtime", None)
     if runtime is None and model is not None:
         runtime = "mnn" if model.format == "mnn" else "onnxruntime"
-    return Job(device=device, probe=probe.kind, model=model, runtime=runtime, params=params,
-               timeout_s=timeout_s)
+    return Job(
+        device=device, probe=probe.kind, model=model, runtime=runtime, params=params, timeout_s=timeout_s
+    )
 
 
 # ---- parts of the file -------------------------------------------------------------------------------------
@@ -226,8 +238,11 @@ def _models(r: TableReader, path: Path) -> list[ModelRef]:
         except EdgebenchError as exc:
             raise r.error(key, str(exc)) from None
         if any(m.name == model.name for m in models):
-            raise r.error(key, f"model name '{model.name}' is used twice (name one of them: "
-                               f"{{name = \"...\", path = \"{ref}\"}})")
+            raise r.error(
+                key,
+                f"model name '{model.name}' is used twice (name one of them: "
+                f'{{name = "...", path = "{ref}"}})',
+            )
         models.append(model)
     return models
 
@@ -268,8 +283,14 @@ def _probe(t: TableReader, path: Path, models: list[ModelRef], devices: tuple[st
                 raise t.error(f"devices[{j}]", f"'{n}' is not one of the suite's devices")
     timeout = _positive(t, "timeout", None)
     t.done()
-    spec = ProbeSpec(kind=kind, grid=grid, models=model_names, devices=probe_devices, timeout_s=timeout,
-                     needs_model=needs_model)
+    spec = ProbeSpec(
+        kind=kind,
+        grid=grid,
+        models=model_names,
+        devices=probe_devices,
+        timeout_s=timeout,
+        needs_model=needs_model,
+    )
     _check_values(t, spec, implementations)
     return spec
 
@@ -314,8 +335,9 @@ def _accepted_params(modules: list[Any]) -> frozenset[str] | None:
     return frozenset().union(*known)
 
 
-def _grid(t: TableReader, path: Path, accepted: Any,
-          models: dict[str, ModelRef]) -> dict[str, tuple[Any, ...]]:
+def _grid(
+    t: TableReader, path: Path, accepted: Any, models: dict[str, ModelRef]
+) -> dict[str, tuple[Any, ...]]:
     params = t.table("params")
     grid: dict[str, tuple[Any, ...]] = {}
     for key, value in params._data.items():  # noqa: SLF001 - every key is a param name, taken on purpose
@@ -329,8 +351,10 @@ def _grid(t: TableReader, path: Path, accepted: Any,
             _check_runtimes(params, values)
         if key in PATH_PARAMS:
             # A suite model's name stands for its file (`reference = "enc"`); other values are paths.
-            values = tuple(str(models[v].path) if isinstance(v, str) and v in models
-                           else _suite_relative(v, path) for v in values)
+            values = tuple(
+                str(models[v].path) if isinstance(v, str) and v in models else _suite_relative(v, path)
+                for v in values
+            )
         grid[key] = values
     params.done()
     return grid
@@ -359,8 +383,11 @@ def _gates(r: TableReader, path: Path) -> list[GateRule]:
             raise r.error(f"gate[{i}]", "expected a [[gate]] table")
         t = TableReader(table, path, f"gate[{i}].")
         rule = GateRule(
-            metric=t.get("metric", str), stat=t.get("stat", str, None), probe=t.get("probe", str, None),
-            device=t.get("device", str, None), model=t.get("model", str, None),
+            metric=t.get("metric", str),
+            stat=t.get("stat", str, None),
+            probe=t.get("probe", str, None),
+            device=t.get("device", str, None),
+            model=t.get("model", str, None),
             **{k: _fraction(t, k) for k in _GATE_THRESHOLDS},
         )
         t.done()
@@ -382,7 +409,7 @@ def _fraction(t: TableReader, key: str) -> float | None:
         try:
             number = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
         except ValueError:
-            raise t.error(key, f"expected a percentage like \"5%\" or a fraction, got {value!r}") from None
+            raise t.error(key, f'expected a percentage like "5%" or a fraction, got {value!r}') from None
     else:
         number = float(value)
     if number < 0:
@@ -394,8 +421,10 @@ def _budget(t: TableReader) -> dict[str, float]:
     out = {}
     for key in list(t._data):  # noqa: SLF001 - the budget's keys are the budget names
         if not _BUDGET_KEY.match(key):
-            raise t.error(key, "unknown budget (use latency_<p50|p90|p99|mean|min|max>_ms, memory_mb, "
-                               "energy_mj, load_ms)")
+            raise t.error(
+                key,
+                "unknown budget (use latency_<p50|p90|p99|mean|min|max>_ms, memory_mb, energy_mj, load_ms)",
+            )
         value = t.get(key, float)
         if value <= 0:
             raise t.error(key, "must be positive")

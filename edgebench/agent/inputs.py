@@ -14,16 +14,20 @@ class InputError(Exception):
 def resolve_shape(info: InputInfo, override: list[int] | None, warnings: list[str]) -> list[int]:
     if override is not None:
         if len(override) != len(info.shape):
-            raise InputError(f"--shape {info.name}: rank {len(override)} but the model declares "
-                             f"{len(info.shape)} dimensions {info.shape}")
+            raise InputError(
+                f"--shape {info.name}: rank {len(override)} but the model declares "
+                f"{len(info.shape)} dimensions {info.shape}"
+            )
         return [int(d) for d in override]
     shape = []
     for axis, dim in enumerate(info.shape):
         if isinstance(dim, int) and dim > 0:
             shape.append(dim)
         else:
-            warnings.append(f"input '{info.name}' dimension {axis} ({dim or '?'}) is dynamic; using 1 "
-                            f"(set --shape {info.name}=...)")
+            warnings.append(
+                f"input '{info.name}' dimension {axis} ({dim or '?'}) is dynamic; using 1 "
+                f"(set --shape {info.name}=...)"
+            )
             shape.append(1)
     return shape
 
@@ -37,8 +41,9 @@ def random_array(np: Any, rng: Any, shape: list[int], dtype: str) -> Any:
     return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
 
 
-def make_inputs(infos: list[InputInfo], shapes: dict[str, list[int]], seed: int,
-                npz_path: str | None, warnings: list[str]) -> dict[str, Any]:
+def make_inputs(
+    infos: list[InputInfo], shapes: dict[str, list[int]], seed: int, npz_path: str | None, warnings: list[str]
+) -> dict[str, Any]:
     import numpy as np
 
     unknown = set(shapes) - {i.name for i in infos}

@@ -18,7 +18,7 @@ from ..records import Record
 
 STORE_OPT = typer.Option(Path("edgebench.db"), "--store", help="SQLite result store.")
 LAB_OPT = typer.Option(Path("devices"), "--lab", help="Folder of device descriptors.")
-JSON_OPT = typer.Option(False, "--json", help="Print {\"records\": [...]} on stdout, nothing else.")
+JSON_OPT = typer.Option(False, "--json", help='Print {"records": [...]} on stdout, nothing else.')
 
 
 def note(message: str) -> None:

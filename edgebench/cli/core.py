@@ -131,8 +131,10 @@ def bench(
     native = {"delegate": delegate, "precision": precision, "invocations": repeat}
     given = {k: v for k, v in native.items() if v is not None}
     if given and spec.agent != "native":
-        raise UserError(f"--{sorted(given)[0]} applies to native runners; {spec.name} runs the Python agent "
-                        f"({spec.source})")
+        raise UserError(
+            f"--{sorted(given)[0]} applies to native runners; {spec.name} runs the Python agent "
+            f"({spec.source})"
+        )
     params.update(given)
     job = Job(device=spec.name, probe="bench", model=ref, runtime=runtime, params=params, timeout_s=timeout)
     note(f"edgebench: bench {ref.name} on {spec.name} ({runtime})")

@@ -15,8 +15,9 @@ from .common import JSON_OPT, STORE_OPT, note, print_json, records_json
 
 _GATE_BASELINE = typer.Option(..., "--baseline", help="Run id of the reference run.")
 _GATE_CANDIDATE = typer.Option(..., "--candidate", help="Run id of the run to judge.")
-_GATE_MAX_SLOWDOWN = typer.Option(None, "--max-slowdown",
-                                  help="Allowed latency slowdown, e.g. 5% (default 5%, or the suite's).")
+_GATE_MAX_SLOWDOWN = typer.Option(
+    None, "--max-slowdown", help="Allowed latency slowdown, e.g. 5% (default 5%, or the suite's)."
+)
 _GATE_SUITE = typer.Option(None, "--suite", help="Suite whose [[gate]] tables give the rules.")
 _GATE_ALPHA = typer.Option(0.01, "--alpha", help="Significance level (false discovery rate across pairs).")
 _GATE_MIN_SAMPLES = typer.Option(10, "--min-samples", min=3, help="Fewer samples per side is NOISY.")
@@ -109,12 +110,31 @@ def _gate_records(result) -> list[Record]:  # type: ignore[no-untyped-def]
     """One record per pair (probe `gate`, metric `change`) so reports can plot a gate like any result."""
     out = []
     for v in result.verdicts:
-        params = {**v.key.to_dict()["params"], "gated_probe": v.key.probe, "gated_metric": v.key.metric,
-                  "stat": v.key.stat or None, "verdict": v.verdict, "baseline_run": result.baseline,
-                  "ci_low": _finite(v.ci_low), "ci_high": _finite(v.ci_high), "q_value": _finite(v.q_value)}
+        params = {
+            **v.key.to_dict()["params"],
+            "gated_probe": v.key.probe,
+            "gated_metric": v.key.metric,
+            "stat": v.key.stat or None,
+            "verdict": v.verdict,
+            "baseline_run": result.baseline,
+            "ci_low": _finite(v.ci_low),
+            "ci_high": _finite(v.ci_high),
+            "q_value": _finite(v.q_value),
+        }
         unit = "ratio" if v.rule.threshold.relative else v.unit
-        out.append(Record(result.candidate, v.key.device, "gate", v.key.model, v.key.runtime, "change",
-                          _finite(v.change), unit, params))
+        out.append(
+            Record(
+                result.candidate,
+                v.key.device,
+                "gate",
+                v.key.model,
+                v.key.runtime,
+                "change",
+                _finite(v.change),
+                unit,
+                params,
+            )
+        )
     return out
 
 
@@ -139,16 +159,26 @@ def _show_gate(result) -> None:  # type: ignore[no-untyped-def]
         params = "" if v.key.params == "{}" else f" {v.key.params}"
         table.add_row(
             f"[{style.get(v.verdict, '')}]{v.verdict}[/]",
-            escape(f"{v.key.device} {v.key.model} {v.key.runtime}\n"
-                   f"{v.key.probe}:{v.key.metric}{stat}{params}"),
-            _num(v.baseline, v.unit), _num(v.candidate, v.unit), escape(v.change_text()),
-            "-" if v.q_value is None else f"{v.q_value:.2g}", f"{v.n_baseline}/{v.n_candidate}",
-            escape(v.reason))
+            escape(
+                f"{v.key.device} {v.key.model} {v.key.runtime}\n{v.key.probe}:{v.key.metric}{stat}{params}"
+            ),
+            _num(v.baseline, v.unit),
+            _num(v.candidate, v.unit),
+            escape(v.change_text()),
+            "-" if v.q_value is None else f"{v.q_value:.2g}",
+            f"{v.n_baseline}/{v.n_candidate}",
+            escape(v.reason),
+        )
     console.print(table)
     counts = ", ".join(f"{n} {k}" for k, n in result.counts().items() if n) or "nothing compared"
-    console.print(f"gate {result.overall}: {counts}"
-                  + (f"; {result.unpaired_candidate} candidate measurement(s) without a baseline"
-                     if result.unpaired_candidate else ""))
+    console.print(
+        f"gate {result.overall}: {counts}"
+        + (
+            f"; {result.unpaired_candidate} candidate measurement(s) without a baseline"
+            if result.unpaired_candidate
+            else ""
+        )
+    )
 
 
 def _num(value: float | None, unit: str) -> str:
@@ -181,11 +211,26 @@ def history(
     found = [(s, change_points(s, alpha=alpha, min_change=floor, seed=seed)) for s in all_series]
     records = [r for s, cps in found for r in change_point_records(s, cps)]
     if as_json:
-        print_json(records_json(records, series=[
-            {"device": s.device, "model": s.model, "runtime": s.runtime, "probe": s.probe, "metric": s.metric,
-             "stat": s.stat, "params": s.params, "unit": s.unit,
-             "points": [{"run_id": p.run_id, "ts": p.ts, "value": p.value} for p in s.points],
-             "change_points": [cp.run_id for cp in cps]} for s, cps in found]))
+        print_json(
+            records_json(
+                records,
+                series=[
+                    {
+                        "device": s.device,
+                        "model": s.model,
+                        "runtime": s.runtime,
+                        "probe": s.probe,
+                        "metric": s.metric,
+                        "stat": s.stat,
+                        "params": s.params,
+                        "unit": s.unit,
+                        "points": [{"run_id": p.run_id, "ts": p.ts, "value": p.value} for p in s.points],
+                        "change_points": [cp.run_id for cp in cps],
+                    }
+                    for s, cps in found
+                ],
+            )
+        )
         return 0
     _show_history(found)
     return 0
@@ -204,12 +249,26 @@ def _show_history(found) -> None:  # type: ignore[no-untyped-def]
         if not cps:
             continue
         table = Table()
-        for col in ("first run at new level", "measured", "previous run", f"before ({s.unit})",
-                    f"after ({s.unit})", "change", "p"):
+        for col in (
+            "first run at new level",
+            "measured",
+            "previous run",
+            f"before ({s.unit})",
+            f"after ({s.unit})",
+            "change",
+            "p",
+        ):
             table.add_column(escape(col))
         for cp in cps:
-            table.add_row(cp.run_id, cp.ts, cp.previous_run, f"{cp.before:.4g}", f"{cp.after:.4g}",
-                          f"{cp.change * 100:+.1f}%", f"{cp.p_value:.2g}")
+            table.add_row(
+                cp.run_id,
+                cp.ts,
+                cp.previous_run,
+                f"{cp.before:.4g}",
+                f"{cp.after:.4g}",
+                f"{cp.change * 100:+.1f}%",
+                f"{cp.p_value:.2g}",
+            )
         console.print(table)
 
 
@@ -250,8 +309,9 @@ def import_pytest_benchmark(
         for path in files:
             run_id, n_records, n_samples = import_file(st, path, device)
             imported.append({"file": str(path), "run_id": run_id, "records": n_records, "samples": n_samples})
-            note(f"edgebench: imported {path} as run {run_id} ({n_records} records, "
-                 f"{n_samples} sample series)")
+            note(
+                f"edgebench: imported {path} as run {run_id} ({n_records} records, {n_samples} sample series)"
+            )
     if as_json:
         print_json({"records": [], "runs": imported})
     else:

@@ -14,23 +14,32 @@ from ..jobs import JobOutcome
 from .common import LAB_OPT, STORE_OPT, note, print_json, records_json
 
 LOCK_DIR_OPT = typer.Option(
-    None, "--lock-dir",
+    None,
+    "--lock-dir",
     help="Folder of device leases shared by every run on this host (default: EDGEBENCH_LOCK_DIR or "
-         "~/.cache/edgebench/locks).")
+    "~/.cache/edgebench/locks).",
+)
 SUITE_ARG = typer.Argument(..., help="Suite file (TOML).")
 RESUME_OPT = typer.Option(None, "--resume", help="Finish run RUN_ID: only jobs with no ok record run.")
-CLUSTER_OPT = typer.Option(None, "--cluster",
-                           help="Dask scheduler tcp://HOST:PORT; devices resolve on its workers.")
-TIMEOUT_OPT = typer.Option(None, "--timeout", min=0.001,
-                           help="Bound on every remote call of each job (default: suite, then descriptor).")
+CLUSTER_OPT = typer.Option(
+    None, "--cluster", help="Dask scheduler tcp://HOST:PORT; devices resolve on its workers."
+)
+TIMEOUT_OPT = typer.Option(
+    None,
+    "--timeout",
+    min=0.001,
+    help="Bound on every remote call of each job (default: suite, then descriptor).",
+)
 RUN_JSON_OPT = typer.Option(False, "--json", help="Print {run_id, status, records, errors} on stdout.")
 SCHEDULER_OPT = typer.Option(..., "--scheduler", help="Dask scheduler address, tcp://HOST:PORT.")
-DEVICE_OPT = typer.Option(None, "--device", "-d",
-                          help="Serve only these devices (repeatable; default: every device of the lab).")
+DEVICE_OPT = typer.Option(
+    None, "--device", "-d", help="Serve only these devices (repeatable; default: every device of the lab)."
+)
 NAME_OPT = typer.Option(None, "--name", help="Worker name shown by the scheduler.")
 HOST_OPT = typer.Option(None, "--host", help="Address to listen on (default: chosen by Dask).")
-IDLE_OPT = typer.Option(60.0, "--idle-release", min=1.0,
-                        help="Release a run's device lease after this many idle seconds.")
+IDLE_OPT = typer.Option(
+    60.0, "--idle-release", min=1.0, help="Release a run's device lease after this many idle seconds."
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -58,15 +67,31 @@ def run(
     the_lab = None if cluster else load_lab(lab)
     _terminate_as_interrupt()
     with _Progress() as progress:
-        result = run_suite(the_suite, store_path=store, lab=the_lab, resume=resume, cluster=cluster,
-                           timeout_s=timeout, lock_dir=lock_dir, observer=progress, argv=sys.argv[1:])
+        result = run_suite(
+            the_suite,
+            store_path=store,
+            lab=the_lab,
+            resume=resume,
+            cluster=cluster,
+            timeout_s=timeout,
+            lock_dir=lock_dir,
+            observer=progress,
+            argv=sys.argv[1:],
+        )
     _summary(result, suite)
     if as_json:
         with Store(store) as st:
             records, errors = st.records([result.run_id]), st.errors([result.run_id])
-        print_json(records_json(records, run_id=result.run_id, status=result.status, errors=errors,
-                                summary=[_summary_dict(s) for s in result.devices.values()],
-                                exit_code=result.exit_code))
+        print_json(
+            records_json(
+                records,
+                run_id=result.run_id,
+                status=result.status,
+                errors=errors,
+                summary=[_summary_dict(s) for s in result.devices.values()],
+                exit_code=result.exit_code,
+            )
+        )
     return result.exit_code
 
 
@@ -85,14 +110,23 @@ def worker(
     def ready(address: str, names: list[str]) -> None:
         note(f"edgebench: worker {address} joined {scheduler}; devices: {', '.join(names)}")
 
-    serve_worker(scheduler, lab, devices=device or None, name=name, host=host, lock_dir=lock_dir,
-                 idle_release_s=idle_release, on_ready=ready)
+    serve_worker(
+        scheduler,
+        lab,
+        devices=device or None,
+        name=name,
+        host=host,
+        lock_dir=lock_dir,
+        idle_release_s=idle_release,
+        on_ready=ready,
+    )
     note("edgebench: worker stopped")
     return 0
 
 
 def _terminate_as_interrupt() -> None:
     """cron and CI stop jobs with SIGTERM: stop like Ctrl-C (run marked interrupted, stored jobs kept)."""
+
     def handler(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
@@ -114,9 +148,13 @@ class _Progress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._progress = Progress(
-                TextColumn("{task.fields[device]}", style="bold", markup=False), BarColumn(),
-                MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[status]}"),
-                console=Console(stderr=True))
+                TextColumn("{task.fields[device]}", style="bold", markup=False),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[status]}"),
+                console=Console(stderr=True),
+            )
             self._progress.start()
         return self
 
@@ -127,8 +165,9 @@ class _Progress:
     def planned(self, device: str, total: int, skipped: int) -> None:
         self._done[device] = skipped
         if self._progress is not None:
-            self._tasks[device] = self._progress.add_task(device, total=total, completed=skipped,
-                                                          device=device, status="waiting")
+            self._tasks[device] = self._progress.add_task(
+                device, total=total, completed=skipped, device=device, status="waiting"
+            )
         elif skipped:
             note(f"edgebench: [{device}] {skipped} of {total} jobs already done, skipped")
 
@@ -161,8 +200,16 @@ class _Progress:
 
 
 def _summary_dict(s: Any) -> dict[str, Any]:
-    return {"device": s.device, "state": s.state, "jobs": s.jobs, "ok": s.ok, "failed": s.failed,
-            "skipped": s.skipped, "wall_s": round(s.wall_s, 3), "error": s.error}
+    return {
+        "device": s.device,
+        "state": s.state,
+        "jobs": s.jobs,
+        "ok": s.ok,
+        "failed": s.failed,
+        "skipped": s.skipped,
+        "wall_s": round(s.wall_s, 3),
+        "error": s.error,
+    }
 
 
 def _summary(result: Any, suite: Path) -> None:
@@ -176,8 +223,16 @@ def _summary(result: Any, suite: Path) -> None:
     colours = {"ok": "green", "failed": "yellow", "quarantined": "red", "unreachable": "red"}
     for s in result.devices.values():
         state = f"[{colours.get(s.state, 'white')}]{s.state}[/]"
-        table.add_row(escape(s.device), state, str(s.jobs), str(s.ok), str(s.failed), str(s.skipped),
-                      f"{s.wall_s:.1f}", escape((s.error or "")[:160]))
+        table.add_row(
+            escape(s.device),
+            state,
+            str(s.jobs),
+            str(s.ok),
+            str(s.failed),
+            str(s.skipped),
+            f"{s.wall_s:.1f}",
+            escape((s.error or "")[:160]),
+        )
     # Cron logs are not terminals: give the table room instead of folding the error column.
     Console(stderr=True, width=None if sys.stderr.isatty() else 200).print(table)
     failed = sum(s.failed for s in result.devices.values())

@@ -26,11 +26,19 @@ class MnnBenchmark:
     def argv(self, binary: str, model_dir: str, opts: NativeOptions) -> list[str]:
         forward = _FORWARD.get(opts.delegate or "cpu")
         if forward is None:
-            raise NativeToolError(self.name, f"unknown forward type '{opts.delegate}' "
-                                             f"(use {', '.join(_FORWARD)})", kind="usage")
+            raise NativeToolError(
+                self.name, f"unknown forward type '{opts.delegate}' (use {', '.join(_FORWARD)})", kind="usage"
+            )
         precision = _PRECISION.get(opts.precision, 2)
-        return [binary, model_dir, str(opts.runs), str(opts.warmup), str(forward), str(opts.threads or 4),
-                str(precision)]
+        return [
+            binary,
+            model_dir,
+            str(opts.runs),
+            str(opts.warmup),
+            str(forward),
+            str(opts.threads or 4),
+            str(precision),
+        ]
 
     def parse(self, output: str, returncode: int, opts: NativeOptions) -> NativeResult:
         lines = _LINE.findall(output)
@@ -39,8 +47,11 @@ class MnnBenchmark:
             raise NativeToolError(self.name, reason, "model")
         _name, hi, lo, avg = lines[0]
         threads = re.search(r"thread=(\d+)", output)
-        result = NativeResult(aggregates={"max": float(hi), "min": float(lo), "mean": float(avg)},
-                              count=opts.runs, path=_forward_name(output, opts))
+        result = NativeResult(
+            aggregates={"max": float(hi), "min": float(lo), "mean": float(avg)},
+            count=opts.runs,
+            path=_forward_name(output, opts),
+        )
         if threads and opts.threads and int(threads.group(1)) != opts.threads:
             result.warnings.append(f"benchmark.out ran {threads.group(1)} threads, not {opts.threads}")
         return result

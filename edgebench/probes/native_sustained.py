@@ -31,8 +31,9 @@ from .thermal import DEFAULT_DURATION_S, DEFAULT_MARGIN, analyze_thermal, check_
 _STAMPED = 'read -r up _ < /proc/uptime; echo "EDGEBENCH_T0 $up"; exec "$@"'
 
 
-def stamped_runner(device: Device, job: Job, ctx: RecordContext, default_runs: int
-                   ) -> tuple[RunnerAdapter, list[str], dict[str, str], NativeOptions]:
+def stamped_runner(
+    device: Device, job: Job, ctx: RecordContext, default_runs: int
+) -> tuple[RunnerAdapter, list[str], dict[str, str], NativeOptions]:
     """The runner installed and the model staged; argv that stamps the device clock before each run."""
     timeout = job_timeout(device, job)
     model = require_model(job)
@@ -72,11 +73,17 @@ def run_native_thermal(device: Device, job: Job, ctx: RecordContext) -> ProbeRes
     rel = [s - log.origin for s in starts]
     margin = float(p.get("margin", DEFAULT_MARGIN))
     analysis = analyze_thermal(rel, lats, log, duration, p.get("window_s"), margin, p.get("hold_s"))
-    r = {"inferences": {"t": rel, "latencies_ms": lats}, "duration_s": duration,
-         "load_ms": results[0].load_ms, "clock": {"origin": log.origin}}
+    r = {
+        "inferences": {"t": rel, "latencies_ms": lats},
+        "duration_s": duration,
+        "load_ms": results[0].load_ms,
+        "clock": {"origin": log.origin},
+    }
     out = thermal_records(ctx, analysis, r, log, None)
-    out.warnings.append(f"{device.name}: each point is one {adapter.name} invocation (mean of {opts.runs} "
-                        "inferences); no cool-down guard ran before it")
+    out.warnings.append(
+        f"{device.name}: each point is one {adapter.name} invocation (mean of {opts.runs} "
+        "inferences); no cool-down guard ran before it"
+    )
     return out
 
 
@@ -95,8 +102,9 @@ def idle_span(device: Device, seconds: float, timeout: float) -> list[float]:
 
 def sensor_set(log: dict[str, Any]) -> SensorSet:
     """The channels of a shell-sampler log, as the agent's source selection expects them."""
-    channels = [Channel(c["id"], c["metric"], c["unit"], c["path"], 1.0, dict(c["labels"]))
-                for c in log["channels"]]
+    channels = [
+        Channel(c["id"], c["metric"], c["unit"], c["path"], 1.0, dict(c["labels"])) for c in log["channels"]
+    ]
     return SensorSet(root="/", channels=channels)
 
 
@@ -105,8 +113,9 @@ def refuse_charging_now(log: dict[str, Any], source: dict[str, Any]) -> None:
         return
     for key, changes in log["status"].items():
         if key.startswith("status:") and changes and changes[-1][1] in CHARGING_STATUSES:
-            raise ChargingError(f"battery '{key.split(':', 1)[1]}' reports status '{changes[-1][1]}': "
-                                f"{CHARGING_HINT}")
+            raise ChargingError(
+                f"battery '{key.split(':', 1)[1]}' reports status '{changes[-1][1]}': {CHARGING_HINT}"
+            )
 
 
 def run_native_power(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
@@ -124,12 +133,15 @@ def run_native_power(device: Device, job: Job, ctx: RecordContext) -> ProbeResul
     phases: dict[str, list[float]] = {}
     starts, lats, inferences = [], [], 0
     try:
-        first = sensor_log(parse_sampler_output(device.transport.read_text(sampler.output, timeout=timeout)),
-                           config, period)
+        first = sensor_log(
+            parse_sampler_output(device.transport.read_text(sampler.output, timeout=timeout)), config, period
+        )
         source = power_source(sensor_set(first), {})
         if source["kind"] == "none":
-            raise UserError(f"{device.name}: no power sensor under {device.spec.sensors.sysfs_root}: "
-                            "no battery fuel gauge and no hwmon rail with power or current")
+            raise UserError(
+                f"{device.name}: no power sensor under {device.spec.sensors.sysfs_root}: "
+                "no battery fuel gauge and no hwmon rail with power or current"
+            )
         refuse_charging_now(first, source)
         phases["idle_before"] = idle_span(device, idle, timeout)
         begin, end = device_clock(device, timeout), time.monotonic() + duration
@@ -152,9 +164,15 @@ def run_native_power(device: Device, job: Job, ctx: RecordContext) -> ProbeResul
         else:
             series = power.battery_series(log, source["channels"], phases, trim)
         analysis = power.analyze_power(series, phases, inferences, trim)
-    r = {"inferences": {"t": [s - log.origin for s in starts], "latencies_ms": lats},
-         "clock": {"origin": log.origin}, "source": source, "duration_s": duration}
+    r = {
+        "inferences": {"t": [s - log.origin for s in starts], "latencies_ms": lats},
+        "clock": {"origin": log.origin},
+        "source": source,
+        "duration_s": duration,
+    }
     out = power.power_records(ctx, analysis, r, log, series, phases)
-    out.warnings.append(f"{device.name}: energy per inference includes each {adapter.name} invocation's "
-                        f"start-up and model load ({opts.runs} runs per invocation; raise runs to dilute it)")
+    out.warnings.append(
+        f"{device.name}: energy per inference includes each {adapter.name} invocation's "
+        f"start-up and model load ({opts.runs} runs per invocation; raise runs to dilute it)"
+    )
     return out

@@ -553,8 +553,12 @@ def power_task(
 ) -> dict[str, Any]:
     idle = float(job.params.get("idle_s", DEFAULT_IDLE_S))
     task = sustained_task("power", job, device, runtime, model, inputs, DEFAULT_DURATION_S)
-    return {**task, "idle_s": idle, "idle_after_s": float(job.params.get("idle_after_s", idle)),
-            "monitor": monitor}
+    return {
+        **task,
+        "idle_s": idle,
+        "idle_after_s": float(job.params.get("idle_after_s", idle)),
+        "monitor": monitor,
+    }
 
 
 def run_power(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:

@@ -32,8 +32,9 @@ def sensors_config(spec: DeviceSpec, period_s: float = DEFAULT_PERIOD_S) -> dict
     }
 
 
-def sustained_task(kind: str, job: Job, device: Device, runtime: str, model: str, inputs: str | None,
-                   duration_s: float) -> dict[str, Any]:
+def sustained_task(
+    kind: str, job: Job, device: Device, runtime: str, model: str, inputs: str | None, duration_s: float
+) -> dict[str, Any]:
     """The fields every sustained agent task (thermal, power) shares: model, inputs, load and sensors."""
     p = job.params
     return {

@@ -32,7 +32,8 @@ def verdict_text(v: PairVerdict) -> str:
     """The numbers behind a verdict, one line each (the body of a failure)."""
     lines = [
         f"verdict: {v.verdict} ({v.reason})",
-        f"rule: {v.rule.describe(v.unit)} on {v.rule.metric}" + (f" [{v.rule.stat}]" if v.key.stat else "")
+        f"rule: {v.rule.describe(v.unit)} on {v.rule.metric}"
+        + (f" [{v.rule.stat}]" if v.key.stat else "")
         + f" ({v.rule.source})",
         f"baseline: {_number(v.baseline)} {v.unit}  (n={v.n_baseline})",
         f"candidate: {_number(v.candidate)} {v.unit}  (n={v.n_candidate})",
@@ -55,12 +56,19 @@ def gate_junit(result: GateResult) -> str:
     for v in result.verdicts:
         case = ET.SubElement(suite, "testcase", classname=_classname(v), name=_testname(v), time="0")
         props = ET.SubElement(case, "properties")
-        for name, value in (("verdict", v.verdict), ("baseline", _number(v.baseline)),
-                            ("candidate", _number(v.candidate)), ("change", v.change_text()),
-                            ("unit", v.unit), ("p_value", _number(v.p_value)),
-                            ("q_value", _number(v.q_value)),
-                            ("n_baseline", str(v.n_baseline)), ("n_candidate", str(v.n_candidate)),
-                            ("method", v.method), ("threshold", v.rule.describe(v.unit))):
+        for name, value in (
+            ("verdict", v.verdict),
+            ("baseline", _number(v.baseline)),
+            ("candidate", _number(v.candidate)),
+            ("change", v.change_text()),
+            ("unit", v.unit),
+            ("p_value", _number(v.p_value)),
+            ("q_value", _number(v.q_value)),
+            ("n_baseline", str(v.n_baseline)),
+            ("n_candidate", str(v.n_candidate)),
+            ("method", v.method),
+            ("threshold", v.rule.describe(v.unit)),
+        ):
             ET.SubElement(props, "property", name=name, value=value)
         message = f"{v.verdict}: {v.change_text()} ({v.reason})"
         if v.lab_failure:
@@ -80,11 +88,21 @@ def gate_junit(result: GateResult) -> str:
     suite.set("errors", str(errors))
     suite.set("skipped", str(skipped))
     props = ET.SubElement(suite, "properties")
-    for name, value in (("baseline_run", result.baseline), ("candidate_run", result.candidate),
-                        ("alpha", f"{result.options.alpha:g}"), ("verdict", result.overall)):
+    for name, value in (
+        ("baseline_run", result.baseline),
+        ("candidate_run", result.candidate),
+        ("alpha", f"{result.options.alpha:g}"),
+        ("verdict", result.overall),
+    ):
         ET.SubElement(props, "property", name=name, value=value)
-    root = ET.Element("testsuites", name=SUITE_NAME, tests=suite.get("tests", "0"), failures=str(failures),
-                      errors=str(errors), skipped=str(skipped))
+    root = ET.Element(
+        "testsuites",
+        name=SUITE_NAME,
+        tests=suite.get("tests", "0"),
+        failures=str(failures),
+        errors=str(errors),
+        skipped=str(skipped),
+    )
     root.append(suite)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

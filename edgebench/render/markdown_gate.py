@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from ..gate import GateResult, PairVerdict
 
-_MARK = {"PASS": "PASS", "IMPROVED": "IMPROVED", "FAIL": "**FAIL**", "NOISY": "*NOISY*",
-         "MISSING": "*MISSING*"}
+_MARK = {
+    "PASS": "PASS",
+    "IMPROVED": "IMPROVED",
+    "FAIL": "**FAIL**",
+    "NOISY": "*NOISY*",
+    "MISSING": "*MISSING*",
+}
 
 
 def _cell(text: str) -> str:
@@ -20,10 +25,20 @@ def _row(v: PairVerdict) -> str:
     stat = f" [{v.key.stat}]" if v.key.stat else ""
     params = "" if v.key.params == "{}" else v.key.params
     q = "-" if v.q_value is None else f"{v.q_value:.2g}"
-    cells = [_MARK.get(v.verdict, v.verdict), v.key.device, v.key.model, v.key.runtime,
-             f"{v.key.probe}:{v.key.metric}{stat}", params, _num(v.baseline, v.unit),
-             _num(v.candidate, v.unit),
-             v.change_text(), q, f"{v.n_baseline}/{v.n_candidate}", v.reason]
+    cells = [
+        _MARK.get(v.verdict, v.verdict),
+        v.key.device,
+        v.key.model,
+        v.key.runtime,
+        f"{v.key.probe}:{v.key.metric}{stat}",
+        params,
+        _num(v.baseline, v.unit),
+        _num(v.candidate, v.unit),
+        v.change_text(),
+        q,
+        f"{v.n_baseline}/{v.n_candidate}",
+        v.reason,
+    ]
     return "| " + " | ".join(_cell(c) for c in cells) + " |"
 
 
@@ -45,6 +60,8 @@ def gate_markdown(result: GateResult) -> str:
     for n in result.notes:
         lines += ["", f"> {n}"]
     if result.unpaired_candidate:
-        lines += ["", f"{result.unpaired_candidate} candidate measurement(s) have no baseline to compare "
-                      "with."]
+        lines += [
+            "",
+            f"{result.unpaired_candidate} candidate measurement(s) have no baseline to compare with.",
+        ]
     return "\n".join(lines) + "\n"

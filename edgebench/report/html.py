@@ -213,8 +213,9 @@ def _summary(d: ReportData) -> tuple[str, bool]:
             if fp.get("error"):
                 details = f"fingerprint failed: {fp['error']}"
             where = desc.get("host") or desc.get("serial") or ""
-            drows.append([name, desc.get("transport", ""), desc.get("soc", ""), where, measured_by(desc, fp),
-                          details])
+            drows.append(
+                [name, desc.get("transport", ""), desc.get("soc", ""), where, measured_by(desc, fp), details]
+            )
         out.append("<h3>Devices</h3>")
         out.append(table(["device", "transport", "soc", "address", "measured by", "fingerprint"], drows))
     if d.budgets:

@@ -232,7 +232,7 @@ class Daemon:
     def service_for(self, destination: str) -> Service | None:
         """The service behind an OPEN destination, or None (the host gets CLSE)."""
         if destination.startswith("shell"):
-            rest = destination[len("shell"):]
+            rest = destination[len("shell") :]
             if rest and rest[0] not in ",:":
                 return None
             v2, command = parse_shell_service(rest)
@@ -241,7 +241,7 @@ class Daemon:
             self.commands.append(command)
             return ShellService(self.layout, self.procs, command, v2=v2)
         if destination.startswith("exec:"):
-            command = destination[len("exec:"):]
+            command = destination[len("exec:") :]
             self.commands.append(command)
             return ShellService(self.layout, self.procs, command, v2=False)
         if destination.startswith("sync:"):
@@ -267,14 +267,16 @@ class Daemon:
         await self._listen()
         self.serial = self.config.serial or f"emu-{self.port}"
         self.props = {**default_props(self.serial), **self.config.props}
-        self.layout = DeviceLayout(self.config.root, self.serial, self.props, self.config.path,
-                                   self.config.bwrap)
+        self.layout = DeviceLayout(
+            self.config.root, self.serial, self.props, self.config.path, self.config.bwrap
+        )
         self.layout.prepare()
         self._control = await asyncio.start_server(self._on_control, "127.0.0.1", self.config.control_port)
 
     async def _listen(self) -> None:
-        self._server = await asyncio.start_server(self._on_client, self.config.host, self.port,
-                                                  reuse_address=True)
+        self._server = await asyncio.start_server(
+            self._on_client, self.config.host, self.port, reuse_address=True
+        )
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -343,11 +345,16 @@ class Daemon:
 
     def status(self) -> dict[str, Any]:
         return {
-            "port": self.port, "serial": self.serial, "root": str(self.config.root),
-            "pid": os.getpid(), "frozen": not self.thawed.is_set(), "rebooting": self.rebooting,
+            "port": self.port,
+            "serial": self.serial,
+            "root": str(self.config.root),
+            "pid": os.getpid(),
+            "frozen": not self.thawed.is_set(),
+            "rebooting": self.rebooting,
             "connections": len(self.connections),
             "online": sum(1 for c in self.connections if c.online),
-            "processes": len(self.procs), "features": list(self.config.features),
+            "processes": len(self.procs),
+            "features": list(self.config.features),
             "commands": list(self.commands),
         }
 
@@ -387,19 +394,32 @@ class Daemon:
 def parse_args(argv: list[str] | None) -> AdbdConfig:
     ap = argparse.ArgumentParser(
         prog="python -m edgebench.testing.adbd",
-        description="Emulated adb device (device side of the ADB protocol over TCP).")
+        description="Emulated adb device (device side of the ADB protocol over TCP).",
+    )
     ap.add_argument("--port", type=int, default=0, help="TCP port (0 = pick a free one; not 5555-5585)")
     ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     ap.add_argument("--root", required=True, type=Path, help="folder holding data/, sdcard/, system/, sys/")
     ap.add_argument("--serial", default=None, help="the device's ro.serialno (default emu-PORT)")
-    ap.add_argument("--prop", action="append", default=[], metavar="KEY=VALUE",
-                    help="a system property (repeatable), e.g. ro.product.model=Pixel 8")
+    ap.add_argument(
+        "--prop",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a system property (repeatable), e.g. ro.product.model=Pixel 8",
+    )
     ap.add_argument("--path", default=DEFAULT_PATH, help=f"PATH of device shells (default {DEFAULT_PATH})")
-    ap.add_argument("--features", default=",".join(IMPLEMENTED_FEATURES),
-                    help="features to advertise, a subset of " + ",".join(IMPLEMENTED_FEATURES))
+    ap.add_argument(
+        "--features",
+        default=",".join(IMPLEMENTED_FEATURES),
+        help="features to advertise, a subset of " + ",".join(IMPLEMENTED_FEATURES),
+    )
     ap.add_argument("--control-port", type=int, default=0, help="fault-control port on 127.0.0.1 (0 = free)")
-    ap.add_argument("--reboot-delay", type=float, default=DEFAULT_REBOOT_DELAY_S,
-                    help="seconds a reboot keeps the device away")
+    ap.add_argument(
+        "--reboot-delay",
+        type=float,
+        default=DEFAULT_REBOOT_DELAY_S,
+        help="seconds a reboot keeps the device away",
+    )
     args = ap.parse_args(argv)
     if args.port in EMULATOR_PORTS:
         ap.error("ports 5555-5585 belong to the adb server's emulator scan; pick another --port")
@@ -416,9 +436,18 @@ def parse_args(argv: list[str] | None) -> AdbdConfig:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         ap.error("bubblewrap (`bwrap`) runs the device's commands: install the Debian package bubblewrap")
-    return AdbdConfig(root=args.root.resolve(), serial=args.serial, port=args.port,
-                      host=args.host, props=props, path=args.path, features=features,
-                      control_port=args.control_port, reboot_delay_s=args.reboot_delay, bwrap=bwrap)
+    return AdbdConfig(
+        root=args.root.resolve(),
+        serial=args.serial,
+        port=args.port,
+        host=args.host,
+        props=props,
+        path=args.path,
+        features=features,
+        control_port=args.control_port,
+        reboot_delay_s=args.reboot_delay,
+        bwrap=bwrap,
+    )
 
 
 async def serve(config: AdbdConfig) -> None:
@@ -429,11 +458,19 @@ async def serve(config: AdbdConfig) -> None:
     loop.add_signal_handler(signal.SIGTERM, daemon.stop)
     loop.add_signal_handler(signal.SIGINT, daemon.stop)
     loop.add_signal_handler(signal.SIGUSR1, daemon.drop)
-    loop.add_signal_handler(signal.SIGUSR2, lambda: daemon.thaw() if daemon.procs.stopped or not
-                            daemon.thawed.is_set() else daemon.freeze())
+    loop.add_signal_handler(
+        signal.SIGUSR2,
+        lambda: daemon.thaw() if daemon.procs.stopped or not daemon.thawed.is_set() else daemon.freeze(),
+    )
     loop.add_signal_handler(signal.SIGHUP, lambda: daemon._spawn(daemon.reboot(config.reboot_delay_s)))
-    ready = {"event": "ready", "port": daemon.port, "control_port": daemon.control_port,
-             "pid": os.getpid(), "serial": daemon.serial, "root": str(config.root)}
+    ready = {
+        "event": "ready",
+        "port": daemon.port,
+        "control_port": daemon.control_port,
+        "pid": os.getpid(),
+        "serial": daemon.serial,
+        "root": str(config.root),
+    }
     sys.stdout.write(json.dumps(ready) + "\n")
     sys.stdout.flush()
     await daemon.wait_stopped()

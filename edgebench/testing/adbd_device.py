@@ -25,11 +25,62 @@ TMPDIR = "/data/local/tmp"
 # Host tools linked into /system/bin (like toybox on a phone), so a device whose PATH is only
 # /system/bin still has a shell and coreutils, but no Python.
 SYSTEM_TOOLS = (
-    "sh", "ls", "cat", "mkdir", "rm", "rmdir", "cp", "mv", "chmod", "ln", "stat", "touch", "echo",
-    "printf", "sleep", "kill", "ps", "id", "uname", "nproc", "env", "head", "tail", "grep", "sed",
-    "awk", "cut", "tr", "wc", "sort", "uniq", "sha256sum", "sha1sum", "md5sum", "test", "true",
-    "false", "date", "df", "du", "find", "xargs", "readlink", "realpath", "dirname", "basename",
-    "mktemp", "tee", "timeout", "getconf", "which", "dd", "free", "pidof", "taskset", "nice",
+    "sh",
+    "ls",
+    "cat",
+    "mkdir",
+    "rm",
+    "rmdir",
+    "cp",
+    "mv",
+    "chmod",
+    "ln",
+    "stat",
+    "touch",
+    "echo",
+    "printf",
+    "sleep",
+    "kill",
+    "ps",
+    "id",
+    "uname",
+    "nproc",
+    "env",
+    "head",
+    "tail",
+    "grep",
+    "sed",
+    "awk",
+    "cut",
+    "tr",
+    "wc",
+    "sort",
+    "uniq",
+    "sha256sum",
+    "sha1sum",
+    "md5sum",
+    "test",
+    "true",
+    "false",
+    "date",
+    "df",
+    "du",
+    "find",
+    "xargs",
+    "readlink",
+    "realpath",
+    "dirname",
+    "basename",
+    "mktemp",
+    "tee",
+    "timeout",
+    "getconf",
+    "which",
+    "dd",
+    "free",
+    "pidof",
+    "taskset",
+    "nice",
 )
 GETPROP_SCRIPT = """#!/bin/sh
 # getprop [NAME [DEFAULT]]: this emulated device's properties, kept in /system/build.prop.
@@ -133,8 +184,15 @@ class DeviceLayout:
 
     def sandbox_argv(self, command: str | None) -> list[str]:
         """bwrap argv running `sh -c command` (or an interactive sh) in the device's view."""
-        argv = [self.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-                "--hostname", self.props.get("ro.product.device", "localhost")]
+        argv = [
+            self.bwrap,
+            "--die-with-parent",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--hostname",
+            self.props.get("ro.product.device", "localhost"),
+        ]
         for entry in sorted(os.listdir("/")):
             if entry in DEVICE_DIRS or entry in ("proc", "dev"):
                 continue
@@ -190,7 +248,7 @@ class DeviceFs:
                 host, _ = self._map_plain(candidate)
                 if (not last or follow_last) and os.path.islink(host):
                     target = os.readlink(host)
-                    rest = "/".join(components[index + 1:])
+                    rest = "/".join(components[index + 1 :])
                     base = target if target.startswith("/") else posixpath.join(resolved, target)
                     path = posixpath.normpath(posixpath.join(base, rest) if rest else base)
                     path = "/" + path.lstrip("/")

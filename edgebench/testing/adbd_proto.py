@@ -29,8 +29,15 @@ MAX_PAYLOAD_V1 = 4 * 1024
 MAX_PAYLOAD = 1024 * 1024
 
 HEADER = struct.Struct("<6I")
-COMMAND_NAMES = {A_CNXN: "CNXN", A_OPEN: "OPEN", A_OKAY: "OKAY", A_CLSE: "CLSE", A_WRTE: "WRTE",
-                 A_AUTH: "AUTH", A_STLS: "STLS"}
+COMMAND_NAMES = {
+    A_CNXN: "CNXN",
+    A_OPEN: "OPEN",
+    A_OKAY: "OKAY",
+    A_CLSE: "CLSE",
+    A_WRTE: "WRTE",
+    A_AUTH: "AUTH",
+    A_STLS: "STLS",
+}
 
 
 class ProtocolError(Exception):
@@ -56,8 +63,9 @@ def checksum(data: bytes) -> int:
 def encode(packet: Packet) -> bytes:
     """Header and payload of one packet, ready for the socket."""
     data = packet.data
-    header = HEADER.pack(packet.command, packet.arg0, packet.arg1, len(data), checksum(data),
-                         packet.command ^ 0xFFFFFFFF)
+    header = HEADER.pack(
+        packet.command, packet.arg0, packet.arg1, len(data), checksum(data), packet.command ^ 0xFFFFFFFF
+    )
     return header + data
 
 

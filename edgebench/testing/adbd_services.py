@@ -90,9 +90,11 @@ class ShellService:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *self.layout.sandbox_argv(self.command or None),
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE if self.v2 else asyncio.subprocess.STDOUT,
-                env=self.layout.shell_env(), start_new_session=True,
+                env=self.layout.shell_env(),
+                start_new_session=True,
             )
         except OSError as exc:
             await self._report_spawn_error(stream, exc)
@@ -221,8 +223,9 @@ class SyncService:
             st = os.lstat(host)
         except OSError:
             return P.STAT_V1.pack(b"STAT", 0, 0, 0)
-        return P.STAT_V1.pack(b"STAT", st.st_mode & 0xFFFFFFFF, st.st_size & 0xFFFFFFFF,
-                              int(st.st_mtime) & 0xFFFFFFFF)
+        return P.STAT_V1.pack(
+            b"STAT", st.st_mode & 0xFFFFFFFF, st.st_size & 0xFFFFFFFF, int(st.st_mtime) & 0xFFFFFFFF
+        )
 
     def _stat_v2(self, path: str, *, follow: bool, ident: bytes) -> bytes:
         try:
@@ -230,8 +233,20 @@ class SyncService:
             st = os.stat(host) if follow else os.lstat(host)
         except OSError as exc:
             return P.STAT_V2.pack(ident, exc.errno or errno.EIO, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        return P.STAT_V2.pack(ident, 0, st.st_dev, st.st_ino, st.st_mode, st.st_nlink, st.st_uid,
-                              st.st_gid, st.st_size, int(st.st_atime), int(st.st_mtime), int(st.st_ctime))
+        return P.STAT_V2.pack(
+            ident,
+            0,
+            st.st_dev,
+            st.st_ino,
+            st.st_mode,
+            st.st_nlink,
+            st.st_uid,
+            st.st_gid,
+            st.st_size,
+            int(st.st_atime),
+            int(st.st_mtime),
+            int(st.st_ctime),
+        )
 
     async def _list(self, stream: Stream, path: str) -> None:
         try:
@@ -245,8 +260,16 @@ class SyncService:
             except OSError:
                 continue
             raw = name.encode("utf-8", errors="surrogateescape")
-            await stream.write(P.DENT_V1.pack(b"DENT", st.st_mode & 0xFFFFFFFF, st.st_size & 0xFFFFFFFF,
-                                              int(st.st_mtime) & 0xFFFFFFFF, len(raw)) + raw)
+            await stream.write(
+                P.DENT_V1.pack(
+                    b"DENT",
+                    st.st_mode & 0xFFFFFFFF,
+                    st.st_size & 0xFFFFFFFF,
+                    int(st.st_mtime) & 0xFFFFFFFF,
+                    len(raw),
+                )
+                + raw
+            )
         await stream.write(P.DENT_V1.pack(b"DONE", 0, 0, 0, 0))
 
     async def _send(self, stream: Stream, spec: str) -> bool:

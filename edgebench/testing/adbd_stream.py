@@ -91,7 +91,7 @@ class Stream:
                 await self._may_send.wait()
                 if self.closed:
                     raise StreamClosed("stream closed by the host")
-                chunk, view = bytes(view[: self.sink.max_payload]), view[self.sink.max_payload:]
+                chunk, view = bytes(view[: self.sink.max_payload]), view[self.sink.max_payload :]
                 self._may_send.clear()
                 await self.sink.send(Packet(A_WRTE, self.local_id, self.remote_id, chunk))
 

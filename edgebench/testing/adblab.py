@@ -82,8 +82,9 @@ class AdbServer:
         self.address = f"127.0.0.1:{port}"
 
     @classmethod
-    def start(cls, home: Path, port: int | None = None, *, adb: str | None = None,
-              timeout: float = 30.0) -> AdbServer:
+    def start(
+        cls, home: Path, port: int | None = None, *, adb: str | None = None, timeout: float = 30.0
+    ) -> AdbServer:
         """Start `adb -P PORT nodaemon server`; refuse a port something else already listens on."""
         adb = adb or shutil.which("adb")
         if adb is None:
@@ -92,12 +93,22 @@ class AdbServer:
         if port_open(port):
             raise LabError(f"port {port} already has a listener; not starting (nor later stopping) it")
         home.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "HOME": str(home), "ANDROID_SDK_HOME": str(home),
-               "ANDROID_ADB_SERVER_PORT": str(port)}
+        env = {
+            **os.environ,
+            "HOME": str(home),
+            "ANDROID_SDK_HOME": str(home),
+            "ANDROID_ADB_SERVER_PORT": str(port),
+        }
         log = (home / "adb-server.log").open("ab")
-        proc = subprocess.Popen([adb, "-P", str(port), "nodaemon", "server"], stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(
+            [adb, "-P", str(port), "nodaemon", "server"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
         log.close()
         server = cls(proc, port, home, adb)
         try:
@@ -115,8 +126,14 @@ class AdbServer:
     def run_adb(self, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
         """The real adb client against this server (for tests of the command-line path)."""
         env = {**os.environ, "HOME": str(self.home), "ANDROID_SDK_HOME": str(self.home)}
-        return subprocess.run([self.adb, "-P", str(self.port), *args], capture_output=True, text=True,
-                              timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [self.adb, "-P", str(self.port), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
 
     def connect(self, address: str, timeout: float = 20.0) -> None:
         """`adb connect` and wait until the server sees the device online."""
@@ -202,8 +219,9 @@ class EmulatedPhone:
         return f"127.0.0.1:{self.port}"
 
     @classmethod
-    def start(cls, root: Path, server: AdbServer, options: PhoneOptions | None = None, *,
-              timeout: float = 30.0) -> EmulatedPhone:
+    def start(
+        cls, root: Path, server: AdbServer, options: PhoneOptions | None = None, *, timeout: float = 30.0
+    ) -> EmulatedPhone:
         phone = cls(root, server, options or PhoneOptions())
         try:
             phone.power_on(timeout=timeout)
@@ -215,8 +233,17 @@ class EmulatedPhone:
     def power_on(self, *, timeout: float = 30.0) -> None:
         """Start adbd (on its previous port after a kill, so the adb serial stays) and connect it."""
         o = self.options
-        argv = [sys.executable, "-m", "edgebench.testing.adbd", "--root", str(self.root),
-                "--port", str(self.port), "--reboot-delay", str(o.reboot_delay_s)]
+        argv = [
+            sys.executable,
+            "-m",
+            "edgebench.testing.adbd",
+            "--root",
+            str(self.root),
+            "--port",
+            str(self.port),
+            "--reboot-delay",
+            str(o.reboot_delay_s),
+        ]
         if o.serial:
             argv += ["--serial", o.serial]
         for key, value in (o.props or {}).items():
@@ -227,8 +254,14 @@ class EmulatedPhone:
             argv += ["--features", ",".join(o.features)]
         self.root.mkdir(parents=True, exist_ok=True)
         log = (self.root.parent / f"{self.root.name}-adbd.log").open("ab")
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-                                     start_new_session=True, preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
         log.close()
         ready = self._read_ready(timeout)
         self.port = int(ready["port"])
@@ -329,8 +362,15 @@ class EmulatedPhone:
         self.stop()
 
 
-def descriptor_toml(name: str, phone: EmulatedPhone, *, python: str | None = None,
-                    workdir: str = WORKDIR, timeout_s: float = 300.0, extra: str = "") -> str:
+def descriptor_toml(
+    name: str,
+    phone: EmulatedPhone,
+    *,
+    python: str | None = None,
+    workdir: str = WORKDIR,
+    timeout_s: float = 300.0,
+    extra: str = "",
+) -> str:
     """A device descriptor for the phone (transport adb, its serial and server, the host's Python)."""
     lines = [
         f"name = {json.dumps(name)}",

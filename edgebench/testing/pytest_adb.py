@@ -65,8 +65,9 @@ def _require_tools() -> None:
     missing = [tool for tool in ("adb", "bwrap") if shutil.which(tool) is None]
     problem = f"missing {', '.join(missing)} (Debian packages adb, bubblewrap)" if missing else ""
     if not problem:
-        probe = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--", "true"], capture_output=True,
-                               text=True, timeout=30)
+        probe = subprocess.run(
+            ["bwrap", "--ro-bind", "/", "/", "--", "true"], capture_output=True, text=True, timeout=30
+        )
         if probe.returncode != 0:
             problem = f"bubblewrap cannot create a sandbox here: {probe.stderr.strip()}"
     if problem:
@@ -86,8 +87,9 @@ def adb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdbServer]:
         server.stop()
 
 
-def _start_phone(server: AdbServer, base: Path, name: str, lab_dir: Path | None,
-                 **options: Any) -> AdbPhoneLab:
+def _start_phone(
+    server: AdbServer, base: Path, name: str, lab_dir: Path | None, **options: Any
+) -> AdbPhoneLab:
     known = {f.name for f in fields(PhoneOptions)}
     unknown = set(options) - known - {"python", "timeout_s", "extra"}
     if unknown:
@@ -101,8 +103,9 @@ def _start_phone(server: AdbServer, base: Path, name: str, lab_dir: Path | None,
 
 
 @pytest.fixture
-def adb_phone_factory(adb_server: AdbServer,
-                      tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., AdbPhoneLab]]:
+def adb_phone_factory(
+    adb_server: AdbServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., AdbPhoneLab]]:
     """make(name="phone", lab_dir=None, **options) -> AdbPhoneLab; every phone stops after the test."""
     base = tmp_path_factory.mktemp("adb-phones")
     started: list[AdbPhoneLab] = []
@@ -126,8 +129,9 @@ def adb_phone(adb_phone_factory: Callable[..., AdbPhoneLab]) -> AdbPhoneLab:
 
 
 @pytest.fixture(scope="module")
-def adb_phone_module(adb_server: AdbServer,
-                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdbPhoneLab]:
+def adb_phone_module(
+    adb_server: AdbServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AdbPhoneLab]:
     """One emulated phone shared by the tests of a module (faults must be undone by the test)."""
     lab = _start_phone(adb_server, tmp_path_factory.mktemp("adb-phone-module"), "phone", None)
     try:

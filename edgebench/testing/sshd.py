@@ -58,11 +58,17 @@ def generate_key(path: Path, passphrase: str | None = None) -> str:
     from cryptography.hazmat.primitives.asymmetric import ed25519
 
     key = ed25519.Ed25519PrivateKey.generate()
-    encryption: Any = (serialization.BestAvailableEncryption(passphrase.encode()) if passphrase
-                       else serialization.NoEncryption())
+    encryption: Any = (
+        serialization.BestAvailableEncryption(passphrase.encode())
+        if passphrase
+        else serialization.NoEncryption()
+    )
     private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, encryption)
-    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
-                                           serialization.PublicFormat.OpenSSH).decode()
+    public = (
+        key.public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        .decode()
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -94,8 +100,15 @@ def toml_value(value: Any) -> str:
 class SshBoard:
     """A real sshd on 127.0.0.1 with its own keys, known_hosts and device descriptor (see module doc)."""
 
-    def __init__(self, root: Path, name: str = "board", *, cpu_quota: float | None = None,
-                 passphrase: str | None = None, user: str | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        name: str = "board",
+        *,
+        cpu_quota: float | None = None,
+        passphrase: str | None = None,
+        user: str | None = None,
+    ) -> None:
         self.root = Path(root)
         self.name = name
         self.cpu_quota = cpu_quota
@@ -144,8 +157,13 @@ class SshBoard:
     def _launch(self) -> bool:
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege-separation directory
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.config)], stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=log, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [SSHD, "-D", "-e", "-f", str(self.config)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
         if self.cpu_quota:
             try:
                 self._enter_cgroup(self.proc.pid, self.cpu_quota)
@@ -308,9 +326,17 @@ class SshBoard:
     def descriptor(self, **overrides: Any) -> dict[str, Any]:
         """The device descriptor's keys for this board; `overrides` replace or add keys (None removes)."""
         data: dict[str, Any] = {
-            "name": self.name, "transport": "ssh", "host": "127.0.0.1", "port": self.port,
-            "user": self.user, "key": str(self.client_key), "known_hosts": str(self.known_hosts),
-            "workdir": str(self.workdir), "python": sys.executable, "connect_timeout": 5.0, "timeout": 120.0,
+            "name": self.name,
+            "transport": "ssh",
+            "host": "127.0.0.1",
+            "port": self.port,
+            "user": self.user,
+            "key": str(self.client_key),
+            "known_hosts": str(self.known_hosts),
+            "workdir": str(self.workdir),
+            "python": sys.executable,
+            "connect_timeout": 5.0,
+            "timeout": 120.0,
         }
         data.update(overrides)
         return {k: v for k, v in data.items() if v is not None}

@@ -60,7 +60,7 @@ def server_address(spec: DeviceSpec, environ: Mapping[str, str] | None = None) -
             host, port_text = "127.0.0.1", spec.adb_server
         port = _port(port_text)
         if port is None:
-            raise ConfigError(spec.source, f"adb_server: expected \"host:port\", got {spec.adb_server!r}")
+            raise ConfigError(spec.source, f'adb_server: expected "host:port", got {spec.adb_server!r}')
         return host.strip("[]") or "127.0.0.1", port
     env_port = environ.get(SERVER_PORT_ENV)
     if env_port:
@@ -124,8 +124,9 @@ class _Watchdog:
         self._timer.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._timer.cancel()
 
     def remaining(self) -> float:
@@ -165,7 +166,7 @@ class AdbTransport:
 
     def __init__(self, spec: DeviceSpec) -> None:
         if not spec.serial:
-            raise ConfigError(spec.source, "serial: required for transport = \"adb\"")
+            raise ConfigError(spec.source, 'serial: required for transport = "adb"')
         self.device = spec.name
         self.serial = spec.serial
         self.host, self.port = server_address(spec)
@@ -186,8 +187,9 @@ class AdbTransport:
                 code = self._shell_v2(line, wd, out)
             else:
                 code = self._shell_marker(line, wd, out)
-        return CommandResult(argv_t, code, out.text(out.stdout), out.text(out.stderr),
-                             time.monotonic() - start)
+        return CommandResult(
+            argv_t, code, out.text(out.stdout), out.text(out.stderr), time.monotonic() - start
+        )
 
     def push(self, local: Path, remote: str, *, timeout: float) -> None:
         """Send a host file to the device path (parents created), with the local file's mode."""
@@ -205,8 +207,11 @@ class AdbTransport:
         partial = local.with_name(local.name + ".part")
         argv = ("pull", remote, str(local))
         try:
-            with partial.open("wb") as sink, _Watchdog(timeout) as wd, \
-                    self._failures(argv, wd, _Output(), transfer=True):
+            with (
+                partial.open("wb") as sink,
+                _Watchdog(timeout) as wd,
+                self._failures(argv, wd, _Output(), transfer=True),
+            ):
                 with contextlib.closing(self._sync_recv(remote, wd)) as blocks:
                     for block in blocks:
                         sink.write(block)
@@ -243,35 +248,45 @@ class AdbTransport:
 
     # ---- plumbing ---------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def _failures(self, argv: Sequence[str], wd: _Watchdog, out: _Output, *,
-                  transfer: bool = False) -> Iterator[None]:
+    def _failures(
+        self, argv: Sequence[str], wd: _Watchdog, out: _Output, *, transfer: bool = False
+    ) -> Iterator[None]:
         """Turn whatever a broken, frozen or vanished device causes into one typed error."""
         try:
             yield
         except EdgebenchError:
             if wd.fired:
-                raise CommandTimeout(argv, wd.timeout, device=self.device,
-                                     output=out.text(out.stdout)) from None
+                raise CommandTimeout(
+                    argv, wd.timeout, device=self.device, output=out.text(out.stdout)
+                ) from None
             raise
         except (AdbError, OSError, EOFError, ValueError, struct.error) as exc:
             if wd.fired or isinstance(exc, (socket.timeout, TimeoutError)):
-                raise CommandTimeout(argv, wd.timeout, device=self.device,
-                                     output=out.text(out.stdout)) from None
+                raise CommandTimeout(
+                    argv, wd.timeout, device=self.device, output=out.text(out.stdout)
+                ) from None
             detail = _describe(exc)
             if transfer:
-                raise TransferError(f"{argv[0]} {' '.join(argv[1:])}: connection to the device lost "
-                                    f"({detail})", device=self.device) from None
+                raise TransferError(
+                    f"{argv[0]} {' '.join(argv[1:])}: connection to the device lost ({detail})",
+                    device=self.device,
+                ) from None
             what = argv[0] if argv else "call"
-            raise ConnectionLost(argv, f"connection to the device lost during {what} ({detail})",
-                                 device=self.device, stdout=out.text(out.stdout),
-                                 stderr=out.text(out.stderr)) from None
+            raise ConnectionLost(
+                argv,
+                f"connection to the device lost during {what} ({detail})",
+                device=self.device,
+                stdout=out.text(out.stdout),
+                stderr=out.text(out.stderr),
+            ) from None
 
     def _connect_server(self, wd: _Watchdog) -> _NoSpawnConnection:
         try:
             conn = self._client.make_connection(timeout=wd.remaining())
         except AdbError as exc:
-            raise TransportError(f"adb server {self.host}:{self.port} is not reachable ({_describe(exc)})",
-                                 device=self.device) from None
+            raise TransportError(
+                f"adb server {self.host}:{self.port} is not reachable ({_describe(exc)})", device=self.device
+            ) from None
         wd.attach(conn.conn)
         return conn
 
@@ -312,8 +327,10 @@ class AdbTransport:
             if opening and message == "closed":
                 # The device closed the stream it was asked to open: it went away (or refused).
                 raise EOFError(f"the device closed the {what} service as it opened")
-            raise TransportError(f"adb server {self.host}:{self.port} refused {what} for {self.serial}: "
-                                 f"{message}", device=self.device)
+            raise TransportError(
+                f"adb server {self.host}:{self.port} refused {what} for {self.serial}: {message}",
+                device=self.device,
+            )
         raise AdbError(f"unexpected adb server reply {status!r}")
 
     def _shell_v2(self, line: str, wd: _Watchdog, out: _Output) -> int:
@@ -344,7 +361,7 @@ class AdbTransport:
             conn.drop()
         data = bytes(out.stdout)
         index = data.rfind(marker.encode())
-        tail = data[index + len(marker):].strip() if index >= 0 else b""
+        tail = data[index + len(marker) :].strip() if index >= 0 else b""
         if index < 0 or not tail.isdigit():
             raise EOFError("the command's output ended before its exit status")
         out.stdout[:] = data[:index]

@@ -29,8 +29,13 @@ class LocalTransport:
             # A new session so a timeout can kill the whole process group, not just the leader; and the
             # child dies with this process, so a killed controller leaves no agent measuring behind it.
             proc = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                env=full_env, start_new_session=True, preexec_fn=_die_with_parent,
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                env=full_env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         except FileNotFoundError:
             return CommandResult(argv, 127, "", f"{argv[0]}: not found", time.monotonic() - start)

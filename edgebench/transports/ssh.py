@@ -65,23 +65,23 @@ PID_MARKER = "@edgebench-pid "
 
 # Prints the shell's pid on stderr, then becomes the command (same pid), so a timed-out command can be
 # found and killed. "$@" keeps every argument exactly as quoted by command_line.
-WRAPPER = "printf '" + PID_MARKER + "%s\\n' \"$$\" >&2; exec \"$@\""
+WRAPPER = "printf '" + PID_MARKER + '%s\\n\' "$$" >&2; exec "$@"'
 
 # Kills a process and all its descendants (found through /proc, parents first so nothing re-forks).
 KILL_TREE = (
-    'all=$1; new=$1\n'
+    "all=$1; new=$1\n"
     'while [ -n "$new" ]; do\n'
     '  next=""\n'
-    '  for s in /proc/[0-9]*/stat; do\n'
+    "  for s in /proc/[0-9]*/stat; do\n"
     '    { read -r l < "$s"; } 2>/dev/null || continue\n'
-    '    set -- ${l##*) }\n'
-    '    for p in $new; do\n'
+    "    set -- ${l##*) }\n"
+    "    for p in $new; do\n"
     '      if [ "$2" = "$p" ]; then c=${s#/proc/}; next="$next ${c%/stat}"; fi\n'
-    '    done\n'
-    '  done\n'
+    "    done\n"
+    "  done\n"
     '  all="$all$next"; new=$next\n'
-    'done\n'
-    'kill -KILL $all 2>/dev/null; true\n'
+    "done\n"
+    "kill -KILL $all 2>/dev/null; true\n"
 )
 
 T = TypeVar("T")
@@ -134,14 +134,22 @@ class SshTransport:
         client = paramiko.SSHClient()
         self._load_known_hosts(client)
         client.set_missing_host_key_policy(
-            _TrustOnFirstUse(self) if spec.trust_on_first_use else _RejectUnknown(self))
+            _TrustOnFirstUse(self) if spec.trust_on_first_use else _RejectUnknown(self)
+        )
         pkey = self._private_key()
         started = time.monotonic()
         try:
             client.connect(
-                spec.host, port=spec.port, username=spec.user or _local_user(), pkey=pkey,
-                allow_agent=pkey is None, look_for_keys=pkey is None,
-                timeout=limit, banner_timeout=limit, auth_timeout=limit, channel_timeout=limit,
+                spec.host,
+                port=spec.port,
+                username=spec.user or _local_user(),
+                pkey=pkey,
+                allow_agent=pkey is None,
+                look_for_keys=pkey is None,
+                timeout=limit,
+                banner_timeout=limit,
+                auth_timeout=limit,
+                channel_timeout=limit,
             )
         except HostKeyError:
             client.close()
@@ -152,7 +160,9 @@ class SshTransport:
                 f"host key for {_host_entry(spec.host, spec.port)} CHANGED: the board offers "
                 f"{exc.key.get_name()} {fingerprint(exc.key)} but {self.known_hosts_path} pins "
                 f"{fingerprint(exc.expected_key)}; refusing to connect (if the board was reinstalled, "
-                f"remove its old line from that file)", device=self.device) from None
+                f"remove its old line from that file)",
+                device=self.device,
+            ) from None
         except BaseException as exc:  # noqa: BLE001 - every failure becomes one typed line
             client.close()
             raise self._connect_error(exc, limit, started) from None
@@ -168,15 +178,18 @@ class SshTransport:
             raise HostKeyError(
                 f"known_hosts file {path} does not exist, so the host key of {self.address} cannot be "
                 f"verified (pin it there, or set trust_on_first_use = true in {self.spec.source})",
-                device=self.device)
+                device=self.device,
+            )
         try:
             client.load_host_keys(str(path))
         except (OSError, UnicodeDecodeError) as exc:
-            raise HostKeyError(f"cannot read known_hosts file {path}: {_reason(exc)}",
-                               device=self.device) from None
+            raise HostKeyError(
+                f"cannot read known_hosts file {path}: {_reason(exc)}", device=self.device
+            ) from None
         except Exception as exc:  # noqa: BLE001 - paramiko raises various errors on malformed lines
-            raise HostKeyError(f"known_hosts file {path} is malformed: {type(exc).__name__}",
-                               device=self.device) from None
+            raise HostKeyError(
+                f"known_hosts file {path} is malformed: {type(exc).__name__}", device=self.device
+            ) from None
 
     def _private_key(self) -> Any:
         """The descriptor's key, loaded once; error messages name the descriptor, never key contents."""
@@ -195,11 +208,14 @@ class SshTransport:
         except Exception as exc:  # noqa: BLE001 - never echo the exception: some carry the key bytes
             if passphrase is None and isinstance(exc, TypeError):
                 # cryptography: "Key is password-protected, but password was not provided."
-                raise ConfigError(self.spec.source, f"key: {path} is encrypted; set {PASSPHRASE_ENV} or use "
-                                                    "an unencrypted lab key") from None
+                raise ConfigError(
+                    self.spec.source,
+                    f"key: {path} is encrypted; set {PASSPHRASE_ENV} or use an unencrypted lab key",
+                ) from None
             hint = " (or the passphrase is wrong)" if passphrase else ""
-            raise ConfigError(self.spec.source, f"key: {path} is not a private key edgebench can read"
-                                                f"{hint}") from None
+            raise ConfigError(
+                self.spec.source, f"key: {path} is not a private key edgebench can read{hint}"
+            ) from None
         return self._pkey
 
     def _connect_error(self, exc: BaseException, limit: float, started: float) -> TransportError:
@@ -218,7 +234,8 @@ class SshTransport:
         elif isinstance(exc, OSError):
             why = _reason(exc)
         elif isinstance(exc, paramiko.SSHException | EOFError) and (
-                "banner" in str(exc).lower() or time.monotonic() - started >= limit * 0.95):
+            "banner" in str(exc).lower() or time.monotonic() - started >= limit * 0.95
+        ):
             why = f"no ssh answer within {seconds(limit)} s (is the board hung, or is that port not sshd?)"
         elif isinstance(exc, paramiko.SSHException | EOFError):
             why = f"ssh handshake failed: {one_line(exc) if str(exc) else type(exc).__name__}"
@@ -276,12 +293,20 @@ class SshTransport:
                     raise CommandTimeout(argv, timeout, device=self.device) from None  # board not answering
                 # The connection may have died just now; nothing ran yet, so one reconnect is safe.
                 if attempt == 2 or transport.is_active():
-                    raise TransportError(f"cannot open a session for {argv[0]}: {_reason(exc)}",
-                                         device=self.device) from None
+                    raise TransportError(
+                        f"cannot open a session for {argv[0]}: {_reason(exc)}", device=self.device
+                    ) from None
         raise AssertionError("unreachable")
 
-    def _drain(self, channel: Any, argv: tuple[str, ...], deadline: float, out: bytearray, err: bytearray,
-               timeout: float) -> int:
+    def _drain(
+        self,
+        channel: Any,
+        argv: tuple[str, ...],
+        deadline: float,
+        out: bytearray,
+        err: bytearray,
+        timeout: float,
+    ) -> int:
         """Read both streams until the command exits; raise typed errors on timeout or a lost link.
 
         OpenSSH sends data, EOF, exit-status (or exit-signal), CLOSE; exit-status can come before the last
@@ -310,8 +335,13 @@ class SshTransport:
                 select.select([channel], [], [], min(POLL_S, remaining))
 
     def _lost(self, argv: tuple[str, ...], out: bytearray, err: bytearray) -> ConnectionLost:
-        return ConnectionLost(argv, f"connection to {self.address} lost while running {argv[0]}",
-                              device=self.device, stdout=_text(out), stderr=split_pid_marker(_text(err))[0])
+        return ConnectionLost(
+            argv,
+            f"connection to {self.address} lost while running {argv[0]}",
+            device=self.device,
+            stdout=_text(out),
+            stderr=split_pid_marker(_text(err))[0],
+        )
 
     def _kill_remote(self, channel: Any, err: bytearray) -> None:
         """Close the channel and, in the background (the caller hears of the timeout at once), kill the
@@ -321,8 +351,9 @@ class SshTransport:
         transport = self._client.get_transport() if self._client is not None else None
         if pid is None or transport is None or not transport.is_active():
             return
-        threading.Thread(target=_kill_tree, args=(transport, pid), name=f"ssh-kill-{self.device}-{pid}",
-                         daemon=True).start()
+        threading.Thread(
+            target=_kill_tree, args=(transport, pid), name=f"ssh-kill-{self.device}-{pid}", daemon=True
+        ).start()
 
     # ---- files ----------------------------------------------------------------------------------
     def push(self, local: Path, remote: str, *, timeout: float) -> None:
@@ -378,8 +409,11 @@ class SshTransport:
                     channel.close()
                     if time.monotonic() >= deadline - 0.05:
                         raise CommandTimeout([what.split()[0], what], timeout, device=self.device) from None
-                    raise TransferError(f"{what} failed: no SFTP session ({_reason(exc)}; does the board's "
-                                        "sshd have `Subsystem sftp`?)", device=self.device) from None
+                    raise TransferError(
+                        f"{what} failed: no SFTP session ({_reason(exc)}; does the board's "
+                        "sshd have `Subsystem sftp`?)",
+                        device=self.device,
+                    ) from None
             return self._sftp
 
     def _sftp_call(self, what: str, timeout: float, fn: Callable[[Any], T]) -> T:
@@ -416,9 +450,11 @@ class SshTransport:
                 raise CommandTimeout([what.split()[0], what], timeout, device=self.device) from None
             if not self._alive():
                 self.close()
-                raise ConnectionLost([what.split()[0], what],
-                                     f"{what} failed: connection to {self.address} lost",
-                                     device=self.device) from None
+                raise ConnectionLost(
+                    [what.split()[0], what],
+                    f"{what} failed: connection to {self.address} lost",
+                    device=self.device,
+                ) from None
             raise TransferError(f"{what} failed: {_reason(exc)}", device=self.device) from None
         finally:
             watchdog.cancel()
@@ -440,7 +476,9 @@ class _RejectUnknown(paramiko.RejectPolicy):
             f"host key for {hostname} ({key.get_name()} {fingerprint(key)}) is not in "
             f"{self._t.known_hosts_path}; refusing to connect (verify it and add the line "
             f"'{known_hosts_line(spec.host or hostname, spec.port, key)}', "
-            f"or set trust_on_first_use = true in {spec.source})", device=self._t.device)
+            f"or set trust_on_first_use = true in {spec.source})",
+            device=self._t.device,
+        )
 
 
 class _TrustOnFirstUse(paramiko.MissingHostKeyPolicy):
@@ -466,8 +504,10 @@ class _TrustOnFirstUse(paramiko.MissingHostKeyPolicy):
                             fh.write("\n")
                         fh.write(line + "\n")
         except OSError as exc:
-            raise HostKeyError(f"trust_on_first_use: cannot record the host key of {hostname} in {path}: "
-                               f"{_reason(exc)}", device=self._t.device) from None
+            raise HostKeyError(
+                f"trust_on_first_use: cannot record the host key of {hostname} in {path}: {_reason(exc)}",
+                device=self._t.device,
+            ) from None
         client.get_host_keys().add(hostname, key.get_name(), key)
 
 
@@ -499,10 +539,10 @@ def split_pid_marker(stderr: str) -> tuple[str, int | None]:
     end = stderr.find("\n", start)
     line = stderr[start:] if end < 0 else stderr[start:end]
     try:
-        pid = int(line[len(PID_MARKER):].strip())
+        pid = int(line[len(PID_MARKER) :].strip())
     except ValueError:
         return stderr, None
-    return stderr[:start] + ("" if end < 0 else stderr[end + 1:]), pid
+    return stderr[:start] + ("" if end < 0 else stderr[end + 1 :]), pid
 
 
 def _kill_tree(transport: Any, pid: int) -> None:

@@ -114,8 +114,11 @@ def probe_gbps(nbytes: int, cpus: list[int]) -> dict[str, float]:
     )
     shot = run_now(builtin_local(), [job], None, "bandwidth")
     shot.raise_first_error()
-    return {r.params["kernel"]: r.value for r in shot.records
-            if r.metric == "bandwidth_gbps" and r.params["stat"] == "best"}
+    return {
+        r.params["kernel"]: r.value
+        for r in shot.records
+        if r.metric == "bandwidth_gbps" and r.params["stat"] == "best"
+    }
 
 
 def test_triad_reaches_the_c_stream_triad(benchmark, c_triad: Path) -> None:  # type: ignore[no-untyped-def]
@@ -134,6 +137,7 @@ def test_triad_reaches_the_c_stream_triad(benchmark, c_triad: Path) -> None:  # 
             c[threads].append(c_gbps(c_triad, elements, cpus))
 
     benchmark.pedantic(one_round, rounds=ROUNDS, iterations=1, warmup_rounds=0)
+
     def best(t: int, kernel: str | None = None) -> float:
         return max(v for trial in probe[t] for k, v in trial.items() if kernel in (None, k))
 

@@ -43,8 +43,13 @@ def edgebench_p50(job: Job) -> float:
 def test_bench_p50_matches_bare_onnxruntime(benchmark) -> None:  # type: ignore[no-untyped-def]
     model = resolve_model("builtin:convnet")
     feeds = {"image": np.random.default_rng(0).uniform(-1, 1, (1, 3, 112, 112)).astype(np.float32)}
-    job = Job("local", "bench", model, "onnxruntime",
-              {"threads": 1, "runs": RUNS, "min_seconds": 0, "warmup_seconds": 0.5})
+    job = Job(
+        "local",
+        "bench",
+        model,
+        "onnxruntime",
+        {"threads": 1, "runs": RUNS, "min_seconds": 0, "warmup_seconds": 0.5},
+    )
     ours, bare = [], []
     for _ in range(ROUNDS):  # alternate the two sides so drifting machine load hits both alike
         ours.append(edgebench_p50(job))
@@ -52,6 +57,8 @@ def test_bench_p50_matches_bare_onnxruntime(benchmark) -> None:  # type: ignore[
     ratio = statistics.median(o / b for o, b in zip(ours, bare, strict=True))
     benchmark.extra_info.update({"edgebench_p50_ms": ours, "bare_p50_ms": bare, "ratio": ratio})
     benchmark.pedantic(lambda: None, rounds=1)
-    print(f"\nedgebench p50 / bare onnxruntime p50 = {ratio:.3f} (goal <= 1.02) "
-          f"ours={statistics.median(ours):.3f} ms bare={statistics.median(bare):.3f} ms")
+    print(
+        f"\nedgebench p50 / bare onnxruntime p50 = {ratio:.3f} (goal <= 1.02) "
+        f"ours={statistics.median(ours):.3f} ms bare={statistics.median(bare):.3f} ms"
+    )
     assert ratio < 1.15  # generous: two processes on a shared 2-core machine differ by up to ~10%

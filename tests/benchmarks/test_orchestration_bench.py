@@ -62,8 +62,12 @@ def bare_agent_seconds(folder: Path, calls: int = 3) -> list[float]:
     times = []
     for _ in range(calls):
         start = time.monotonic()
-        res = subprocess.run([sys.executable, str(agent), "--task", json.dumps(task)], capture_output=True,
-                             text=True, timeout=120)
+        res = subprocess.run(
+            [sys.executable, str(agent), "--task", json.dumps(task)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         times.append(time.monotonic() - start)
         assert res.returncode == 0, res.stderr
     return times
@@ -100,15 +104,23 @@ def test_orchestration_overhead_per_job(benchmark: Any, ssh_board: Any, tmp_path
     bare = statistics.median(floor)
     report: dict[str, Any] = {"bare_agent_s": bare}
     for device, values in per_device.items():
-        report[device] = {"overhead_s_median": statistics.median(values), "overhead_s_max": max(values),
-                          "above_bare_agent_s": statistics.median(values) - bare, "jobs": len(values)}
+        report[device] = {
+            "overhead_s_median": statistics.median(values),
+            "overhead_s_max": max(values),
+            "above_bare_agent_s": statistics.median(values) - bare,
+            "jobs": len(values),
+        }
     benchmark.extra_info.update(report)
-    print(f"\norchestration overhead per job (wall - device time), goal <= {GOAL_S} s; "
-          f"a bare agent call takes {bare:.3f} s")
+    print(
+        f"\norchestration overhead per job (wall - device time), goal <= {GOAL_S} s; "
+        f"a bare agent call takes {bare:.3f} s"
+    )
     for device in devices:
         r = report[device]
-        print(f"  {device:>8}: median {r['overhead_s_median']:.3f} s, max {r['overhead_s_max']:.3f} s, "
-              f"{r['above_bare_agent_s']:+.3f} s above a bare agent call ({r['jobs']} jobs)")
+        print(
+            f"  {device:>8}: median {r['overhead_s_median']:.3f} s, max {r['overhead_s_max']:.3f} s, "
+            f"{r['above_bare_agent_s']:+.3f} s above a bare agent call ({r['jobs']} jobs)"
+        )
     # Generous bounds for a shared 2-core machine; the printed figures are what to compare with the goal.
     assert report["local"]["overhead_s_median"] < 2 * GOAL_S
     assert report["local"]["above_bare_agent_s"] < GOAL_S / 2

@@ -24,9 +24,13 @@ def fifty_mb_model(path: Path) -> Path:
     """y = x @ W with W a 3537 x 3537 float32 matrix: 50 MB of weights, fast to run."""
     n = int((MODEL_BYTES / 4) ** 0.5) + 1
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((n, n), dtype=np.float32), "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "big",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])], [w])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "big",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])],
+        [w],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, path)
@@ -47,14 +51,23 @@ def bench_once(spec, job: Job) -> tuple[PushStats, float]:  # type: ignore[no-un
 
 
 @pytest.mark.integration
-def test_second_bench_of_unchanged_model_transfers_nothing(benchmark, ssh_board: SshBoard,  # type: ignore[no-untyped-def]
-                                                           tmp_path: Path) -> None:
+def test_second_bench_of_unchanged_model_transfers_nothing(
+    benchmark,
+    ssh_board: SshBoard,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
     model = resolve_model(str(fifty_mb_model(tmp_path / "big.onnx")))
     size = model.path.stat().st_size
     assert size >= MODEL_BYTES
     spec = ssh_board.spec(workdir=str(tmp_path / "board-workdir"))
-    job = Job(spec.name, "bench", model, "onnxruntime",
-              {"threads": 1, "runs": 3, "warmup": 0, "warmup_seconds": 0, "min_seconds": 0}, timeout_s=300)
+    job = Job(
+        spec.name,
+        "bench",
+        model,
+        "onnxruntime",
+        {"threads": 1, "runs": 3, "warmup": 0, "warmup_seconds": 0, "min_seconds": 0},
+        timeout_s=300,
+    )
     first, first_wall = bench_once(spec, job)
     assert first.pushed_bytes == size and first.push_seconds > 0
     results: dict[str, tuple[PushStats, float]] = {}
@@ -65,16 +78,26 @@ def test_second_bench_of_unchanged_model_transfers_nothing(benchmark, ssh_board:
         start = time.monotonic()
         device.ensure_files([model.path], 60.0)
         check_s = time.monotonic() - start
-    benchmark.extra_info.update({
-        "model_mb": size / 1e6, "first_push_s": first.push_seconds,
-        "first_mb_per_s": size / 1e6 / first.push_seconds,
-        "second_push_s": second.push_seconds, "second_pushed_bytes": second.pushed_bytes, "ratio": ratio,
-        "first_bench_wall_s": first_wall, "second_bench_wall_s": second_wall, "cache_check_s": check_s})
-    print(f"\n50 MB model on ssh board: first push {first.push_seconds:.3f} s "
-          f"({size / 1e6 / first.push_seconds:.0f} MB/s, {first.pushed_bytes} B); second bench transfer "
-          f"{second.push_seconds:.3f} s ({second.pushed_bytes} B, {second.skipped} skipped after a hash "
-          "check) "
-          f"= {ratio:.1%} of the first; the cache check (sha256 on the board) took {check_s:.3f} s; "
-          f"bench wall {first_wall:.2f} s -> {second_wall:.2f} s")
+    benchmark.extra_info.update(
+        {
+            "model_mb": size / 1e6,
+            "first_push_s": first.push_seconds,
+            "first_mb_per_s": size / 1e6 / first.push_seconds,
+            "second_push_s": second.push_seconds,
+            "second_pushed_bytes": second.pushed_bytes,
+            "ratio": ratio,
+            "first_bench_wall_s": first_wall,
+            "second_bench_wall_s": second_wall,
+            "cache_check_s": check_s,
+        }
+    )
+    print(
+        f"\n50 MB model on ssh board: first push {first.push_seconds:.3f} s "
+        f"({size / 1e6 / first.push_seconds:.0f} MB/s, {first.pushed_bytes} B); second bench transfer "
+        f"{second.push_seconds:.3f} s ({second.pushed_bytes} B, {second.skipped} skipped after a hash "
+        "check) "
+        f"= {ratio:.1%} of the first; the cache check (sha256 on the board) took {check_s:.3f} s; "
+        f"bench wall {first_wall:.2f} s -> {second_wall:.2f} s"
+    )
     assert second.pushed_bytes == 0 and second.skipped >= 1
     assert ratio <= 0.05

@@ -31,8 +31,14 @@ NASTY_DIR = "we ird;$(cd;touch pwned)`cd;touch pwned2`'q\" & cd;touch pwned3"
 
 
 def edgebench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "edgebench", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "edgebench", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def records_by_metric(stdout: str) -> dict[tuple[str, str | None], float]:
@@ -47,12 +53,24 @@ def assert_bench_records(got: dict[tuple[str, str | None], float]) -> None:
         assert got[(metric, None)] > 0
 
 
-def test_bench_on_the_phone_then_a_gone_phone_is_one_line_exit_3(adb_phone_module: AdbPhoneLab,
-                                                                  tmp_path: Path) -> None:
+def test_bench_on_the_phone_then_a_gone_phone_is_one_line_exit_3(
+    adb_phone_module: AdbPhoneLab, tmp_path: Path
+) -> None:
     store = tmp_path / "s.db"
     lab = adb_phone_module.lab_dir
-    res = edgebench("bench", "builtin:mlp", "--device", "phone", "--lab", str(lab), *FAST,
-                    "--store", str(store), "--json", cwd=tmp_path)
+    res = edgebench(
+        "bench",
+        "builtin:mlp",
+        "--device",
+        "phone",
+        "--lab",
+        str(lab),
+        *FAST,
+        "--store",
+        str(store),
+        "--json",
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr
     assert_bench_records(records_by_metric(res.stdout))
     assert {r["device"] for r in json.loads(res.stdout)["records"]} == {"phone"}
@@ -63,10 +81,21 @@ def test_bench_on_the_phone_then_a_gone_phone_is_one_line_exit_3(adb_phone_modul
     gone_lab.mkdir()
     (gone_lab / "gone.toml").write_text(
         'name = "gone"\ntransport = "adb"\nserial = "127.0.0.1:1"\n'
-        f'adb_server = "127.0.0.1:{free_port()}"\npython = "python3"\n')
+        f'adb_server = "127.0.0.1:{free_port()}"\npython = "python3"\n'
+    )
     start = time.monotonic()
-    res = edgebench("bench", "builtin:mlp", "--device", "gone", "--lab", str(gone_lab), *FAST,
-                    "--store", str(store), cwd=tmp_path)
+    res = edgebench(
+        "bench",
+        "builtin:mlp",
+        "--device",
+        "gone",
+        "--lab",
+        str(gone_lab),
+        *FAST,
+        "--store",
+        str(store),
+        cwd=tmp_path,
+    )
     assert res.returncode == 3 and time.monotonic() - start < 60
     lines = [ln for ln in res.stderr.splitlines() if ln.strip() and "bench mlp on gone" not in ln]
     assert len(lines) == 1 and "gone" in lines[0] and "not reachable" in lines[0], res.stderr
@@ -75,14 +104,25 @@ def test_bench_on_the_phone_then_a_gone_phone_is_one_line_exit_3(adb_phone_modul
         assert db.execute("SELECT COUNT(*) FROM records WHERE device='phone'").fetchone()[0] > 0
 
 
-def test_model_path_full_of_shell_syntax_runs_nothing_on_the_phone(adb_phone_module: AdbPhoneLab,
-                                                                   tmp_path: Path) -> None:
+def test_model_path_full_of_shell_syntax_runs_nothing_on_the_phone(
+    adb_phone_module: AdbPhoneLab, tmp_path: Path
+) -> None:
     folder = tmp_path / NASTY_DIR
     folder.mkdir()
     model = folder / "m o;d$(reboot)el 'x'.onnx"
     shutil.copyfile(builtin_model("mlp"), model)
-    res = edgebench("bench", str(model), "--device", "phone", "--lab", str(adb_phone_module.lab_dir), *FAST,
-                    "--no-store", "--json", cwd=tmp_path)
+    res = edgebench(
+        "bench",
+        str(model),
+        "--device",
+        "phone",
+        "--lab",
+        str(adb_phone_module.lab_dir),
+        *FAST,
+        "--no-store",
+        "--json",
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr
     assert_bench_records(records_by_metric(res.stdout))
     phone = adb_phone_module.phone
@@ -96,8 +136,9 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_corrupted_cached_file_on_the_phone_is_detected_and_re_pushed(adb_phone: AdbPhoneLab,
-                                                                      tmp_path: Path) -> None:
+def test_corrupted_cached_file_on_the_phone_is_detected_and_re_pushed(
+    adb_phone: AdbPhoneLab, tmp_path: Path
+) -> None:
     model = tmp_path / "weights.onnx"
     model.write_bytes(os.urandom(400_000))
     spec = adb_phone.spec()
@@ -126,8 +167,9 @@ class CorruptingAdb(AdbTransport):
         self.run(["sh", "-c", 'printf garbage >> "$1"', "sh", remote], timeout=10).check()
 
 
-def test_a_file_that_never_arrives_intact_is_a_clear_transfer_error(adb_phone: AdbPhoneLab,
-                                                                    tmp_path: Path) -> None:
+def test_a_file_that_never_arrives_intact_is_a_clear_transfer_error(
+    adb_phone: AdbPhoneLab, tmp_path: Path
+) -> None:
     model = tmp_path / "w.onnx"
     model.write_bytes(os.urandom(10_000))
     spec: DeviceSpec = adb_phone.spec()
@@ -136,10 +178,32 @@ def test_a_file_that_never_arrives_intact_is_a_clear_transfer_error(adb_phone: A
 
 
 def test_phone_killed_during_a_bench_fails_the_job_in_time(adb_phone: AdbPhoneLab, tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "edgebench", "bench", "builtin:mlp", "--device", "phone",
-                             "--lab", str(adb_phone.lab_dir), "--runs", "100000", "--min-seconds", "60",
-                             "--max-seconds", "120", "--timeout", "120", "--no-store"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edgebench",
+            "bench",
+            "builtin:mlp",
+            "--device",
+            "phone",
+            "--lab",
+            str(adb_phone.lab_dir),
+            "--runs",
+            "100000",
+            "--min-seconds",
+            "60",
+            "--max-seconds",
+            "120",
+            "--timeout",
+            "120",
+            "--no-store",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # wait until the agent's bench is running on the phone

@@ -20,8 +20,9 @@ def adb(server: AdbServer, lab: AdbPhoneLab, *args: str) -> tuple[int, str, str]
     return res.returncode, res.stdout, res.stderr
 
 
-def test_server_lists_the_phone_with_its_banner_properties(adb_server: AdbServer,
-                                                           adb_phone_module: AdbPhoneLab) -> None:
+def test_server_lists_the_phone_with_its_banner_properties(
+    adb_server: AdbServer, adb_phone_module: AdbPhoneLab
+) -> None:
     out = adb_server.run_adb("devices", "-l").stdout
     line = next(ln for ln in out.splitlines() if ln.startswith(adb_phone_module.phone.serial))
     assert "\tdevice" in line or " device " in line
@@ -42,7 +43,8 @@ def test_shell_output_streams_and_exit_codes(adb_server: AdbServer, adb_phone_mo
 
 
 def test_push_pull_round_trip_is_exact_for_a_multi_megabyte_file(
-        adb_server: AdbServer, adb_phone_module: AdbPhoneLab, tmp_path: Path) -> None:
+    adb_server: AdbServer, adb_phone_module: AdbPhoneLab, tmp_path: Path
+) -> None:
     data = os.urandom(3 * 1024 * 1024 + 12345)
     src = tmp_path / "blob.bin"
     src.write_bytes(data)
@@ -74,10 +76,18 @@ def test_ls_and_stat_show_device_files(adb_server: AdbServer, adb_phone_module: 
     assert adb(adb_server, adb_phone_module, "shell", "ls", "/system/bin/getprop")[0] == 0
 
 
-def test_getprop_serves_configured_properties(adb_server: AdbServer,
-                                              adb_phone_factory: Callable[..., AdbPhoneLab]) -> None:
-    lab = adb_phone_factory("pixel", props={"ro.product.model": "Pixel 8", "ro.build.version.sdk": "34",
-                                            "ro.product.cpu.abi": "arm64-v8a"}, serial="37281FDJH")
+def test_getprop_serves_configured_properties(
+    adb_server: AdbServer, adb_phone_factory: Callable[..., AdbPhoneLab]
+) -> None:
+    lab = adb_phone_factory(
+        "pixel",
+        props={
+            "ro.product.model": "Pixel 8",
+            "ro.build.version.sdk": "34",
+            "ro.product.cpu.abi": "arm64-v8a",
+        },
+        serial="37281FDJH",
+    )
     assert adb(adb_server, lab, "shell", "getprop", "ro.product.model") == (0, "Pixel 8\n", "")
     assert adb(adb_server, lab, "shell", "getprop ro.build.version.sdk")[1] == "34\n"
     assert adb(adb_server, lab, "shell", "getprop ro.serialno")[1] == "37281FDJH\n"

@@ -39,7 +39,7 @@ def after(seconds: float, action: Callable[[], object]) -> threading.Timer:
 
 def test_exit_codes_streams_and_argv_survive_exactly(adb: AdbTransport) -> None:
     res = adb.run(["printf", "%s|", "two words", "it's", '"q"', "$HOME", "a\nb"], timeout=20)
-    assert (res.returncode, res.stdout, res.stderr) == (0, "two words|it's|\"q\"|$HOME|a\nb|", "")
+    assert (res.returncode, res.stdout, res.stderr) == (0, 'two words|it\'s|"q"|$HOME|a\nb|', "")
     res = adb.run(["sh", "-c", "echo out; echo err >&2; exit 7"], timeout=20)
     assert (res.returncode, res.stdout, res.stderr) == (7, "out\n", "err\n")
     missing = adb.run(["no-such-command-edgebench"], timeout=20)
@@ -49,8 +49,9 @@ def test_exit_codes_streams_and_argv_survive_exactly(adb: AdbTransport) -> None:
     assert adb.run(["sh", "-c", "kill -9 $$"], timeout=20).returncode == 137
 
 
-def test_push_pull_read_text_round_trip(adb: AdbTransport, adb_phone_module: AdbPhoneLab,
-                                        tmp_path: Path) -> None:
+def test_push_pull_read_text_round_trip(
+    adb: AdbTransport, adb_phone_module: AdbPhoneLab, tmp_path: Path
+) -> None:
     data = os.urandom(2 * 1024 * 1024 + 7)
     src = tmp_path / "w.bin"
     src.write_bytes(data)
@@ -73,8 +74,9 @@ def test_push_pull_read_text_round_trip(adb: AdbTransport, adb_phone_module: Adb
     assert not Path("/etc/edgebench-should-not-exist").exists()
 
 
-def test_shell_syntax_in_paths_runs_nothing_on_the_device(adb: AdbTransport, adb_phone_module: AdbPhoneLab,
-                                                          tmp_path: Path) -> None:
+def test_shell_syntax_in_paths_runs_nothing_on_the_device(
+    adb: AdbTransport, adb_phone_module: AdbPhoneLab, tmp_path: Path
+) -> None:
     src = tmp_path / "m.onnx"
     src.write_bytes(b"model bytes")
     remote = f"/data/local/tmp/{NASTY}/{NASTY}.onnx"
@@ -87,7 +89,8 @@ def test_shell_syntax_in_paths_runs_nothing_on_the_device(adb: AdbTransport, adb
 
 
 def test_device_without_shell_v2_still_gives_real_exit_codes(
-        adb_phone_factory: Callable[..., AdbPhoneLab]) -> None:
+    adb_phone_factory: Callable[..., AdbPhoneLab],
+) -> None:
     lab = adb_phone_factory("oldphone", features=["stat_v2", "fixed_push_mkdir"])
     old = AdbTransport(lab.spec())
     assert "shell_v2" not in old.features(timeout=10)
@@ -119,8 +122,9 @@ def test_killed_mid_command_is_connection_lost_with_partial_output(adb_phone: Ad
 
 
 @pytest.mark.parametrize("direction", ["push", "pull"])
-def test_killed_mid_transfer_is_a_transfer_error_not_a_hang(adb_phone: AdbPhoneLab, tmp_path: Path,
-                                                            direction: str) -> None:
+def test_killed_mid_transfer_is_a_transfer_error_not_a_hang(
+    adb_phone: AdbPhoneLab, tmp_path: Path, direction: str
+) -> None:
     adb = AdbTransport(adb_phone.spec())
     big = tmp_path / "big.bin"
     big.write_bytes(os.urandom(48 * 1024 * 1024))
@@ -202,23 +206,41 @@ def test_dropped_connection_mid_command_then_recovery(adb_phone: AdbPhoneLab) ->
 
 
 def test_unreachable_server_or_unknown_serial_fail_fast_and_start_nothing(
-        adb_server: AdbServer, adb_phone_module: AdbPhoneLab, monkeypatch: pytest.MonkeyPatch) -> None:
+    adb_server: AdbServer, adb_phone_module: AdbPhoneLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
     dead_port = free_port()
-    spec = DeviceSpec(name="ghost", transport="adb", workdir="/data/local/tmp", python="python3",
-                      serial="127.0.0.1:1", adb_server=f"127.0.0.1:{dead_port}")
+    spec = DeviceSpec(
+        name="ghost",
+        transport="adb",
+        workdir="/data/local/tmp",
+        python="python3",
+        serial="127.0.0.1:1",
+        adb_server=f"127.0.0.1:{dead_port}",
+    )
     start = time.monotonic()
     with pytest.raises(TransportError, match=f"ghost: adb server 127.0.0.1:{dead_port} is not reachable"):
         AdbTransport(spec).run(["true"], timeout=5)
     assert time.monotonic() - start < 3
     assert not port_open(dead_port)  # adbutils' habit of spawning a server was not followed
-    unknown = DeviceSpec(name="ghost", transport="adb", workdir="/data/local/tmp", python="python3",
-                         serial="no-such-serial", adb_server=adb_server.address)
+    unknown = DeviceSpec(
+        name="ghost",
+        transport="adb",
+        workdir="/data/local/tmp",
+        python="python3",
+        serial="no-such-serial",
+        adb_server=adb_server.address,
+    )
     with pytest.raises(TransportError, match="no-such-serial"):
         AdbTransport(unknown).run(["true"], timeout=5)
     # Without adb_server in the descriptor, ANDROID_ADB_SERVER_PORT picks the server.
     monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(adb_server.port))
-    by_env = DeviceSpec(name="envphone", transport="adb", workdir="/data/local/tmp", python="python3",
-                        serial=adb_phone_module.phone.serial)
+    by_env = DeviceSpec(
+        name="envphone",
+        transport="adb",
+        workdir="/data/local/tmp",
+        python="python3",
+        serial=adb_phone_module.phone.serial,
+    )
     assert AdbTransport(by_env).run(["echo", "env"], timeout=10).stdout == "env\n"
 
 

@@ -20,17 +20,28 @@ FAST = ["--runs", "100", "--min-seconds", "0", "--warmup", "1"]
 
 
 def edgebench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "edgebench", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env={**os.environ})
+    return subprocess.run(
+        [sys.executable, "-m", "edgebench", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ},
+    )
 
 
 def small_dynamic_model(path: Path) -> Path:
     """y = relu(x @ W) with a dynamic batch and sequence length."""
-    w = helper.make_tensor("w", TensorProto.FLOAT, [64, 32], np.random.default_rng(0).standard_normal(64 * 32))
+    w = helper.make_tensor(
+        "w", TensorProto.FLOAT, [64, 32], np.random.default_rng(0).standard_normal(64 * 32)
+    )
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])], "g",
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+        "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 64])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 32])], [w])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 32])],
+        [w],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, path)
@@ -43,8 +54,19 @@ def metrics(doc: dict) -> dict[tuple[str, str | None], float]:
 
 @pytest.mark.parametrize("runtime", ["onnxruntime", "mnn"])
 def test_bench_json_and_store(workdir: Path, runtime: str) -> None:
-    res = edgebench("bench", "builtin:convnet", "--device", "local", "--runtime", runtime, "--threads", "1",
-                    *FAST, "--json", cwd=workdir)
+    res = edgebench(
+        "bench",
+        "builtin:convnet",
+        "--device",
+        "local",
+        "--runtime",
+        runtime,
+        "--threads",
+        "1",
+        *FAST,
+        "--json",
+        cwd=workdir,
+    )
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)  # stdout is the JSON document and nothing else, even with MNN
     got = metrics(doc)
@@ -53,8 +75,9 @@ def test_bench_json_and_store(workdir: Path, runtime: str) -> None:
     assert got[("latency_ms", "min")] <= got[("latency_ms", "p50")] <= got[("latency_ms", "p99")]
     for metric in ("load_ms", "first_inference_ms", "peak_rss_mb"):
         assert got[(metric, None)] > 0
-    assert all(r["runtime"] == runtime and r["model"] == "convnet" and r["device"] == "local"
-               for r in doc["records"])
+    assert all(
+        r["runtime"] == runtime and r["model"] == "convnet" and r["device"] == "local" for r in doc["records"]
+    )
     assert all(r["params"]["threads"] == 1 for r in doc["records"])
     with sqlite3.connect(workdir / "edgebench.db") as db:
         [(vals,)] = db.execute("SELECT vals FROM samples WHERE metric='latency_ms'").fetchall()
@@ -80,8 +103,20 @@ def test_results_exports_json_and_csv(workdir: Path) -> None:
 
 def test_dynamic_shapes_and_p99_refusal(workdir: Path) -> None:
     model = small_dynamic_model(workdir / "dyn.onnx")
-    res = edgebench("bench", str(model), "--shape", "x=2x7x64", "--runs", "20", "--min-seconds", "0",
-                    "--affinity", "0", "--json", cwd=workdir)
+    res = edgebench(
+        "bench",
+        str(model),
+        "--shape",
+        "x=2x7x64",
+        "--runs",
+        "20",
+        "--min-seconds",
+        "0",
+        "--affinity",
+        "0",
+        "--json",
+        cwd=workdir,
+    )
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert ("latency_ms", "p99") not in metrics(doc)
@@ -96,8 +131,18 @@ def test_dynamic_shapes_and_p99_refusal(workdir: Path) -> None:
 def test_inputs_from_npz(workdir: Path) -> None:
     model = small_dynamic_model(workdir / "dyn.onnx")
     np.savez(workdir / "in.npz", x=np.ones((3, 5, 64), np.float32))
-    res = edgebench("bench", str(model), "--inputs", str(workdir / "in.npz"), "--runs", "5", "--min-seconds",
-                    "0", "--json", cwd=workdir)
+    res = edgebench(
+        "bench",
+        str(model),
+        "--inputs",
+        str(workdir / "in.npz"),
+        "--runs",
+        "5",
+        "--min-seconds",
+        "0",
+        "--json",
+        cwd=workdir,
+    )
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["records"][0]["params"]["inputs"] == "in.npz"
 
@@ -112,7 +157,10 @@ def one_line_error(res: subprocess.CompletedProcess[str], code: int, *fragments:
 
 
 def test_bad_input_is_one_line_and_keeps_the_store(workdir: Path) -> None:
-    assert edgebench("bench", "builtin:convnet", "--runs", "5", "--min-seconds", "0", cwd=workdir).returncode == 0
+    assert (
+        edgebench("bench", "builtin:convnet", "--runs", "5", "--min-seconds", "0", cwd=workdir).returncode
+        == 0
+    )
     before = json.loads(edgebench("results", "--all", "--json", cwd=workdir).stdout)["records"]
     (workdir / "corrupt.onnx").write_bytes(b"\x08\x07garbage" * 50)
     (workdir / "corrupt.mnn").write_bytes(b"not an mnn flatbuffer" * 10)
@@ -122,8 +170,11 @@ def test_bad_input_is_one_line_and_keeps_the_store(workdir: Path) -> None:
     one_line_error(edgebench("bench", "corrupt.mnn", "--runtime", "mnn", cwd=workdir), 2, "local", "model")
     one_line_error(edgebench("bench", "builtin:convnet", "--device", "pixel9", cwd=workdir), 2, "pixel9")
     one_line_error(edgebench("bench", "builtin:convnet", "--shape", "image=1xbad", cwd=workdir), 2, "--shape")
-    one_line_error(edgebench("bench", "builtin:convnet", "--shape", "nope=1x3", "--runs", "2", cwd=workdir), 2,
-                   "unknown input 'nope'")
+    one_line_error(
+        edgebench("bench", "builtin:convnet", "--shape", "nope=1x3", "--runs", "2", cwd=workdir),
+        2,
+        "unknown input 'nope'",
+    )
     (workdir / "devices" / "board.toml").write_text('transport = "ssh"\nhots = "10.0.0.2"\n')
     one_line_error(edgebench("bench", "builtin:convnet", cwd=workdir), 2, "board.toml", "hots")
     (workdir / "devices" / "board.toml").unlink()

@@ -22,15 +22,19 @@ from edgebench.testing.adblab import write_descriptor
 pytestmark = pytest.mark.integration
 
 
-def replay_runner(folder: Path, fixture: str, exit_code: int = 0, delay_s: float = 0.0, busy_loops: int = 0) -> Path:
+def replay_runner(
+    folder: Path, fixture: str, exit_code: int = 0, delay_s: float = 0.0, busy_loops: int = 0
+) -> Path:
     """A /bin/sh script that prints a captured output of the tool and saves its argv on the phone
     (after `busy_loops` iterations of real CPU work, so a load-driven sandbox board sees it)."""
     text = resources.files("edgebench.native").joinpath("fixtures", fixture).read_text()
     body = "\n".join(ln for ln in text.splitlines() if not ln.startswith("# "))
     script = folder / f"replay-{fixture}.sh"
-    script.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\" > /data/local/tmp/runner-args.txt\n"
-                      f"sleep {delay_s:g}\ni=0; while [ $i -lt {busy_loops} ]; do i=$((i+1)); done\n"
-                      f"cat <<'CAPTURED'\n{body}\nCAPTURED\nexit {exit_code}\n")
+    script.write_text(
+        "#!/bin/sh\nprintf '%s\\n' \"$@\" > /data/local/tmp/runner-args.txt\n"
+        f"sleep {delay_s:g}\ni=0; while [ $i -lt {busy_loops} ]; do i=$((i+1)); done\n"
+        f"cat <<'CAPTURED'\n{body}\nCAPTURED\nexit {exit_code}\n"
+    )
     return script
 
 
@@ -41,8 +45,14 @@ def stock_phone(adb_phone_factory, tmp_path: Path, runners: str, env: str = ""):
 
 
 def edgebench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "edgebench", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=180, env={**os.environ})
+    return subprocess.run(
+        [sys.executable, "-m", "edgebench", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ},
+    )
 
 
 def test_phone_has_no_python(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -53,10 +63,25 @@ def test_phone_has_no_python(adb_phone_factory, tmp_path: Path) -> None:  # type
 
 def test_bench_through_onnxruntime_perf_test(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     runner = replay_runner(tmp_path, "onnxruntime_perf_test.acl.txt")
-    lab = stock_phone(adb_phone_factory, tmp_path,
-                      f'onnxruntime_perf_test = {{ path = "onnxruntime_perf_test", push = "{runner}" }}\n')
-    res = edgebench("bench", "builtin:convnet", "--device", "stock", "--lab", str(lab.lab_dir), "--threads", "2",
-                    "--runs", "8", "--json", cwd=tmp_path)
+    lab = stock_phone(
+        adb_phone_factory,
+        tmp_path,
+        f'onnxruntime_perf_test = {{ path = "onnxruntime_perf_test", push = "{runner}" }}\n',
+    )
+    res = edgebench(
+        "bench",
+        "builtin:convnet",
+        "--device",
+        "stock",
+        "--lab",
+        str(lab.lab_dir),
+        "--threads",
+        "2",
+        "--runs",
+        "8",
+        "--json",
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     got = {(r["metric"], r["params"].get("stat")): r for r in doc["records"]}
@@ -80,10 +105,16 @@ def test_distribution_from_repeated_invocations(adb_phone_factory, tmp_path: Pat
     from edgebench.oneshot import run_now
 
     runner = replay_runner(tmp_path, "mnn_benchmark.rockpi.txt")
-    lab = stock_phone(adb_phone_factory, tmp_path,
-                      f'mnn_benchmark = {{ path = "benchmark.out", push = "{runner}" }}\n')
-    job = Job("stock", "bench", resolve_model("builtin:convnet"), "mnn",
-              {"runs": 1, "invocations": 12, "threads": 4})
+    lab = stock_phone(
+        adb_phone_factory, tmp_path, f'mnn_benchmark = {{ path = "benchmark.out", push = "{runner}" }}\n'
+    )
+    job = Job(
+        "stock",
+        "bench",
+        resolve_model("builtin:convnet"),
+        "mnn",
+        {"runs": 1, "invocations": 12, "threads": 4},
+    )
     shot = run_now(lab.spec(), [job], tmp_path / "s.db", "bench")
     shot.raise_first_error()
     stats = {r.params["stat"]: r for r in shot.records if r.metric == "latency_ms"}
@@ -97,8 +128,11 @@ def test_distribution_from_repeated_invocations(adb_phone_factory, tmp_path: Pat
 
 def test_tool_error_becomes_one_line(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     runner = replay_runner(tmp_path, "onnxruntime_perf_test.load_error.txt", exit_code=1)
-    lab = stock_phone(adb_phone_factory, tmp_path,
-                      f'onnxruntime_perf_test = {{ path = "onnxruntime_perf_test", push = "{runner}" }}\n')
+    lab = stock_phone(
+        adb_phone_factory,
+        tmp_path,
+        f'onnxruntime_perf_test = {{ path = "onnxruntime_perf_test", push = "{runner}" }}\n',
+    )
     res = edgebench("bench", "builtin:convnet", "--device", "stock", "--lab", str(lab.lab_dir), cwd=tmp_path)
     assert res.returncode == 2, res.stderr
     assert "INVALID_PROTOBUF" in res.stderr and "Traceback" not in res.stderr
@@ -115,7 +149,9 @@ def test_missing_runner_names_the_descriptor(adb_phone_factory, tmp_path: Path) 
     assert "no 'onnxruntime_perf_test' in [runners]" in res.stderr and "stock.toml" in res.stderr
 
 
-def test_shell_sampler_on_the_stock_phone_matches_the_python_sampler(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_shell_sampler_on_the_stock_phone_matches_the_python_sampler(
+    adb_phone_factory, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     """The phone's own sh samples its sandbox sysfs (driven by real load) while the Python sampler reads the
     same files from the host: same channels, and both see the frequency cap drop."""
     import dataclasses
@@ -129,8 +165,9 @@ def test_shell_sampler_on_the_stock_phone_matches_the_python_sampler(adb_phone_f
     from edgebench.testing.sysfs_sim import SysfsSim
 
     lab = stock_phone(adb_phone_factory, tmp_path, "")
-    host_view = dataclasses.replace(builtin_local(), workdir=str(tmp_path / "work"),
-                                    sensors=Sensors(sysfs_root=str(lab.root)))
+    host_view = dataclasses.replace(
+        builtin_local(), workdir=str(tmp_path / "work"), sensors=Sensors(sysfs_root=str(lab.root))
+    )
     with SysfsSim(lab.root, burners=1) as sim, Device(lab.spec()) as phone, Device(host_view) as host:
         config = sensors_config(phone.spec, 0.2)
         python_log: dict = {}
@@ -170,11 +207,19 @@ def test_sustained_run_through_the_runner_finds_the_cap(adb_phone_factory, tmp_p
     from edgebench.testing.sysfs_sim import SysfsSim
 
     runner = replay_runner(tmp_path, "onnxruntime_perf_test.acl.txt", delay_s=0.1)
-    lab = stock_phone(adb_phone_factory, tmp_path,
-                      f'onnxruntime_perf_test = {{ path = "onnxruntime_perf_test", push = "{runner}" }}\n')
+    lab = stock_phone(
+        adb_phone_factory,
+        tmp_path,
+        f'onnxruntime_perf_test = {{ path = "onnxruntime_perf_test", push = "{runner}" }}\n',
+    )
     with SysfsSim(lab.root, cap_at_s=4.0) as sim:
-        job = Job("stock", "thermal", resolve_model("builtin:convnet"), "onnxruntime",
-                  {"duration_s": 7.0, "window_s": 0.5, "period_s": 0.2, "runs": 8})
+        job = Job(
+            "stock",
+            "thermal",
+            resolve_model("builtin:convnet"),
+            "onnxruntime",
+            {"duration_s": 7.0, "window_s": 0.5, "period_s": 0.2, "runs": 8},
+        )
         shot = run_now(lab.spec(), [job], tmp_path / "s.db", "probe")
         shot.raise_first_error()
         capped_at = sim.state()["capped_at"]
@@ -185,8 +230,10 @@ def test_sustained_run_through_the_runner_finds_the_cap(adb_phone_factory, tmp_p
     origin = next(s.params["origin_monotonic_s"] for s in samples if s.metric == "sensor_t_s")
     # The phone's uptime clock and the host's monotonic clock are the same machine's here.
     assert abs((origin + onset) - capped_at) < 1.0, (origin, onset, capped_at)
-    windows = sorted((r for r in shot.records if r.metric == "freq_cap_mhz" and "t_s" in r.params),
-                     key=lambda r: r.params["t_s"])
+    windows = sorted(
+        (r for r in shot.records if r.metric == "freq_cap_mhz" and "t_s" in r.params),
+        key=lambda r: r.params["t_s"],
+    )
     assert windows[0].value > windows[-1].value
     assert all(r.params["runner"] == "onnxruntime_perf_test" for r in shot.records)
 
@@ -195,17 +242,28 @@ def test_suite_mixes_python_and_native_devices(adb_phone_factory, tmp_path: Path
     """One suite over the host (Python agent) and the stock phone (native runner); the report says which
     path measured what."""
     runner = replay_runner(tmp_path, "onnxruntime_perf_test.acl.txt")
-    lab = stock_phone(adb_phone_factory, tmp_path,
-                      f'onnxruntime_perf_test = {{ path = "onnxruntime_perf_test", push = "{runner}" }}\n')
+    lab = stock_phone(
+        adb_phone_factory,
+        tmp_path,
+        f'onnxruntime_perf_test = {{ path = "onnxruntime_perf_test", push = "{runner}" }}\n',
+    )
     suite = tmp_path / "mixed.toml"
-    suite.write_text('name = "mixed"\ndevices = ["local", "stock"]\nmodels = ["builtin:convnet"]\n'
-                     '[[probe]]\nkind = "bench"\nparams = { threads = 1, runs = 20, min_seconds = 0 }\n')
+    suite.write_text(
+        'name = "mixed"\ndevices = ["local", "stock"]\nmodels = ["builtin:convnet"]\n'
+        '[[probe]]\nkind = "bench"\nparams = { threads = 1, runs = 20, min_seconds = 0 }\n'
+    )
     res = edgebench("run", str(suite), "--lab", str(lab.lab_dir), "--json", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
-    p50 = {r["device"]: r for r in doc["records"] if r["metric"] == "latency_ms" and r["params"].get("stat") == "p50"}
+    p50 = {
+        r["device"]: r
+        for r in doc["records"]
+        if r["metric"] == "latency_ms" and r["params"].get("stat") == "p50"
+    }
     assert set(p50) == {"local", "stock"}
-    assert p50["stock"]["params"]["runner"] == "onnxruntime_perf_test" and "runner" not in p50["local"]["params"]
+    assert (
+        p50["stock"]["params"]["runner"] == "onnxruntime_perf_test" and "runner" not in p50["local"]["params"]
+    )
     out = tmp_path / "mixed.html"
     rep = edgebench("report", "--out", str(out), cwd=tmp_path)
     assert rep.returncode == 0, rep.stderr
@@ -215,7 +273,9 @@ def test_suite_mixes_python_and_native_devices(adb_phone_factory, tmp_path: Path
 
 
 @pytest.mark.parametrize("charging", [False, True])
-def test_power_through_the_runner_on_the_stock_phone(adb_phone_factory, tmp_path: Path, charging: bool) -> None:  # type: ignore[no-untyped-def]
+def test_power_through_the_runner_on_the_stock_phone(
+    adb_phone_factory, tmp_path: Path, charging: bool
+) -> None:  # type: ignore[no-untyped-def]
     """`probe power` on the stock phone: idle, the runner (doing real CPU work) back to back, idle; the
     sandbox board turns that work into battery current; a charging battery is refused."""
     import math
@@ -227,11 +287,19 @@ def test_power_through_the_runner_on_the_stock_phone(adb_phone_factory, tmp_path
     from edgebench.testing.sysfs_sim import SysfsSim
 
     runner = replay_runner(tmp_path, "onnxruntime_perf_test.acl.txt", busy_loops=200000)
-    lab = stock_phone(adb_phone_factory, tmp_path,
-                      f'onnxruntime_perf_test = {{ path = "onnxruntime_perf_test", push = "{runner}" }}\n',
-                      env='env = { EDGEBENCH_LOAD = "phone" }')
-    job = Job("stock", "power", resolve_model("builtin:convnet"), "onnxruntime",
-              {"duration_s": 4.0, "idle_s": 2.0, "period_s": 0.2, "runs": 8})
+    lab = stock_phone(
+        adb_phone_factory,
+        tmp_path,
+        f'onnxruntime_perf_test = {{ path = "onnxruntime_perf_test", push = "{runner}" }}\n',
+        env='env = { EDGEBENCH_LOAD = "phone" }',
+    )
+    job = Job(
+        "stock",
+        "power",
+        resolve_model("builtin:convnet"),
+        "onnxruntime",
+        {"duration_s": 4.0, "idle_s": 2.0, "period_s": 0.2, "runs": 8},
+    )
     with SysfsSim(lab.root, util_env="EDGEBENCH_LOAD=phone", charging=charging):
         shot = run_now(lab.spec(), [job], tmp_path / "s.db", "probe")
     if charging:
@@ -246,15 +314,35 @@ def test_power_through_the_runner_on_the_stock_phone(adb_phone_factory, tmp_path
     expected = net * energy.params["active_s"] / energy.params["inferences"]
     assert math.isclose(energy.value, expected, rel_tol=1e-6)
     assert energy.params["inferences"] % 9 == 0  # (8 runs + 1 warm-up) per invocation
-    assert rec["power_mw"].params["runner"] == "onnxruntime_perf_test" and rec["power_mw"].params["samples_idle"] > 5
+    assert (
+        rec["power_mw"].params["runner"] == "onnxruntime_perf_test"
+        and rec["power_mw"].params["samples_idle"] > 5
+    )
 
 
 def test_bench_cli_maps_delegate_and_invocations(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     runner = replay_runner(tmp_path, "onnxruntime_perf_test.acl.txt")
-    lab = stock_phone(adb_phone_factory, tmp_path,
-                      f'onnxruntime_perf_test = {{ path = "onnxruntime_perf_test", push = "{runner}" }}\n')
-    res = edgebench("bench", "builtin:convnet", "--device", "stock", "--lab", str(lab.lab_dir), "--runs", "8",
-                    "--delegate", "nnapi", "--invocations", "3", "--json", cwd=tmp_path)
+    lab = stock_phone(
+        adb_phone_factory,
+        tmp_path,
+        f'onnxruntime_perf_test = {{ path = "onnxruntime_perf_test", push = "{runner}" }}\n',
+    )
+    res = edgebench(
+        "bench",
+        "builtin:convnet",
+        "--device",
+        "stock",
+        "--lab",
+        str(lab.lab_dir),
+        "--runs",
+        "8",
+        "--delegate",
+        "nnapi",
+        "--invocations",
+        "3",
+        "--json",
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr
     args = (lab.root / "data/local/tmp/runner-args.txt").read_text().split("\n")
     assert args[args.index("-e") + 1] == "nnapi"

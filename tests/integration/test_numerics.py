@@ -252,10 +252,23 @@ def test_reference_runs_on_the_host_when_the_device_cannot(mlp: Subject, tmp_pat
     (lab / "mnnonly.toml").write_text(
         'transport = "local"\n'
         f'workdir = "{tmp_path / "mnnonly-workdir"}"\n'
-        f'env = {{ PYTHONPATH = "{blocker.parent}" }}\n')
-    res = edgebench("accuracy", str(mlp.variants["mnn-fp32"]), "--reference", str(mlp.path),
-                    "--shape", "x=2x256", "--device", "mnnonly", "--lab", str(lab), "--no-store", "--json",
-                    cwd=tmp_path)
+        f'env = {{ PYTHONPATH = "{blocker.parent}" }}\n'
+    )
+    res = edgebench(
+        "accuracy",
+        str(mlp.variants["mnn-fp32"]),
+        "--reference",
+        str(mlp.path),
+        "--shape",
+        "x=2x256",
+        "--device",
+        "mnnonly",
+        "--lab",
+        str(lab),
+        "--no-store",
+        "--json",
+        cwd=tmp_path,
+    )
     records = records_of(res)
     assert "ran on the host" in res.stderr
     assert {r["params"]["reference_device"] for r in records} == {"host"}
@@ -273,7 +286,8 @@ def test_a_suite_benches_and_checks_every_variant_in_one_run(mlp: Subject, tmp_p
         '[[probe]]\nkind = "bench"\n'
         "params = { runs = 10, threads = 1, min_seconds = 0.0, shapes = { x = [1, 256] } }\n"
         '[[probe]]\nkind = "accuracy"\n'
-        f'params = {{ reference = "{mlp.path}", shapes = {{ x = [2, 256] }} }}\n')
+        f'params = {{ reference = "{mlp.path}", shapes = {{ x = [2, 256] }} }}\n'
+    )
     res = edgebench("run", str(suite), "--store", str(tmp_path / "s.db"), "--json", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     document = json.loads(res.stdout)

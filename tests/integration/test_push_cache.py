@@ -68,8 +68,9 @@ def test_present_file_is_skipped_and_verified_by_hash(ssh_board: SshBoard, tmp_p
 
 
 @pytest.mark.parametrize("damage", ["corrupt", "truncate", "delete"])
-def test_damaged_cached_file_is_detected_and_repushed(ssh_board: SshBoard, tmp_path: Path,
-                                                       damage: str) -> None:
+def test_damaged_cached_file_is_detected_and_repushed(
+    ssh_board: SshBoard, tmp_path: Path, damage: str
+) -> None:
     spec, _ = own_workdir_spec(ssh_board, tmp_path)
     local = payload(tmp_path)
     with Device(spec) as device:
@@ -130,8 +131,20 @@ def test_cli_bench_repairs_a_corrupted_cached_model(ssh_board: SshBoard, tmp_pat
     from edgebench.models import builtin_model
 
     model = builtin_model("mlp")
-    cmd = [sys.executable, "-m", "edgebench", "bench", str(model), "--device", ssh_board.name,
-           "--lab", str(lab), *FAST, "--no-store", "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "edgebench",
+        "bench",
+        str(model),
+        "--device",
+        ssh_board.name,
+        "--lab",
+        str(lab),
+        *FAST,
+        "--no-store",
+        "--json",
+    ]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     cached = workdir / "cache" / f"{sha256(model)}.onnx"

@@ -18,8 +18,21 @@ pytestmark = pytest.mark.integration
 
 
 def run_argv(suite: Path, lab: Path, store: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "edgebench", "run", str(suite), "--lab", str(lab), "--store", str(store),
-            "--lock-dir", str(suite.parent / "locks"), "--json", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "edgebench",
+        "run",
+        str(suite),
+        "--lab",
+        str(lab),
+        "--store",
+        str(store),
+        "--lock-dir",
+        str(suite.parent / "locks"),
+        "--json",
+        *extra,
+    ]
 
 
 def test_the_cool_down_guard_runs_between_jobs_on_a_device_with_thermal_zones(tmp_path: Path) -> None:
@@ -30,8 +43,10 @@ def test_the_cool_down_guard_runs_between_jobs_on_a_device_with_thermal_zones(tm
     (zone / "temp").write_text("45000\n")  # a steady 45 °C: the guard estimates idle, then finds it cool
     lab = tmp_path / "lab"
     lab.mkdir()
-    (lab / "sensed.toml").write_text(f'name = "sensed"\ntransport = "local"\nworkdir = "{tmp_path / "w"}"\n'
-                                     f'[sensors]\nsysfs_root = "{root}"\n')
+    (lab / "sensed.toml").write_text(
+        f'name = "sensed"\ntransport = "local"\nworkdir = "{tmp_path / "w"}"\n'
+        f'[sensors]\nsysfs_root = "{root}"\n'
+    )
     suite = tmp_path / "suite.toml"
     suite.write_text("""
 devices = ["sensed", "local"]
@@ -65,8 +80,9 @@ params = { threads = 1, runs = 20, warmup_seconds = 0.0, min_seconds = 0.3, seed
 cooldown = false
 """)
     store, lab = tmp_path / "s.db", tmp_path / "lab"
-    proc = subprocess.Popen(run_argv(suite, lab, store), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        run_argv(suite, lab, store), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 120
     while True:
         assert proc.poll() is None and time.monotonic() < deadline
@@ -88,8 +104,9 @@ cooldown = false
         kept = db.execute("SELECT COUNT(*) FROM jobs WHERE status='ok'").fetchone()[0]
     assert status == "interrupted" and 2 <= kept < 6
 
-    res = subprocess.run(run_argv(suite, lab, store, "--resume", run_id), capture_output=True, text=True,
-                         timeout=120)
+    res = subprocess.run(
+        run_argv(suite, lab, store, "--resume", run_id), capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["status"] == "ok"

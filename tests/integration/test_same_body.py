@@ -22,8 +22,14 @@ BENCH = ["--runs", "20", "--min-seconds", "0", "--warmup", "1", "--timeout", "12
 
 
 def edgebench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "edgebench", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env={**os.environ})
+    return subprocess.run(
+        [sys.executable, "-m", "edgebench", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ},
+    )
 
 
 @pytest.fixture(params=DEVICES)
@@ -38,8 +44,9 @@ def lab_device(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, st
     return phone.lab_dir, phone.device_name
 
 
-def test_check_and_bench_give_the_same_kind_of_answer_everywhere(lab_device: tuple[Path, str],
-                                                                 tmp_path: Path) -> None:
+def test_check_and_bench_give_the_same_kind_of_answer_everywhere(
+    lab_device: tuple[Path, str], tmp_path: Path
+) -> None:
     lab, name = lab_device
     check = edgebench("devices", "--check", "--device", name, "--lab", str(lab), "--json", cwd=tmp_path)
     assert check.returncode == 0, check.stderr
@@ -48,8 +55,21 @@ def test_check_and_bench_give_the_same_kind_of_answer_everywhere(lab_device: tup
     assert row["arch"] and row["cores"] and row["kernel"] and row["python"] and row["runtimes"]["onnxruntime"]
 
     store = tmp_path / "s.db"
-    res = edgebench("bench", "builtin:mlp", "--device", name, "--lab", str(lab), *BENCH, "--threads", "1",
-                    "--store", str(store), "--json", cwd=tmp_path)
+    res = edgebench(
+        "bench",
+        "builtin:mlp",
+        "--device",
+        name,
+        "--lab",
+        str(lab),
+        *BENCH,
+        "--threads",
+        "1",
+        "--store",
+        str(store),
+        "--json",
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr
     records = json.loads(res.stdout)["records"]
     got = {(r["metric"], r["params"].get("stat")): r["value"] for r in records}

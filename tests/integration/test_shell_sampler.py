@@ -49,8 +49,9 @@ def sysfs_tree(root: Path) -> None:
 
 
 def local_device(tmp_path: Path) -> Device:
-    spec = dataclasses.replace(builtin_local(), workdir=str(tmp_path / "work"),
-                               sensors=Sensors(sysfs_root=str(tmp_path / "root")))
+    spec = dataclasses.replace(
+        builtin_local(), workdir=str(tmp_path / "work"), sensors=Sensors(sysfs_root=str(tmp_path / "root"))
+    )
     return Device(spec)
 
 
@@ -62,13 +63,21 @@ def test_shell_and_python_samplers_agree(tmp_path: Path) -> None:
     sysfs_tree(tmp_path / "root")
     with local_device(tmp_path) as device:
         config = sensors_config(device.spec, 0.1)
-        python_log = device.run_agent({"kind": "sample", "sensors": config, "duration_s": 0.3}, 60).result["sensors"]
+        python_log = device.run_agent({"kind": "sample", "sensors": config, "duration_s": 0.3}, 60).result[
+            "sensors"
+        ]
         handle = start_sampler(device, 0.1, 0.5, timeout=10)
         time.sleep(0.6)
         shell_log = sensor_log(stop_sampler(device, handle, timeout=10), config, 0.1)
     assert channels(shell_log) == channels(python_log)
-    assert {"temp:cpu-thermal", "freq_mhz:0-1", "freq_cap_mhz:2-3", "current:battery", "voltage:battery",
-            "power_mw:ina3221/VDD_CPU@hwmon0"} <= set(channels(shell_log))
+    assert {
+        "temp:cpu-thermal",
+        "freq_mhz:0-1",
+        "freq_cap_mhz:2-3",
+        "current:battery",
+        "voltage:battery",
+        "power_mw:ina3221/VDD_CPU@hwmon0",
+    } <= set(channels(shell_log))
     assert shell_log["static"] == python_log["static"]
     assert set(shell_log["status"]) == set(python_log["status"]) == {"status:battery", "online:usb"}
     # The same records, through the same host code.
@@ -94,7 +103,9 @@ def test_shell_sampler_follows_changes_on_the_device_clock(tmp_path: Path) -> No
 
 
 def test_partial_lines_are_skipped() -> None:
-    trace = parse_sampler_output("S\tsys/class/thermal/thermal_zone0/type\tsoc\nT\t12.5\n"
-                                 "V\tsys/class/thermal/thermal_zone0/temp\t41000\nT\t12.7\nV\tsys/cl")
+    trace = parse_sampler_output(
+        "S\tsys/class/thermal/thermal_zone0/type\tsoc\nT\t12.5\n"
+        "V\tsys/class/thermal/thermal_zone0/temp\t41000\nT\t12.7\nV\tsys/cl"
+    )
     assert trace.static == {"sys/class/thermal/thermal_zone0/type": "soc"}
     assert [t for t, _ in trace.ticks] == [12.5, 12.7] and trace.ticks[1][1] == {}

@@ -21,8 +21,14 @@ PASSPHRASE = "correct horse battery staple 42"
 
 
 def edgebench(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "edgebench", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "edgebench", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def secrets_of(board: SshBoard) -> list[str]:
@@ -45,8 +51,19 @@ def assert_no_secrets(board: SshBoard, blobs: list[str | bytes]) -> None:
 
 def test_bench_on_the_board_records_latency_load_first_and_peak(ssh_board: SshBoard, tmp_path: Path) -> None:
     store = tmp_path / "s.db"
-    res = edgebench("bench", "builtin:mlp", "--device", "board", "--lab", str(ssh_board.lab_dir), *FAST,
-                    "--store", str(store), "--json", cwd=tmp_path)
+    res = edgebench(
+        "bench",
+        "builtin:mlp",
+        "--device",
+        "board",
+        "--lab",
+        str(ssh_board.lab_dir),
+        *FAST,
+        "--store",
+        str(store),
+        "--json",
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr
     records = json.loads(res.stdout)["records"]
     got = {(r["metric"], r["params"].get("stat")): r["value"] for r in records}
@@ -60,8 +77,9 @@ def test_bench_on_the_board_records_latency_load_first_and_peak(ssh_board: SshBo
     assert_no_secrets(ssh_board, [res.stdout, res.stderr, store_bytes(store)])
 
 
-def test_encrypted_key_passphrase_and_key_never_leak(tmp_path_factory: pytest.TempPathFactory,
-                                                       tmp_path: Path) -> None:
+def test_encrypted_key_passphrase_and_key_never_leak(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
     from edgebench.testing.pytest_ssh import require_sshd
 
     require_sshd()
@@ -69,20 +87,50 @@ def test_encrypted_key_passphrase_and_key_never_leak(tmp_path_factory: pytest.Te
     try:
         lab, store = str(board.lab_dir), tmp_path / "s.db"
         outputs: list[str | bytes] = []
-        no_pass = edgebench("bench", "builtin:mlp", "--device", "locked", "--lab", lab, "--store", str(store),
-                            cwd=tmp_path, env={"EDGEBENCH_SSH_PASSPHRASE": ""})
+        no_pass = edgebench(
+            "bench",
+            "builtin:mlp",
+            "--device",
+            "locked",
+            "--lab",
+            lab,
+            "--store",
+            str(store),
+            cwd=tmp_path,
+            env={"EDGEBENCH_SSH_PASSPHRASE": ""},
+        )
         assert no_pass.returncode == 2 and "encrypted" in no_pass.stderr and "Traceback" not in no_pass.stderr
-        wrong = edgebench("devices", "--check", "--lab", lab, "--json", cwd=tmp_path,
-                          env={"EDGEBENCH_SSH_PASSPHRASE": "not it"})
+        wrong = edgebench(
+            "devices",
+            "--check",
+            "--lab",
+            lab,
+            "--json",
+            cwd=tmp_path,
+            env={"EDGEBENCH_SSH_PASSPHRASE": "not it"},
+        )
         assert wrong.returncode == 3
         locked = next(d for d in json.loads(wrong.stdout)["devices"] if d["name"] == "locked")
         assert not locked["reachable"] and "passphrase is wrong" in locked["error"]
         env = {"EDGEBENCH_SSH_PASSPHRASE": PASSPHRASE}
-        ok = edgebench("bench", "builtin:mlp", "--device", "locked", "--lab", lab, *FAST,
-                       "--store", str(store), "--json", cwd=tmp_path, env=env)
+        ok = edgebench(
+            "bench",
+            "builtin:mlp",
+            "--device",
+            "locked",
+            "--lab",
+            lab,
+            *FAST,
+            "--store",
+            str(store),
+            "--json",
+            cwd=tmp_path,
+            env=env,
+        )
         assert ok.returncode == 0, ok.stderr
-        check = edgebench("devices", "--check", "--device", "locked", "--lab", lab, "--json", cwd=tmp_path,
-                          env=env)
+        check = edgebench(
+            "devices", "--check", "--device", "locked", "--lab", lab, "--json", cwd=tmp_path, env=env
+        )
         assert check.returncode == 0, check.stderr
         results = edgebench("results", "--store", str(store), "--all", "--json", cwd=tmp_path)
         for res in (no_pass, wrong, ok, check, results):
@@ -93,8 +141,9 @@ def test_encrypted_key_passphrase_and_key_never_leak(tmp_path_factory: pytest.Te
         board.stop()
 
 
-def test_devices_check_reports_facts_and_exits_3_naming_the_unreachable(ssh_board: SshBoard,
-                                                                        tmp_path: Path) -> None:
+def test_devices_check_reports_facts_and_exits_3_naming_the_unreachable(
+    ssh_board: SshBoard, tmp_path: Path
+) -> None:
     lab = tmp_path / "lab"
     ssh_board.write_descriptor(lab)
     dead = ssh_board.write_descriptor(lab, name="deadboard", port=1, connect_timeout=3.0)
@@ -123,8 +172,9 @@ def test_devices_check_reports_facts_and_exits_3_naming_the_unreachable(ssh_boar
     assert unknown.returncode == 2 and "unknown device 'nosuch'" in unknown.stderr
 
 
-def test_board_dying_mid_bench_is_one_line_exit_3_without_a_hang(fresh_ssh_board: SshBoard,
-                                                                 tmp_path: Path) -> None:
+def test_board_dying_mid_bench_is_one_line_exit_3_without_a_hang(
+    fresh_ssh_board: SshBoard, tmp_path: Path
+) -> None:
     import psutil
 
     def agent_measuring() -> bool:
@@ -136,9 +186,27 @@ def test_board_dying_mid_bench_is_one_line_exit_3_without_a_hang(fresh_ssh_board
                 pass
         return False
 
-    cmd = [sys.executable, "-m", "edgebench", "bench", "builtin:mlp", "--device", fresh_ssh_board.name,
-           "--lab", str(fresh_ssh_board.lab_dir), "--runs", "1000000", "--min-seconds", "60",
-           "--max-seconds", "120", "--timeout", "90", "--store", str(tmp_path / "s.db")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "edgebench",
+        "bench",
+        "builtin:mlp",
+        "--device",
+        fresh_ssh_board.name,
+        "--lab",
+        str(fresh_ssh_board.lab_dir),
+        "--runs",
+        "1000000",
+        "--min-seconds",
+        "60",
+        "--max-seconds",
+        "120",
+        "--timeout",
+        "90",
+        "--store",
+        str(tmp_path / "s.db"),
+    ]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
@@ -162,8 +230,9 @@ def test_board_dying_mid_bench_is_one_line_exit_3_without_a_hang(fresh_ssh_board
     assert "lost" in error
 
 
-def test_devices_check_flags_a_reachable_board_whose_interpreter_is_missing(ssh_board: SshBoard,
-                                                                            tmp_path: Path) -> None:
+def test_devices_check_flags_a_reachable_board_whose_interpreter_is_missing(
+    ssh_board: SshBoard, tmp_path: Path
+) -> None:
     lab = tmp_path / "lab"
     ssh_board.write_descriptor(lab, name="nopython", python="/nonexistent/python3")
     res = edgebench("devices", "--check", "--device", "nopython", "--lab", str(lab), "--json", cwd=tmp_path)

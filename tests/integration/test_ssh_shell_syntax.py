@@ -76,8 +76,9 @@ def test_transport_passes_hostile_strings_as_data(ssh_board: SshBoard, tmp_path:
     assert_no_canary(canary, tmp_path, ssh_board.workdir, ssh_board.home)
 
 
-def test_bench_with_a_hostile_model_path_and_workdir(ssh_board: SshBoard, tmp_path: Path,
-                                                     canary: str) -> None:
+def test_bench_with_a_hostile_model_path_and_workdir(
+    ssh_board: SshBoard, tmp_path: Path, canary: str
+) -> None:
     hostile = payloads(canary)
     model_dir = tmp_path / f"models {hostile[1]} {hostile[2]}"
     model_dir.mkdir()
@@ -87,10 +88,34 @@ def test_bench_with_a_hostile_model_path_and_workdir(ssh_board: SshBoard, tmp_pa
     lab = tmp_path / "lab"
     ssh_board.write_descriptor(lab, workdir=str(workdir), env={"EB_NOTE": hostile[1] + hostile[2]})
     res = subprocess.run(
-        [sys.executable, "-m", "edgebench", "bench", str(model), "--device", "board", "--lab", str(lab),
-         "--runs", "5", "--min-seconds", "0", "--warmup", "0", "--timeout", "120", "--json",
-         "--store", str(tmp_path / "s.db")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ})
+        [
+            sys.executable,
+            "-m",
+            "edgebench",
+            "bench",
+            str(model),
+            "--device",
+            "board",
+            "--lab",
+            str(lab),
+            "--runs",
+            "5",
+            "--min-seconds",
+            "0",
+            "--warmup",
+            "0",
+            "--timeout",
+            "120",
+            "--json",
+            "--store",
+            str(tmp_path / "s.db"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ},
+    )
     assert res.returncode == 0, res.stderr
     records = json.loads(res.stdout)["records"]
     assert records and {r["model"] for r in records} == {model.stem}  # the name is data, kept verbatim

@@ -26,8 +26,8 @@ def ssh(ssh_board: SshBoard):  # type: ignore[no-untyped-def]
 
 def test_exit_codes_streams_and_argv_survive_exactly(ssh: SshTransport) -> None:
     res = ssh.run(["printf", "%s|", "two words", "it's", '"q"', "$HOME", "a\nb"], timeout=20)
-    assert (res.returncode, res.stdout, res.stderr) == (0, "two words|it's|\"q\"|$HOME|a\nb|", "")
-    res = ssh.run(["sh", "-c", 'echo out; echo err >&2; exit 7'], timeout=20)
+    assert (res.returncode, res.stdout, res.stderr) == (0, 'two words|it\'s|"q"|$HOME|a\nb|', "")
+    res = ssh.run(["sh", "-c", "echo out; echo err >&2; exit 7"], timeout=20)
     assert (res.returncode, res.stdout, res.stderr) == (7, "out\n", "err\n")
     assert res.argv == ("sh", "-c", "echo out; echo err >&2; exit 7")
     missing = ssh.run(["no-such-command-edgebench"], timeout=20)
@@ -41,9 +41,11 @@ def test_env_values_are_quoted(ssh: SshTransport) -> None:
 
 def test_large_stdout_and_stderr_together_do_not_hang(ssh: SshTransport, ssh_board: SshBoard) -> None:
     # 6 MB on each stream, interleaved: whichever window fills first would stall an undrained channel.
-    script = ("import sys\nfor i in range(96):\n"
-              "    sys.stdout.write('o' * 65536); sys.stderr.write('e' * 65536)\n"
-              "sys.stdout.flush(); sys.stderr.flush()\n")
+    script = (
+        "import sys\nfor i in range(96):\n"
+        "    sys.stdout.write('o' * 65536); sys.stderr.write('e' * 65536)\n"
+        "sys.stdout.flush(); sys.stderr.flush()\n"
+    )
     start = time.monotonic()
     res = ssh.run([ssh_board.spec().python, "-c", script], timeout=60)
     assert res.returncode == 0
@@ -56,8 +58,9 @@ def test_timeout_raises_and_kills_the_remote_process(ssh: SshTransport, tmp_path
     pidfile = tmp_path / "pid"
     start = time.monotonic()
     with pytest.raises(CommandTimeout) as err:
-        ssh.run(["sh", "-c", 'echo $$ > "$1"; sleep 1; echo partial; sleep 60', "sh", str(pidfile)],
-                timeout=2.0)
+        ssh.run(
+            ["sh", "-c", 'echo $$ > "$1"; sleep 1; echo partial; sleep 60', "sh", str(pidfile)], timeout=2.0
+        )
     assert time.monotonic() - start < 10
     assert err.value.timeout == 2.0 and err.value.argv[0] == "sh" and err.value.device == "board"
     assert "partial" in err.value.output
@@ -152,9 +155,11 @@ def test_frozen_board_every_call_ends_at_its_timeout(fresh_ssh_board: SshBoard, 
     fresh_ssh_board.freeze()
     try:
         # run: no channel opens; read_text: the SFTP watchdog fires; push: the reconnect gets no banner.
-        calls = [("run", lambda: transport.run(["echo", "hi"], timeout=2.0)),
-                 ("read_text", lambda: transport.read_text("/proc/version", timeout=2.0)),
-                 ("push", lambda: transport.push(big, str(tmp_path / "remote.bin"), timeout=2.0))]
+        calls = [
+            ("run", lambda: transport.run(["echo", "hi"], timeout=2.0)),
+            ("read_text", lambda: transport.read_text("/proc/version", timeout=2.0)),
+            ("push", lambda: transport.push(big, str(tmp_path / "remote.bin"), timeout=2.0)),
+        ]
         for what, call in calls:
             start = time.monotonic()
             with pytest.raises(TransportError) as err:

@@ -43,7 +43,10 @@ def test_banner_carries_product_fields_and_only_given_features() -> None:
     assert banner.startswith(b"device::ro.product.name=edgebench_emu;ro.product.model=Pixel 8_x_y;")
     assert banner.endswith(b";features=shell_v2,stat_v2")
     assert P.parse_banner_features(b"host::features=shell_v2,cmd,sendrecv_v2\0") == {
-        "shell_v2", "cmd", "sendrecv_v2"}
+        "shell_v2",
+        "cmd",
+        "sendrecv_v2",
+    }
 
 
 def test_sync_structures_have_the_wire_sizes() -> None:
@@ -54,13 +57,16 @@ def test_sync_structures_have_the_wire_sizes() -> None:
     assert P.shell_packet(P.SHELL_EXIT, b"\x03") == b"\x03\x01\0\0\0\x03"
 
 
-@pytest.mark.parametrize(("service", "expected"), [
-    (":echo hi", (False, "echo hi")),
-    (",v2,raw:ls -l", (True, "ls -l")),
-    (",v2,TERM=xterm,pty:", (True, "")),
-    (",raw,future-arg:id", (False, "id")),
-    (":a:b", (False, "a:b")),
-])
+@pytest.mark.parametrize(
+    ("service", "expected"),
+    [
+        (":echo hi", (False, "echo hi")),
+        (",v2,raw:ls -l", (True, "ls -l")),
+        (",v2,TERM=xterm,pty:", (True, "")),
+        (",raw,future-arg:id", (False, "id")),
+        (":a:b", (False, "a:b")),
+    ],
+)
 def test_shell_service_arguments(service: str, expected: tuple[bool, str]) -> None:
     assert parse_shell_service(service) == expected
 
@@ -93,13 +99,14 @@ def test_layout_prepares_tools_getprop_and_build_prop(tmp_path: Path) -> None:
     assert "ro.x=a=b" in (tmp_path / "system/build.prop").read_text()
     argv = layout.sandbox_argv("echo hi")
     assert argv[-4:] == ["--", "/system/bin/sh", "-c", "echo hi"]
-    assert ["--bind", str(tmp_path / "data"), "/data"] == argv[argv.index(str(tmp_path / "data")) - 1:][:3]
+    assert ["--bind", str(tmp_path / "data"), "/data"] == argv[argv.index(str(tmp_path / "data")) - 1 :][:3]
     assert "--die-with-parent" in argv
     assert layout.shell_env()["PATH"] == "/system/bin"
 
 
-def test_adbd_refuses_emulator_ports_and_unimplemented_features(tmp_path: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_adbd_refuses_emulator_ports_and_unimplemented_features(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit):
         parse_args(["--root", str(tmp_path), "--port", "5555"])
     assert "5555-5585" in capsys.readouterr().err
@@ -109,8 +116,15 @@ def test_adbd_refuses_emulator_ports_and_unimplemented_features(tmp_path: Path,
 
 
 def _spec(**kw: object) -> DeviceSpec:
-    return DeviceSpec(name="p", transport="adb", workdir="/data/local/tmp/e", python="python3",
-                      serial="S", source="devices/p.toml", **kw)  # type: ignore[arg-type]
+    return DeviceSpec(
+        name="p",
+        transport="adb",
+        workdir="/data/local/tmp/e",
+        python="python3",
+        serial="S",
+        source="devices/p.toml",
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def test_server_address_from_descriptor_environment_or_default() -> None:

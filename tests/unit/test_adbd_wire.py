@@ -22,9 +22,21 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bub
 @pytest.fixture(scope="module")
 def adbd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     root = tmp_path_factory.mktemp("wire-phone")
-    proc = subprocess.Popen([sys.executable, "-m", "edgebench.testing.adbd", "--root", str(root),
-                             "--port", "0", "--prop", "ro.product.model=Wire"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edgebench.testing.adbd",
+            "--root",
+            str(root),
+            "--port",
+            "0",
+            "--prop",
+            "ro.product.model=Wire",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     assert proc.stdout is not None
     ready = json.loads(proc.stdout.readline())
     yield {**ready, "root": root}
@@ -38,8 +50,9 @@ class Host:
     def __init__(self, port: int) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
 
-    def send(self, command: int, arg0: int, arg1: int, data: bytes = b"", *,
-             checksum: int | None = None) -> None:
+    def send(
+        self, command: int, arg0: int, arg1: int, data: bytes = b"", *, checksum: int | None = None
+    ) -> None:
         raw = bytearray(P.encode(P.Packet(command, arg0, arg1, data)))
         if checksum is not None:
             raw[16:20] = struct.pack("<I", checksum)
@@ -138,8 +151,8 @@ def test_shell_v2_packets_split_streams_and_carry_the_exit_code(adbd: dict) -> N
     parts = {}
     while stream:
         kind, length = P.SHELL_HEADER.unpack(stream[:5])
-        parts[kind] = parts.get(kind, b"") + stream[5:5 + length]
-        stream = stream[5 + length:]
+        parts[kind] = parts.get(kind, b"") + stream[5 : 5 + length]
+        stream = stream[5 + length :]
     assert parts == {P.SHELL_STDOUT: b"from host\n", P.SHELL_STDERR: b"err\n", P.SHELL_EXIT: bytes([42])}
     host.close()
 

@@ -92,8 +92,10 @@ def test_high_noise_is_noisy_and_the_power_estimate_settles_it() -> None:
     assert v.verdict == NOISY and v.samples_needed is not None and v.samples_needed > 20
     assert f"~{v.samples_needed} samples per side" in v.reason
     n = v.samples_needed
-    settled = [one(sampled(lognormal(rng, 10.0, 0.15, n)), sampled(lognormal(rng, 10.0, 0.15, n)),
-                   seed=i).verdict for i in range(10)]
+    settled = [
+        one(sampled(lognormal(rng, 10.0, 0.15, n)), sampled(lognormal(rng, 10.0, 0.15, n)), seed=i).verdict
+        for i in range(10)
+    ]
     assert settled.count(PASS) >= 8, settled
 
 
@@ -138,8 +140,10 @@ def test_missing_pairs_and_candidate_failures() -> None:
     rng = np.random.default_rng(8)
     a, b, c = key("a"), key("b"), key("c")
     base = {k: sampled(lognormal(rng, 10.0, 0.02, 30)) for k in (a, b, c)}
-    failures = [JobFailure("phone", "bench", "b", "onnxruntime", "lab", "phone: adb device offline"),
-                JobFailure("phone", "bench", "c", "onnxruntime", "measurement", "runtime rejected the model")]
+    failures = [
+        JobFailure("phone", "bench", "b", "onnxruntime", "lab", "phone: adb device offline"),
+        JobFailure("phone", "bench", "c", "onnxruntime", "measurement", "runtime rejected the model"),
+    ]
     res = evaluate(base, {}, [LATENCY], candidate_failures=failures)
     by = {v.key.model: v for v in res.verdicts}
     assert by["a"].verdict == MISSING and not by["a"].lab_failure
@@ -176,8 +180,10 @@ def test_false_discovery_correction_across_pairs() -> None:
 
 def test_pairing_ignores_policy_params_and_attaches_samples() -> None:
     ctx = RecordContext("r1", "phone", "bench", "m", "onnxruntime", {"threads": 2})
-    records = [ctx.record("latency_ms", 10.0, "ms", stat="p50", runs=100, seed=1),
-               ctx.record("peak_rss_mb", 50.0, "MB", rss_before_load_mb=20.0)]
+    records = [
+        ctx.record("latency_ms", 10.0, "ms", stat="p50", runs=100, seed=1),
+        ctx.record("peak_rss_mb", 50.0, "MB", rss_before_load_mb=20.0),
+    ]
     samples = [ctx.samples("latency_ms", "ms", [9.0, 10.0, 11.0], runs=100, seed=1)]
     side = collect_side(records, samples)
     ctx2 = RecordContext("r2", "phone", "bench", "m", "onnxruntime", {"threads": 2})
@@ -186,8 +192,14 @@ def test_pairing_ignores_policy_params_and_attaches_samples() -> None:
     lat = next(v for k, v in side.items() if k.metric == "latency_ms")
     assert lat.samples == (9.0, 10.0, 11.0)
     assert all(k.params == '{"threads":2}' for k in side)
-    threads4 = collect_side([RecordContext("r3", "phone", "bench", "m", "onnxruntime", {"threads": 4})
-                             .record("latency_ms", 12.0, "ms", stat="p50")], [])
+    threads4 = collect_side(
+        [
+            RecordContext("r3", "phone", "bench", "m", "onnxruntime", {"threads": 4}).record(
+                "latency_ms", 12.0, "ms", stat="p50"
+            )
+        ],
+        [],
+    )
     assert not set(threads4) & set(side)
 
 
@@ -205,26 +217,34 @@ def test_percent_parsing_and_rule_merging() -> None:
 
 def _suite(tmp_path: Path, gate: str) -> Path:
     path = tmp_path / "nightly.toml"
-    path.write_text('name = "nightly"\ndevices = ["local"]\nmodels = ["builtin:mlp"]\n'
-                    '[[probe]]\nkind = "bench"\n' + gate)
+    path.write_text(
+        'name = "nightly"\ndevices = ["local"]\nmodels = ["builtin:mlp"]\n[[probe]]\nkind = "bench"\n' + gate
+    )
     return path
 
 
 def test_rules_from_a_suite(tmp_path: Path) -> None:
-    path = _suite(tmp_path, '[[gate]]\nmetric = "latency_ms"\nstat = "p99"\nmax_slowdown = "8%"\n'
-                            '[[gate]]\nmetric = "cosine"\nmax_drop = 0.001\nmodel = "mlp"\n')
+    path = _suite(
+        tmp_path,
+        '[[gate]]\nmetric = "latency_ms"\nstat = "p99"\nmax_slowdown = "8%"\n'
+        '[[gate]]\nmetric = "cosine"\nmax_drop = 0.001\nmodel = "mlp"\n',
+    )
     rules = rules_from_suite(path)
     assert [(r.metric, r.stat, r.worse, r.threshold.amount, r.model) for r in rules] == [
         ("latency_ms", "p99", "higher", pytest.approx(0.08), None),
-        ("cosine", "p50", "lower", pytest.approx(0.001), "mlp")]
+        ("cosine", "p50", "lower", pytest.approx(0.001), "mlp"),
+    ]
     assert rules[0].source == "nightly.toml gate[0]"
 
 
-@pytest.mark.parametrize("gate, needle", [
-    ('[[gate]]\nmetric = "latency_ms"\nmax_slowdow = "5%"\n', "max_slowdow"),
-    ('[[gate]]\nmetric = "latency_ms"\n', "give max_slowdown"),
-    ('[[gate]]\nmetric = "latency_ms"\nmax_slowdown = "five"\n', "max_slowdown"),
-])
+@pytest.mark.parametrize(
+    "gate, needle",
+    [
+        ('[[gate]]\nmetric = "latency_ms"\nmax_slowdow = "5%"\n', "max_slowdow"),
+        ('[[gate]]\nmetric = "latency_ms"\n', "give max_slowdown"),
+        ('[[gate]]\nmetric = "latency_ms"\nmax_slowdown = "five"\n', "max_slowdown"),
+    ],
+)
 def test_bad_gate_tables_name_the_file_and_key(tmp_path: Path, gate: str, needle: str) -> None:
     path = _suite(tmp_path, gate)
     with pytest.raises(ConfigError) as err:
@@ -236,9 +256,11 @@ def test_bad_gate_tables_name_the_file_and_key(tmp_path: Path, gate: str, needle
 def _store_run(store: Store, run_id: str, values: tuple[float, ...], model: str = "m") -> None:
     store.begin_run(run_id, "bench", {})
     ctx = RecordContext(run_id, "local", "bench", model, "onnxruntime", {"threads": 1})
-    recs = [ctx.record("latency_ms", float(np.percentile(values, 50)), "ms", stat="p50"),
-            ctx.record("latency_ms", float(np.mean(values)), "ms", stat="mean"),
-            ctx.record("peak_rss_mb", 80.0, "MB")]
+    recs = [
+        ctx.record("latency_ms", float(np.percentile(values, 50)), "ms", stat="p50"),
+        ctx.record("latency_ms", float(np.mean(values)), "ms", stat="mean"),
+        ctx.record("peak_rss_mb", 80.0, "MB"),
+    ]
     job = Job("local", "bench", ModelRef(model, Path(f"{model}.onnx")), "onnxruntime", {"threads": 1})
     store.save_job(run_id, JobOutcome(job, "ok", recs, [ctx.samples("latency_ms", "ms", values)]))
     store.finish_run(run_id, "ok")
@@ -274,8 +296,17 @@ def test_gate_runs_from_a_store_and_renderers(tmp_path: Path) -> None:
 def test_records_with_extra_side_values_pair() -> None:
     # records made by other probes carry values that are not identity (rss_before_load_mb): still paired
     def rss(run: str, before: int) -> Record:
-        return Record(run, "d", "bench", "m", "ort", "peak_rss_mb", 10.0, "MB",
-                      {"threads": 1, "rss_before_load_mb": before})
+        return Record(
+            run,
+            "d",
+            "bench",
+            "m",
+            "ort",
+            "peak_rss_mb",
+            10.0,
+            "MB",
+            {"threads": 1, "rss_before_load_mb": before},
+        )
 
     a, b = rss("a", 3), rss("b", 4)
     assert set(collect_side([a], [])) == set(collect_side([b], []))
@@ -285,8 +316,15 @@ def test_native_runner_records_pair_across_run_counts() -> None:
     def side(run: str, runs: int, values: list[float]) -> dict[PairKey, Side]:
         ctx = RecordContext(run, "phone", "bench", "m", "mnn", {"threads": 4, "runner": "benchmark.out"})
         what = f"mean of {runs} inferences"
-        rec = ctx.record("latency_ms", float(np.median(values)), "ms", stat="p50", aggregated_by="edgebench",
-                         sample=what, n=len(values))
+        rec = ctx.record(
+            "latency_ms",
+            float(np.median(values)),
+            "ms",
+            stat="p50",
+            aggregated_by="edgebench",
+            sample=what,
+            n=len(values),
+        )
         return collect_side([rec], [ctx.samples("latency_ms", "ms", values, sample=what)])
 
     a = side("a", 10, [5.0, 5.1, 5.2])
@@ -298,11 +336,26 @@ def test_native_runner_records_pair_across_run_counts() -> None:
 def test_power_records_pair_across_sample_counts() -> None:
     def side(run: str, samples: int, inferences: int) -> dict[PairKey, Side]:
         ctx = RecordContext(run, "phone", "power", "m", "onnxruntime", {"threads": 0})
-        counts = {"source": "battery", "samples_idle": samples, "samples_active": samples * 2,
-                  "sample_rate_hz": 4.0 + samples / 100}
-        return collect_side([ctx.record("energy_mj_per_inference", 2.0, "mJ", inferences=inferences,
-                                        active_s=inferences / 10, **counts),
-                             ctx.record("power_mw", 900.0, "mW", idle_subtracted=True, **counts)], [])
+        counts = {
+            "source": "battery",
+            "samples_idle": samples,
+            "samples_active": samples * 2,
+            "sample_rate_hz": 4.0 + samples / 100,
+        }
+        return collect_side(
+            [
+                ctx.record(
+                    "energy_mj_per_inference",
+                    2.0,
+                    "mJ",
+                    inferences=inferences,
+                    active_s=inferences / 10,
+                    **counts,
+                ),
+                ctx.record("power_mw", 900.0, "mW", idle_subtracted=True, **counts),
+            ],
+            [],
+        )
 
     assert set(side("a", 40, 300)) == set(side("b", 43, 310))
 

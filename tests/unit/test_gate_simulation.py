@@ -23,8 +23,9 @@ def arm(rng: np.random.Generator, median: float) -> Side:
 
 
 def simulate(rng: np.random.Generator, slowed: int) -> tuple[list[str], list[str]]:
-    keys = [PairKey("board", f"model{i}", "onnxruntime", "bench", "latency_ms", "p50", "{}")
-            for i in range(PAIRS)]
+    keys = [
+        PairKey("board", f"model{i}", "onnxruntime", "bench", "latency_ms", "p50", "{}") for i in range(PAIRS)
+    ]
     base = {k: arm(rng, 10.0) for k in keys}
     cand = {k: arm(rng, 10.0 * (1 + SLOWDOWN) if i < slowed else 10.0) for i, k in enumerate(keys)}
     res = evaluate(base, cand, default_rules(), GateOptions(seed=int(rng.integers(2**31))))
@@ -44,9 +45,11 @@ def test_five_percent_slowdowns_are_caught_and_unchanged_pairs_pass() -> None:
         unchanged += simulate(rng, 0)[1]
     detected = slowed.count(FAIL) / len(slowed)
     false_alarms = unchanged.count(FAIL) / len(unchanged)
-    print(f"detected {detected:.2%} of {len(slowed)} slowdowns; false alarms {false_alarms:.2%} of "
-          f"{len(unchanged)} unchanged pairs (NOISY: {unchanged.count('NOISY')} unchanged, "
-          f"{slowed.count('NOISY')} slowed)")
+    print(
+        f"detected {detected:.2%} of {len(slowed)} slowdowns; false alarms {false_alarms:.2%} of "
+        f"{len(unchanged)} unchanged pairs (NOISY: {unchanged.count('NOISY')} unchanged, "
+        f"{slowed.count('NOISY')} slowed)"
+    )
     assert len(slowed) == 300 and len(unchanged) == 700
     assert detected >= 0.95
     assert false_alarms <= 0.01

@@ -73,8 +73,20 @@ def _records(values: np.ndarray, model: str = "enc") -> list[Record]:
     for i, v in enumerate(values):
         ts = f"2026-10-{i + 1:02d}T02:00:00.000000Z"
         for stat, factor in (("p50", 1.0), ("p99", 1.5)):
-            out.append(Record(f"night{i:02d}", "pixel8", "bench", model, "onnxruntime", "latency_ms",
-                              float(v * factor), "ms", {"threads": 4, "runs": 200, "stat": stat}, ts))
+            out.append(
+                Record(
+                    f"night{i:02d}",
+                    "pixel8",
+                    "bench",
+                    model,
+                    "onnxruntime",
+                    "latency_ms",
+                    float(v * factor),
+                    "ms",
+                    {"threads": 4, "runs": 200, "stat": stat},
+                    ts,
+                )
+            )
     return out
 
 

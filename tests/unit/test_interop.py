@@ -38,10 +38,12 @@ def test_stats_agree_with_pytest_benchmark() -> None:
 
 def bench_run(store: Store, run_id: str, latencies: list[float], model: str = "enc") -> None:
     ctx = RecordContext(run_id, "local", "bench", model, "onnxruntime", {"threads": 2})
-    records = [ctx.record("latency_ms", float(np.median(latencies)), "ms", stat="p50"),
-               ctx.record("latency_ms", float(np.mean(latencies)), "ms", stat="mean"),
-               ctx.record("load_ms", 40.0, "ms"),
-               ctx.record("peak_rss_mb", 61.5, "MB", rss_before_load_mb=30.0)]
+    records = [
+        ctx.record("latency_ms", float(np.median(latencies)), "ms", stat="p50"),
+        ctx.record("latency_ms", float(np.mean(latencies)), "ms", stat="mean"),
+        ctx.record("load_ms", 40.0, "ms"),
+        ctx.record("peak_rss_mb", 61.5, "MB", rss_before_load_mb=30.0),
+    ]
     store.begin_run(run_id, "bench", {"git_commit": "abc123", "python": "3.11.7"})
     store.save_device(run_id, "local", {"kernel": "6.1"}, {"name": "local"})
     job = Job("local", "bench", ModelRef(model, Path(f"{model}.onnx")), "onnxruntime", {"threads": 2})
@@ -50,9 +52,21 @@ def bench_run(store: Store, run_id: str, latencies: list[float], model: str = "e
 
 
 def compare(*files: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pytest_benchmark", "compare", *map(str, files),
-                           "--columns", "min,median,max,rounds"], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest_benchmark",
+            "compare",
+            *map(str, files),
+            "--columns",
+            "min,median,max,rounds",
+        ],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_export_is_read_by_pytest_benchmark_compare(tmp_path: Path) -> None:
@@ -73,8 +87,11 @@ def test_export_is_read_by_pytest_benchmark_compare(tmp_path: Path) -> None:
     res = compare(*files, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert "enc[local-onnxruntime-threads=2]" in res.stdout and "bench.load_ms:enc" in res.stdout
-    rows = [[t for t in line.split()[1:] if not t.startswith("(")] for line in res.stdout.splitlines()
-            if line.startswith("enc[")]
+    rows = [
+        [t for t in line.split()[1:] if not t.startswith("(")]
+        for line in res.stdout.splitlines()
+        if line.startswith("enc[")
+    ]
     medians = sorted(float(row[1]) for row in rows)  # columns min, median, max, rounds (in ms)
     assert medians == pytest.approx([8.0, 12.0], rel=0.03)
 
@@ -82,11 +99,24 @@ def test_export_is_read_by_pytest_benchmark_compare(tmp_path: Path) -> None:
 def pytest_benchmark_doc(median_s: float, data: bool, name: str = "test_decode") -> dict:
     values = list(np.random.default_rng(int(median_s * 1e6)).lognormal(np.log(median_s), 0.02, 30))
     stats = pytest_benchmark_stats(values, include_data=data)
-    return {"machine_info": {"node": "ci-runner-3", "python_version": "3.11.7"},
-            "commit_info": {"id": "deadbeef", "branch": "main"},
-            "benchmarks": [{"group": None, "name": name, "fullname": f"tests/test_codec.py::{name}",
-                            "params": None, "param": None, "extra_info": {}, "options": {}, "stats": stats}],
-            "datetime": "2026-10-03T02:00:00.123456+00:00", "version": "5.1.0"}
+    return {
+        "machine_info": {"node": "ci-runner-3", "python_version": "3.11.7"},
+        "commit_info": {"id": "deadbeef", "branch": "main"},
+        "benchmarks": [
+            {
+                "group": None,
+                "name": name,
+                "fullname": f"tests/test_codec.py::{name}",
+                "params": None,
+                "param": None,
+                "extra_info": {},
+                "options": {},
+                "stats": stats,
+            }
+        ],
+        "datetime": "2026-10-03T02:00:00.123456+00:00",
+        "version": "5.1.0",
+    }
 
 
 def test_import_with_raw_data_is_gated_statistically(tmp_path: Path) -> None:
@@ -98,7 +128,11 @@ def test_import_with_raw_data_is_gated_statistically(tmp_path: Path) -> None:
         assert n_samples == 1 and n_rec >= 6
         [samples] = st.samples([ra])
         assert (samples.device, samples.model, samples.probe, samples.runtime) == (
-            "ci-runner-3", "tests/test_codec.py::test_decode", "bench", "python")
+            "ci-runner-3",
+            "tests/test_codec.py::test_decode",
+            "bench",
+            "python",
+        )
         assert len(samples.values) == 30 and np.median(samples.values) == pytest.approx(10.0, rel=0.03)
         recs = st.records([ra])
         assert {r.ts for r in recs} == {"2026-10-03T02:00:00.123456Z"}
@@ -131,16 +165,25 @@ def test_import_without_data_keeps_stats_and_round_trips(tmp_path: Path) -> None
     assert res.returncode == 0 and "tests/test_codec.py::test_decode" in res.stdout
 
 
-@pytest.mark.parametrize("content, needle", [
-    ("{not json", "not JSON"),
-    ('{"benchmarks": 3}', "benchmarks: not a pytest-benchmark file"),
-    ('{"benchmarks": [{"name": "t", "stats": {"median": "fast", "mean": 1}}]}', "benchmarks[0].stats.median"),
-    ('{"benchmarks": [{"name": "t", "stats": {"median": 1, "mean": 1, "data": [1, null]}}]}',
-     "benchmarks[0].stats.data"),
-    ('{"benchmarks": [{"stats": {}}]}', "benchmarks[0].fullname"),
-])
-def test_bad_files_are_one_line_errors_and_store_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                         content: str, needle: str) -> None:
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        ("{not json", "not JSON"),
+        ('{"benchmarks": 3}', "benchmarks: not a pytest-benchmark file"),
+        (
+            '{"benchmarks": [{"name": "t", "stats": {"median": "fast", "mean": 1}}]}',
+            "benchmarks[0].stats.median",
+        ),
+        (
+            '{"benchmarks": [{"name": "t", "stats": {"median": 1, "mean": 1, "data": [1, null]}}]}',
+            "benchmarks[0].stats.data",
+        ),
+        ('{"benchmarks": [{"stats": {}}]}', "benchmarks[0].fullname"),
+    ],
+)
+def test_bad_files_are_one_line_errors_and_store_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, needle: str
+) -> None:
     good = tmp_path / "good.json"
     good.write_text(json.dumps(pytest_benchmark_doc(0.001, data=True)))
     bad = tmp_path / "bad.json"

@@ -24,7 +24,10 @@ def test_local_exists_without_a_lab_folder(tmp_path: Path) -> None:
 
 
 def test_full_descriptor_is_parsed(tmp_path: Path) -> None:
-    write(tmp_path, "pixel8", """
+    write(
+        tmp_path,
+        "pixel8",
+        """
 name = "pixel8"
 transport = "adb"
 serial = "37281FDJH000XY"
@@ -40,7 +43,8 @@ cpu_clusters = { little = [0,1,2,3], mid = [4,5,6], big = [7] }
 sysfs_root = "/"
 thermal_zones = "auto"
 power = { current = "/sys/class/power_supply/battery/current_now", voltage = "/sys/class/power_supply/battery/voltage_now" }
-""")
+""",
+    )
     dev = load_lab(tmp_path).get("pixel8")
     assert dev.serial == "37281FDJH000XY" and dev.timeout_s == 120.0
     assert dev.spec.peak_tops == {"fp32": 1.2, "fp16": 2.4, "int8": 27.0}

@@ -25,7 +25,7 @@ def alive(pid: int) -> bool:
 
 
 def test_run_returns_exit_code_and_output() -> None:
-    res = LocalTransport().run(["sh", "-c", 'echo out; echo err >&2; exit 3'], timeout=10)
+    res = LocalTransport().run(["sh", "-c", "echo out; echo err >&2; exit 3"], timeout=10)
     assert (res.returncode, res.stdout, res.stderr) == (3, "out\n", "err\n")
     assert LocalTransport().run(["no-such-binary-xyz"], timeout=10).returncode == 127
 
@@ -47,8 +47,10 @@ def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
 
 def test_child_dies_with_a_killed_caller(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
-    code = ("import sys; from edgebench.transports.local import LocalTransport\n"
-            f"LocalTransport().run(['sh', '-c', 'echo $$ > {pidfile}; exec sleep 60'], timeout=120)\n")
+    code = (
+        "import sys; from edgebench.transports.local import LocalTransport\n"
+        f"LocalTransport().run(['sh', '-c', 'echo $$ > {pidfile}; exec sleep 60'], timeout=120)\n"
+    )
     caller = subprocess.Popen([sys.executable, "-c", code])
     deadline = time.monotonic() + 20
     while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:

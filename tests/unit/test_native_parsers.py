@@ -78,15 +78,26 @@ def test_mnn_benchmark_load_error() -> None:
 
 
 def test_argv_maps_options_onto_flags() -> None:
-    opts = NativeOptions(threads=2, warmup=3, runs=40, min_seconds=2, delegate="nnapi", precision="fp16",
-                         profile=True)
+    opts = NativeOptions(
+        threads=2, warmup=3, runs=40, min_seconds=2, delegate="nnapi", precision="fp16", profile=True
+    )
     tfl = TfliteBenchmarkModel().argv("/bin/bm", "/m.tflite", opts)
-    assert {"--graph=/m.tflite", "--num_threads=2", "--warmup_runs=3", "--num_runs=40", "--min_secs=2",
-            "--use_nnapi=true", "--allow_fp16=true", "--enable_op_profiling=true"} <= set(tfl)
+    assert {
+        "--graph=/m.tflite",
+        "--num_threads=2",
+        "--warmup_runs=3",
+        "--num_runs=40",
+        "--min_secs=2",
+        "--use_nnapi=true",
+        "--allow_fp16=true",
+        "--enable_op_profiling=true",
+    } <= set(tfl)
     ort = OrtPerfTest().argv("/bin/pt", "/m.onnx", NativeOptions(threads=2, runs=40, delegate="qnn"))
-    assert ort[-1] == "/m.onnx" and ["-x", "2"] == ort[ort.index("-x"):ort.index("-x") + 2]
+    assert ort[-1] == "/m.onnx" and ["-x", "2"] == ort[ort.index("-x") : ort.index("-x") + 2]
     assert "qnn" in ort and "-s" in ort
-    mnn = MnnBenchmark().argv("/bin/b.out", "/dir", NativeOptions(threads=2, runs=40, warmup=3, delegate="opencl"))
+    mnn = MnnBenchmark().argv(
+        "/bin/b.out", "/dir", NativeOptions(threads=2, runs=40, warmup=3, delegate="opencl")
+    )
     assert mnn == ["/bin/b.out", "/dir", "40", "3", "3", "2", "2"]
     with pytest.raises(NativeToolError):
         TfliteBenchmarkModel().argv("/bin/bm", "/m", NativeOptions(delegate="warp-drive"))

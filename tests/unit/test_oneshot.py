@@ -15,7 +15,9 @@ from edgebench.store import Store
 
 
 def test_unreachable_device_marks_the_run_failed(tmp_path: Path) -> None:
-    spec = dataclasses.replace(builtin_local(), python=str(tmp_path / "no-python"), workdir=str(tmp_path / "w"))
+    spec = dataclasses.replace(
+        builtin_local(), python=str(tmp_path / "no-python"), workdir=str(tmp_path / "w")
+    )
     with pytest.raises(LabError, match="interpreter"):
         run_now(spec, [Job("local", "bench")], tmp_path / "s.db", "bench")
     with Store(tmp_path / "s.db") as st:

@@ -36,9 +36,18 @@ def spec(tmp_path: Path, **kw) -> DeviceSpec:  # type: ignore[no-untyped-def]
     known = tmp_path / "known_hosts"
     if not known.exists():
         known.write_text("")
-    base = {"name": "b1", "transport": "ssh", "workdir": "/tmp/x", "python": "python3", "host": "127.0.0.1",
-            "port": 1, "user": "lab", "known_hosts": str(known), "connect_timeout_s": 1.0,
-            "source": str(tmp_path / "b1.toml")}
+    base = {
+        "name": "b1",
+        "transport": "ssh",
+        "workdir": "/tmp/x",
+        "python": "python3",
+        "host": "127.0.0.1",
+        "port": 1,
+        "user": "lab",
+        "known_hosts": str(known),
+        "connect_timeout_s": 1.0,
+        "source": str(tmp_path / "b1.toml"),
+    }
     base.update(kw)
     return DeviceSpec(**base)
 
@@ -61,8 +70,9 @@ def test_wrapper_reports_its_pid_and_execs_argv_verbatim() -> None:
 
 
 def test_kill_tree_kills_the_command_and_its_descendants() -> None:
-    proc = subprocess.Popen(["sh", "-c", "sleep 60 & (sleep 60 & sleep 60; true) & sleep 60; true"],
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        ["sh", "-c", "sleep 60 & (sleep 60 & sleep 60; true) & sleep 60; true"], start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 10
         while len(psutil.Process(proc.pid).children(recursive=True)) < 4 and time.monotonic() < deadline:
@@ -83,8 +93,9 @@ def test_known_hosts_line_and_fingerprint_match_openssh(tmp_path: Path) -> None:
     key = paramiko.Ed25519Key.from_private_key_file(str(tmp_path / "k"))
     assert known_hosts_line("10.0.0.5", 22, key) == f"10.0.0.5 ssh-ed25519 {key.get_base64()}"
     assert known_hosts_line("10.0.0.5", 2222, key).startswith("[10.0.0.5]:2222 ssh-ed25519 ")
-    out = subprocess.run(["ssh-keygen", "-lf", str(tmp_path / "k.pub")], capture_output=True, text=True,
-                         timeout=30)
+    out = subprocess.run(
+        ["ssh-keygen", "-lf", str(tmp_path / "k.pub")], capture_output=True, text=True, timeout=30
+    )
     if out.returncode == 0:
         assert fingerprint(key) == out.stdout.split()[1]
     assert fingerprint(key).startswith("SHA256:") and "=" not in fingerprint(key)
@@ -112,15 +123,18 @@ def test_missing_known_hosts_is_refused_before_connecting(tmp_path: Path) -> Non
         assert needle in str(err.value)
 
 
-def test_key_problems_are_config_errors_that_never_show_the_key(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_key_problems_are_config_errors_that_never_show_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(PASSPHRASE_ENV, raising=False)
     with pytest.raises(ConfigError, match="not found"):
         SshTransport(spec(tmp_path, key=str(tmp_path / "nokey")))
     garbage = tmp_path / "garbage"
-    garbage.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n"
-                       "c2VjcmV0LW1hdGVyaWFsLXRoYXQtbXVzdC1ub3QtbGVhaw==\n"
-                       "-----END OPENSSH PRIVATE KEY-----\n")
+    garbage.write_text(
+        "-----BEGIN OPENSSH PRIVATE KEY-----\n"
+        "c2VjcmV0LW1hdGVyaWFsLXRoYXQtbXVzdC1ub3QtbGVhaw==\n"
+        "-----END OPENSSH PRIVATE KEY-----\n"
+    )
     with pytest.raises(ConfigError) as err:
         SshTransport(spec(tmp_path, key=str(garbage)))
     assert "c2VjcmV0" not in str(err.value) and "not a private key" in str(err.value)
@@ -174,8 +188,18 @@ def test_facts_script_on_a_fake_sysfs(tmp_path: Path) -> None:
     (root / "sys/devices/system/cpu/cpu0/cpufreq").mkdir(parents=True)
     (root / "sys/class/power_supply/battery").mkdir(parents=True)
     (root / "sys/class/power_supply/battery/current_now").write_text("-1000\n")
-    res = LocalTransport().run(["sh", "-c", FACTS_SCRIPT, "sh", f"{root}/",
-                                "/sys/class/power_supply/battery/current_now", "/sys/absent"], timeout=30)
+    res = LocalTransport().run(
+        [
+            "sh",
+            "-c",
+            FACTS_SCRIPT,
+            "sh",
+            f"{root}/",
+            "/sys/class/power_supply/battery/current_now",
+            "/sys/absent",
+        ],
+        timeout=30,
+    )
     facts = parse_facts(res.stdout)
     assert facts["sensors"] == {"thermal_zones": 2, "cpufreq": 1, "power_supply": 1, "hwmon": 0}
     assert facts["files"] == {"/sys/class/power_supply/battery/current_now": True, "/sys/absent": False}
@@ -183,14 +207,29 @@ def test_facts_script_on_a_fake_sysfs(tmp_path: Path) -> None:
 
 
 def test_check_rows_and_failures() -> None:
-    ok = DeviceCheck("a", "ssh", reachable=True, usable=True, arch="aarch64", cores=8, memory_mb=7812.5,
-                     kernel="Linux 6.1", python="3.11.2", runtimes={"onnxruntime": "1.17.0"},
-                     sensors={"thermal_zones": 3})
+    ok = DeviceCheck(
+        "a",
+        "ssh",
+        reachable=True,
+        usable=True,
+        arch="aarch64",
+        cores=8,
+        memory_mb=7812.5,
+        kernel="Linux 6.1",
+        python="3.11.2",
+        runtimes={"onnxruntime": "1.17.0"},
+        sensors={"thermal_zones": 3},
+    )
     down = DeviceCheck("b", "ssh", error="cannot connect to lab@10.0.0.9:22: connection refused")
     broken = DeviceCheck("c", "adb", reachable=True, error="interpreter 'python3' not found")
     rows = check_rows([ok, down, broken])
-    assert rows[0] == ["a (ssh)", "ok", "aarch64, 8 cores, 7812 MB, Linux 6.1", "py 3.11.2, ort 1.17.0",
-                       "thermal 3"]
+    assert rows[0] == [
+        "a (ssh)",
+        "ok",
+        "aarch64, 8 cores, 7812 MB, Linux 6.1",
+        "py 3.11.2, ort 1.17.0",
+        "thermal 3",
+    ]
     assert rows[1][1] == "unreachable: cannot connect to lab@10.0.0.9:22: connection refused"
     assert rows[2][1].startswith("not usable: interpreter")
     assert failed([ok, down, broken]) == [down, broken]

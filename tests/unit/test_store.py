@@ -18,8 +18,12 @@ def outcome(run_id: str, ok: bool = True, threads: int = 1) -> JobOutcome:
     ctx = RecordContext(run_id, "local", "bench", "mlp", "onnxruntime", {"threads": threads})
     if not ok:
         return JobOutcome(job, "error", error="device vanished", error_kind="lab")
-    return JobOutcome(job, "ok", [ctx.record("latency_ms", 1.5, "ms", stat="p50")],
-                      [ctx.samples("latency_ms", "ms", [1.4, 1.5, 1.6])])
+    return JobOutcome(
+        job,
+        "ok",
+        [ctx.record("latency_ms", 1.5, "ms", stat="p50")],
+        [ctx.samples("latency_ms", "ms", [1.4, 1.5, 1.6])],
+    )
 
 
 def test_round_trip_records_and_samples(tmp_path: Path) -> None:

@@ -18,8 +18,12 @@ from edgebench.suite import check_devices, load_suite, plan
 
 def tiny_model(path: Path) -> Path:
     node = helper.make_node("Relu", ["x"], ["y"])
-    graph = helper.make_graph([node], "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    graph = helper.make_graph(
+        [node],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -102,10 +106,13 @@ def test_job_keys_are_stable_across_loads_and_processes(suite_dir: Path) -> None
     path = write(suite_dir, FULL)
     keys = [j.key for j in plan(load_suite(path))]
     assert keys == [j.key for j in plan(load_suite(path))]
-    code = ("import sys; from edgebench.suite import load_suite, plan; "
-            "print('\\n'.join(j.key for j in plan(load_suite(sys.argv[1]))))")
-    other = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
-                           check=True)
+    code = (
+        "import sys; from edgebench.suite import load_suite, plan; "
+        "print('\\n'.join(j.key for j in plan(load_suite(sys.argv[1]))))"
+    )
+    other = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
+    )
     assert other.stdout.split() == keys
     # A CLI --timeout bounds the calls but does not make different jobs.
     assert [j.key for j in plan(load_suite(path), timeout_s=5)] == keys
@@ -115,7 +122,9 @@ def test_model_free_probes_run_once_per_device(suite_dir: Path, monkeypatch: pyt
     from edgebench import probes
 
     monkeypatch.setitem(probes.PROBES, "bandwidth", "bandwidth:run_bandwidth")
-    path = write(suite_dir, """
+    path = write(
+        suite_dir,
+        """
         devices = ["local", "board"]
         models = ["models/enc.onnx", "models/enc-int8.onnx"]
         [[probe]]
@@ -123,62 +132,82 @@ def test_model_free_probes_run_once_per_device(suite_dir: Path, monkeypatch: pyt
         [[probe]]
         kind = "bench"
         params = { threads = [1, 2] }
-    """)
+    """,
+    )
     jobs = plan(load_suite(path))
     bandwidth = [j for j in jobs if j.probe == "bandwidth"]
-    assert [(j.device, j.model, j.runtime) for j in bandwidth] == [("local", None, None),
-                                                                   ("board", None, None)]
+    assert [(j.device, j.model, j.runtime) for j in bandwidth] == [
+        ("local", None, None),
+        ("board", None, None),
+    ]
     assert len([j for j in jobs if j.probe == "bench"]) == 2 * 2 * 2
 
 
 def test_builtin_models_and_mnn_files_pick_their_runtime(suite_dir: Path) -> None:
     (suite_dir / "net.mnn").write_bytes(b"\x00mnn")
-    path = write(suite_dir, """
+    path = write(
+        suite_dir,
+        """
         devices = ["local"]
         models = ["builtin:mlp", "net.mnn"]
         [[probe]]
         kind = "bench"
-    """)
+    """,
+    )
     suite = load_suite(path)
     assert [m.name for m in suite.models] == ["mlp", "net"]
     assert {(j.model.name, j.runtime) for j in plan(suite)} == {("mlp", "onnxruntime"), ("net", "mnn")}
 
 
-@pytest.mark.parametrize(("body", "where"), [
-    (HEAD + 'reps = 3\n' + BENCH, "reps: unknown key"),
-    (HEAD + BENCH + 'param = {}\n',
-     "probe[0].param: unknown key"),
-    (HEAD + '[[probe]]\nkind = "benchh"\n',
-     "probe[0].kind: unknown probe 'benchh'"),
-    ('devices = ["local"]\nmodels = ["models/gone.onnx"]\n[[probe]]\nkind = "bench"\n',
-     "models[0]: models/gone.onnx: model file not found"),
-    (HEAD + BENCH + '[budget]\nlatency_ms = 3\n',
-     "budget.latency_ms: unknown budget"),
-    (HEAD + BENCH + '[budget]\npower_mw = 3\n', "budget.power_mw: unknown budget"),
-    (HEAD + BENCH + '[[gate]]\nmetric = "latency_ms"\n',
-     "gate[0]: give max_slowdown, max_increase or max_drop"),
-    (HEAD + BENCH + '[[gate]]\nmetric = "cosine"\nmax_drop = "150%"\n',
-     "gate[0].max_drop: a drop must be below"),
-    (HEAD + BENCH + '[[gate]]\nmetric = "latency_ms"\nmax_slowdown = "five"\n',
-     "gate[0].max_slowdown: expected a percentage"),
-    (HEAD + BENCH + '[policy]\nretry = 3\n',
-     "policy.retry: unknown key"),
-    (HEAD + BENCH + 'params = {threads = []}\n',
-     "probe[0].params.threads: an empty list gives no jobs"),
-    (HEAD + BENCH + 'params = {runtime = "tflite"}\n', "probe[0].params.runtime: unknown runtime 'tflite'"),
-    (HEAD + BENCH + 'models = ["nope"]\n',
-     "probe[0].models[0]: not a model of this suite: 'nope'"),
-    (HEAD + BENCH + 'devices = ["rpi"]\n',
-     "probe[0].devices[0]: 'rpi' is not one of the suite's devices"),
-    ('devices = ["local"]\nmodels = ["models/enc.onnx", "models/enc.onnx"]\n[[probe]]\nkind = "bench"\n',
-     "models[1]: model name 'enc' is used twice"),
-    ('devices = ["local"]\n[[probe]]\nkind = "bench"\n', "probe[0].kind: probe 'bench' needs models"),
-    (HEAD, "probe: a suite needs at least one"),
-    ('devices = "local"\n', "devices: expected list"),
-    ('devices = ["local"\n', "malformed TOML"),
-    (HEAD + '[[probe]]\nkind = "accuracy"\n'
-     'params = {refrence = "x.onnx"}\n', "probe[0].params.refrence: unknown param"),
-])
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        (HEAD + "reps = 3\n" + BENCH, "reps: unknown key"),
+        (HEAD + BENCH + "param = {}\n", "probe[0].param: unknown key"),
+        (HEAD + '[[probe]]\nkind = "benchh"\n', "probe[0].kind: unknown probe 'benchh'"),
+        (
+            'devices = ["local"]\nmodels = ["models/gone.onnx"]\n[[probe]]\nkind = "bench"\n',
+            "models[0]: models/gone.onnx: model file not found",
+        ),
+        (HEAD + BENCH + "[budget]\nlatency_ms = 3\n", "budget.latency_ms: unknown budget"),
+        (HEAD + BENCH + "[budget]\npower_mw = 3\n", "budget.power_mw: unknown budget"),
+        (
+            HEAD + BENCH + '[[gate]]\nmetric = "latency_ms"\n',
+            "gate[0]: give max_slowdown, max_increase or max_drop",
+        ),
+        (
+            HEAD + BENCH + '[[gate]]\nmetric = "cosine"\nmax_drop = "150%"\n',
+            "gate[0].max_drop: a drop must be below",
+        ),
+        (
+            HEAD + BENCH + '[[gate]]\nmetric = "latency_ms"\nmax_slowdown = "five"\n',
+            "gate[0].max_slowdown: expected a percentage",
+        ),
+        (HEAD + BENCH + "[policy]\nretry = 3\n", "policy.retry: unknown key"),
+        (HEAD + BENCH + "params = {threads = []}\n", "probe[0].params.threads: an empty list gives no jobs"),
+        (
+            HEAD + BENCH + 'params = {runtime = "tflite"}\n',
+            "probe[0].params.runtime: unknown runtime 'tflite'",
+        ),
+        (HEAD + BENCH + 'models = ["nope"]\n', "probe[0].models[0]: not a model of this suite: 'nope'"),
+        (
+            HEAD + BENCH + 'devices = ["rpi"]\n',
+            "probe[0].devices[0]: 'rpi' is not one of the suite's devices",
+        ),
+        (
+            'devices = ["local"]\nmodels = ["models/enc.onnx", "models/enc.onnx"]\n[[probe]]\nkind = "bench"\n',
+            "models[1]: model name 'enc' is used twice",
+        ),
+        ('devices = ["local"]\n[[probe]]\nkind = "bench"\n', "probe[0].kind: probe 'bench' needs models"),
+        (HEAD, "probe: a suite needs at least one"),
+        ('devices = "local"\n', "devices: expected list"),
+        ('devices = ["local"\n', "malformed TOML"),
+        (
+            HEAD + '[[probe]]\nkind = "accuracy"\nparams = {refrence = "x.onnx"}\n',
+            "probe[0].params.refrence: unknown param",
+        ),
+    ],
+)
 def test_bad_suites_name_the_file_and_key(suite_dir: Path, body: str, where: str) -> None:
     path = write(suite_dir, body)
     with pytest.raises(ConfigError) as err:
@@ -195,8 +224,9 @@ def test_unknown_device_is_named_with_its_position(suite_dir: Path) -> None:
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "edgebench", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "edgebench", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_run_refuses_bad_suites_with_exit_2_one_line_and_keeps_the_store(suite_dir: Path) -> None:
@@ -206,15 +236,23 @@ def test_run_refuses_bad_suites_with_exit_2_one_line_and_keeps_the_store(suite_d
     with Store(store) as st:  # something already stored must survive a bad invocation
         st.import_records("earlier", [])
     cases = {
-        "unknown-key.toml": HEAD + 'repeat = 2\n' + BENCH,
+        "unknown-key.toml": HEAD + "repeat = 2\n" + BENCH,
         "unknown-device.toml": 'devices = ["nowhere"]\nmodels = ["models/enc.onnx"]\n' + BENCH,
         "missing-model.toml": 'devices = ["local"]\nmodels = ["models/none.onnx"]\n' + BENCH,
-        "malformed.toml": 'devices = [local]\n',
+        "malformed.toml": "devices = [local]\n",
     }
     for name, body in cases.items():
         path = write(suite_dir, body, name)
-        res = run_cli("run", str(path), "--store", str(store), "--lab", str(suite_dir / "devices"), "--json",
-                      cwd=suite_dir)
+        res = run_cli(
+            "run",
+            str(path),
+            "--store",
+            str(store),
+            "--lab",
+            str(suite_dir / "devices"),
+            "--json",
+            cwd=suite_dir,
+        )
         assert res.returncode == 2, (name, res.stderr)
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("edgebench: error: ") and name in lines[0], res.stderr
@@ -256,14 +294,17 @@ def test_probe_modules_check_their_param_values_at_load(suite_dir: Path) -> None
 
 
 def test_a_reference_param_may_name_a_suite_model(suite_dir: Path) -> None:
-    path = write(suite_dir, """
+    path = write(
+        suite_dir,
+        """
         devices = ["local"]
         models = [{name = "fp32", path = "models/enc.onnx"}, {name = "int8", path = "models/enc-int8.onnx"}]
         [[probe]]
         kind = "accuracy"
         models = ["int8"]
         params = { reference = "fp32" }
-    """)
+    """,
+    )
     [job] = plan(load_suite(path))
     assert job.model.name == "int8"
     assert job.params["reference"] == str((suite_dir / "models" / "enc.onnx").resolve())

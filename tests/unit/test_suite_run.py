@@ -47,8 +47,14 @@ def failed(job: Job, exc: Exception) -> JobOutcome:
 class FakeSession:
     """Answers each job from a script: an exception -> an error outcome, else ok."""
 
-    def __init__(self, device: str, script: dict[int, Exception] | None = None, *,
-                 unreachable: Exception | None = None, delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        device: str,
+        script: dict[int, Exception] | None = None,
+        *,
+        unreachable: Exception | None = None,
+        delay: float = 0.0,
+    ) -> None:
         self.device = device
         self.script = script or {}
         self.unreachable = unreachable
@@ -74,8 +80,9 @@ class FakeSession:
         self.closed = True
 
 
-def run(tmp_path: Path, sessions: dict[str, FakeSession], jobs: list[Job],
-        done: set[str] | None = None) -> tuple[RunResult, Store]:
+def run(
+    tmp_path: Path, sessions: dict[str, FakeSession], jobs: list[Job], done: set[str] | None = None
+) -> tuple[RunResult, Store]:
     store = Store(tmp_path / "s.db")
     store.begin_run("r", "suite", {})
     summaries, outcomes = run_plan("r", jobs, sessions.__getitem__, store, POLICY, done_keys=done or set())
@@ -171,8 +178,9 @@ class FakeDevice:
         return {"kernel": "test"}
 
 
-def session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, errors: list[Exception],
-            connects: list[FakeDevice]) -> tuple[LocalSession, Script]:
+def session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, errors: list[Exception], connects: list[FakeDevice]
+) -> tuple[LocalSession, Script]:
     script = Script(errors)
     monkeypatch.setattr(orchestrate, "execute_job", script)
 
@@ -180,14 +188,16 @@ def session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, errors: list[Except
         connects.append(FakeDevice())
         return connects[-1]
 
-    s = LocalSession(builtin_local(), "r", POLICY, lock_dir=tmp_path / "locks", sleep=lambda s: None,
-                     connect=connect)  # type: ignore[arg-type]
+    s = LocalSession(
+        builtin_local(), "r", POLICY, lock_dir=tmp_path / "locks", sleep=lambda s: None, connect=connect
+    )  # type: ignore[arg-type]
     s.prepare(lambda state, detail: None)
     return s, script
 
 
-def test_transport_errors_are_retried_on_a_fresh_connection(tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_transport_errors_are_retried_on_a_fresh_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     connects: list[FakeDevice] = []
     s, script = session(tmp_path, monkeypatch, [TransportError("reset"), TransportError("reset")], connects)
     try:
@@ -199,15 +209,19 @@ def test_transport_errors_are_retried_on_a_fresh_connection(tmp_path: Path,
     assert any("succeeded after 2 transport error(s)" in w for w in outcome.warnings)
 
 
-@pytest.mark.parametrize("exc", [
-    MeasurementError("numbers are off"),
-    CommandTimeout(["python3"], 5.0),
-    CommandError(["python3"], 1, "", "boom"),
-    HostKeyError("changed host key"),
-    LabError("interpreter not found"),
-])
-def test_other_failures_are_not_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                        exc: Exception) -> None:
+@pytest.mark.parametrize(
+    "exc",
+    [
+        MeasurementError("numbers are off"),
+        CommandTimeout(["python3"], 5.0),
+        CommandError(["python3"], 1, "", "boom"),
+        HostKeyError("changed host key"),
+        LabError("interpreter not found"),
+    ],
+)
+def test_other_failures_are_not_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exc: Exception
+) -> None:
     s, script = session(tmp_path, monkeypatch, [exc], [])
     try:
         outcome = s.run(Job("local", "bench", params={"i": 0}), first=True)
@@ -237,8 +251,9 @@ def test_health_check_retries_then_reports_unreachable(tmp_path: Path) -> None:
         attempts.append(1)
         raise TransportError("connection refused", device="local")
 
-    s = LocalSession(builtin_local(), "r", POLICY, lock_dir=tmp_path / "locks", sleep=lambda s: None,
-                     connect=connect)
+    s = LocalSession(
+        builtin_local(), "r", POLICY, lock_dir=tmp_path / "locks", sleep=lambda s: None, connect=connect
+    )
     with pytest.raises(TransportError, match="connection refused"):
         s.prepare(lambda state, detail: None)
     s.close()
@@ -308,16 +323,25 @@ def test_the_guard_is_used_only_on_devices_with_thermal_zones(monkeypatch: pytes
     assert orchestrate.cooldown_guard(native, POLICY) is None  # sensors live in the Python agent
 
 
-def test_the_guard_waits_between_jobs_and_reuses_idle_readings(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_guard_waits_between_jobs_and_reuses_idle_readings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake = FakeCooldown("cpu-thermal", waited_s=12.5)
-    monkeypatch.setattr(orchestrate, "cooldown_guard",
-                        lambda device, policy: orchestrate.AgentCooldownGuard(device, fake, 300.0))
+    monkeypatch.setattr(
+        orchestrate,
+        "cooldown_guard",
+        lambda device, policy: orchestrate.AgentCooldownGuard(device, fake, 300.0),
+    )
     connects: list[FakeDevice] = []
     script = Script([])
     monkeypatch.setattr(orchestrate, "execute_job", script)
-    s = LocalSession(builtin_local(), "r", replace(POLICY, cooldown=True), lock_dir=tmp_path / "locks",
-                     connect=lambda spec: connects.append(FakeDevice()) or connects[-1])  # type: ignore[arg-type]
+    s = LocalSession(
+        builtin_local(),
+        "r",
+        replace(POLICY, cooldown=True),
+        lock_dir=tmp_path / "locks",
+        connect=lambda spec: connects.append(FakeDevice()) or connects[-1],
+    )  # type: ignore[arg-type]
     ready = s.prepare(lambda state, detail: None)
     try:
         outcomes = [s.run(Job("local", "bench", params={"i": i}), first=(i == 0)) for i in range(3)]

@@ -40,9 +40,14 @@ def constant(output: str, shape: tuple[int, ...]) -> onnx.NodeProto:
 def branch(name: str, weight_name: str) -> onnx.GraphProto:
     """A subgraph whose MatMul weight is a Constant node defined inside it (as exporters inline them)."""
     return helper.make_graph(
-        [constant(weight_name, (8, 8)),
-         helper.make_node("MatMul", ["h", weight_name], [f"{name}_out"], name=f"{name}/mm")],
-        name, [], [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, [1, 8])])
+        [
+            constant(weight_name, (8, 8)),
+            helper.make_node("MatMul", ["h", weight_name], [f"{name}_out"], name=f"{name}/mm"),
+        ],
+        name,
+        [],
+        [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, [1, 8])],
+    )
 
 
 def zoo_model() -> onnx.ModelProto:
@@ -60,20 +65,34 @@ def zoo_model() -> onnx.ModelProto:
         n("MatMul", ["h0", "shared.w"], ["h1"], name="shared_a"),
         n("MatMul", ["h1", "shared.w"], ["h"], name="shared_b"),
         n("MatMul", ["left.w", "col"], ["lc"], name="left_mm"),
-        n("If", ["flag"], ["branch_out"], name="gate",
-          then_branch=branch("then", "branch.w"), else_branch=branch("else", "branch.w")),
+        n(
+            "If",
+            ["flag"],
+            ["branch_out"],
+            name="gate",
+            then_branch=branch("then", "branch.w"),
+            else_branch=branch("else", "branch.w"),
+        ),
         n("ReduceSum", ["lc"], ["lcs"], name="lc_sum", keepdims=0),
         n("Mul", ["branch_out", "lcs"], ["y"], name="out"),
     ]
     graph = helper.make_graph(
-        nodes, "zoo",
-        [helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 2, 4, 4]),
-         helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 3]),
-         helper.make_tensor_value_info("col", TensorProto.FLOAT, [5, 1]),
-         helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+        nodes,
+        "zoo",
+        [
+            helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 2, 4, 4]),
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 3]),
+            helper.make_tensor_value_info("col", TensorProto.FLOAT, [5, 1]),
+            helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+        ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
-        [tensor("conv.w", (4, 2, 3, 3)), tensor("emb.table", (10, 8)), tensor("shared.w", (8, 8)),
-         tensor("left.w", (3, 5))])
+        [
+            tensor("conv.w", (4, 2, 3, 3)),
+            tensor("emb.table", (10, 8)),
+            tensor("shared.w", (8, 8)),
+            tensor("left.w", (3, 5)),
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 7
     onnx.checker.check_model(model)
@@ -81,9 +100,12 @@ def zoo_model() -> onnx.ModelProto:
 
 
 def feeds() -> dict[str, np.ndarray]:
-    return {"img": RNG.standard_normal((1, 2, 4, 4)).astype(np.float32),
-            "ids": np.array([[1, 4, 9]], dtype=np.int64),
-            "col": RNG.standard_normal((5, 1)).astype(np.float32), "flag": np.array(True)}
+    return {
+        "img": RNG.standard_normal((1, 2, 4, 4)).astype(np.float32),
+        "ids": np.array([[1, 4, 9]], dtype=np.int64),
+        "col": RNG.standard_normal((5, 1)).astype(np.float32),
+        "flag": np.array(True),
+    }
 
 
 def run(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> np.ndarray:
@@ -125,8 +147,9 @@ def test_overridable_model_computes_the_same_and_each_weight_can_be_replaced() -
             np.testing.assert_allclose(out, reference, rtol=1e-6)
         else:
             assert not np.allclose(out, reference), layer.node
-    np.testing.assert_array_equal(weight_array(overridable, layers[0]), numpy_helper.to_array(
-        model.graph.initializer[0]))
+    np.testing.assert_array_equal(
+        weight_array(overridable, layers[0]), numpy_helper.to_array(model.graph.initializer[0])
+    )
 
 
 @pytest.mark.parametrize("bits", [8, 4])
@@ -249,8 +272,9 @@ def test_a_variant_that_cannot_be_made_is_an_entry_not_a_crash(tmp_path: Path) -
     """A model with a dynamic input and no --shape: MNN full int8 cannot be made, and says why."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g", [x], [y],
-                              [tensor("w", (16, 8))])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g", [x], [y], [tensor("w", (16, 8))]
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 7
     path = tmp_path / "m.onnx"
@@ -287,19 +311,30 @@ def test_recurrent_weights_and_weights_behind_identity() -> None:
     n = helper.make_node
     hidden = 4
     graph = helper.make_graph(
-        [n("LSTM", ["x", "W", "R"], ["", "h"], name="lstm", hidden_size=hidden),
-         n("Squeeze", ["h", "axes0"], ["h2"], name="squeeze"),
-         n("Identity", ["proj.w"], ["proj.w.alias"], name="alias"),
-         n("MatMul", ["h2", "proj.w.alias"], ["y"], name="proj")],
-        "rnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1, 5])],
+        [
+            n("LSTM", ["x", "W", "R"], ["", "h"], name="lstm", hidden_size=hidden),
+            n("Squeeze", ["h", "axes0"], ["h2"], name="squeeze"),
+            n("Identity", ["proj.w"], ["proj.w.alias"], name="alias"),
+            n("MatMul", ["h2", "proj.w.alias"], ["y"], name="proj"),
+        ],
+        "rnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1, 5])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
-        [tensor("W", (1, 4 * hidden, 5)), tensor("R", (1, 4 * hidden, hidden)), tensor("proj.w", (hidden, 2)),
-         numpy_helper.from_array(np.array([0], dtype=np.int64), "axes0")])
+        [
+            tensor("W", (1, 4 * hidden, 5)),
+            tensor("R", (1, 4 * hidden, hidden)),
+            tensor("proj.w", (hidden, 2)),
+            numpy_helper.from_array(np.array([0], dtype=np.int64), "axes0"),
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
     model.ir_version = 7
     layers = weight_layers(model)
     assert [(layer.node, layer.weight, layer.axis) for layer in layers] == [
-        ("lstm", "W", 1), ("lstm", "R", 1), ("proj", "proj.w", 1)]
+        ("lstm", "W", 1),
+        ("lstm", "R", 1),
+        ("proj", "proj.w", 1),
+    ]
     inputs = {"x": RNG.standard_normal((3, 1, 5)).astype(np.float32)}
     overridable, _ = overridable_weights(model)
     np.testing.assert_allclose(run(overridable, inputs), run(model, inputs), rtol=1e-6)

@@ -22,8 +22,14 @@ from edgebench.records import RecordContext
 
 
 def node(name: str, op: str, ts: float, dur: float) -> dict[str, Any]:
-    return {"cat": "Node", "name": f"{name}_kernel_time", "ts": ts, "dur": dur, "ph": "X",
-            "args": {"op_name": op, "provider": "CPUExecutionProvider"}}
+    return {
+        "cat": "Node",
+        "name": f"{name}_kernel_time",
+        "ts": ts,
+        "dur": dur,
+        "ph": "X",
+        "args": {"op_name": op, "provider": "CPUExecutionProvider"},
+    }
 
 
 def model_run(ts: float, dur: float) -> dict[str, Any]:
@@ -37,9 +43,14 @@ def trace(runs: int, warmup: int = 2, slow_run: int | None = None) -> list[dict[
     for i in range(warmup + runs):
         first = i < warmup
         conv = 500.0 if first else (100.0 + (4000.0 if i == slow_run else 0.0))
-        events += [model_run(t, 300 + conv), node("conv", "Conv", t + 1, conv),
-                   node("gate", "If", t + conv + 2, 60), node("add", "Add", t + conv + 5, 10),
-                   node("mul", "Mul", t + conv + 20, 20), node("relu", "Relu", t + conv + 70, 5)]
+        events += [
+            model_run(t, 300 + conv),
+            node("conv", "Conv", t + 1, conv),
+            node("gate", "If", t + conv + 2, 60),
+            node("add", "Add", t + conv + 5, 10),
+            node("mul", "Mul", t + conv + 20, 20),
+            node("relu", "Relu", t + conv + 70, 5),
+        ]
         t += 1000.0 + conv
     return events
 
@@ -90,9 +101,15 @@ def test_ort_overhead_from_the_calibration_chain() -> None:
 
 
 def test_mnn_profile_subtracts_one_callback_pair_per_call() -> None:
-    result = {"ops": [{"node": "conv", "op_type": "Convolution", "calls": 1.0},
-                      {"node": "cell", "op_type": "While", "calls": 3.0}],
-              "per_run_ms": [[0.105, 0.036]] * 6, "overhead_ms": 0.002, "runs": 6}
+    result = {
+        "ops": [
+            {"node": "conv", "op_type": "Convolution", "calls": 1.0},
+            {"node": "cell", "op_type": "While", "calls": 3.0},
+        ],
+        "per_run_ms": [[0.105, 0.036]] * 6,
+        "overhead_ms": 0.002,
+        "runs": 6,
+    }
     profile = mnn_profile(result)
     ms = {op.node: op.ms for op in profile.ops}
     assert ms == pytest.approx({"conv": 0.103, "cell": 0.030})
