@@ -20,6 +20,7 @@ from edgebench.errors import TransferError
 from edgebench.lab import DeviceSpec
 from edgebench.models import builtin_model
 from edgebench.testing.adblab import free_port
+from edgebench.testing.cli import edgebench
 from edgebench.testing.pytest_adb import AdbPhoneLab
 from edgebench.transports.adb import AdbTransport
 
@@ -28,17 +29,6 @@ pytestmark = pytest.mark.integration
 FAST = ["--runs", "10", "--min-seconds", "0", "--warmup", "0", "--timeout", "120"]
 # No "/" (it is a host folder name): the canaries land in the device HOME, /data/local/tmp.
 NASTY_DIR = "we ird;$(cd;touch pwned)`cd;touch pwned2`'q\" & cd;touch pwned3"
-
-
-def edgebench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "edgebench", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def records_by_metric(stdout: str) -> dict[tuple[str, str | None], float]:

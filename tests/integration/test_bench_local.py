@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,20 +12,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from edgebench.testing.cli import edgebench
+
 pytestmark = pytest.mark.integration
 
 FAST = ["--runs", "100", "--min-seconds", "0", "--warmup", "1"]
-
-
-def edgebench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "edgebench", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ},
-    )
 
 
 def small_dynamic_model(path: Path) -> Path:

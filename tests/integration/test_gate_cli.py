@@ -20,6 +20,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from edgebench.testing.cli import edgebench
+
 pytestmark = pytest.mark.integration
 
 BENCH = [
@@ -37,17 +39,6 @@ BENCH = [
     "10",
 ]
 ALLOW = ["--max-slowdown", "100%"]
-
-
-def edgebench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "edgebench", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ},
-    )
 
 
 def mlp(path: Path, width: int, layers: int, batch: int = 16) -> Path:

@@ -9,15 +9,13 @@ transport, the parsing into records and the error path — is real.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from importlib import resources
 from pathlib import Path
 
 import pytest
 
 from edgebench.testing.adblab import write_descriptor
+from edgebench.testing.cli import edgebench
 
 pytestmark = pytest.mark.integration
 
@@ -42,17 +40,6 @@ def stock_phone(adb_phone_factory, tmp_path: Path, runners: str, env: str = ""):
     lab = adb_phone_factory(name="stock", path="/system/bin")
     write_descriptor(lab.lab_dir, "stock", lab.phone, extra=f'agent = "native"\n{env}\n[runners]\n' + runners)
     return lab
-
-
-def edgebench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "edgebench", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**os.environ},
-    )
 
 
 def test_phone_has_no_python(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

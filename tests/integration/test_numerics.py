@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,23 +19,13 @@ import onnx
 import pytest
 
 from edgebench.models import build_mlp
+from edgebench.testing.cli import edgebench
 
 pytestmark = pytest.mark.integration
 
 DEVICES = ["local", "ssh_board", "adb_phone_module"]
 ONNX_INT8 = ("int8-dynamic", "int8-static")
 ALL_VARIANTS = ("fp16", "int8-dynamic", "int8-static", "mnn-fp32", "mnn-int8-weight", "mnn-int8")
-
-
-def edgebench(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "edgebench", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ},
-    )
 
 
 def records_of(res: subprocess.CompletedProcess[str]) -> list[dict]:

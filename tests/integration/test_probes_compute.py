@@ -4,9 +4,7 @@ through the real CLI process; bad input is one line and exit 2, and loses nothin
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,22 +15,12 @@ from edgebench.models import resolve_model
 from edgebench.oneshot import run_now
 from edgebench.records import RecordContext
 from edgebench.store import Store
+from edgebench.testing.cli import edgebench
 
 pytestmark = pytest.mark.integration
 
 QUICK_MATMUL = ["--threads", "1", "--sizes", "128", "--skinny", "1x256x256", "--trials", "2"]
 QUICK_BANDWIDTH = ["--array-mb", "16", "--trials", "2"]
-
-
-def edgebench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "edgebench", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ},
-    )
 
 
 def ok_json(res: subprocess.CompletedProcess[str]) -> dict:

@@ -7,29 +7,17 @@ Each device fixture is turned into (lab folder, device name); the body is the CL
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from edgebench.testing.cli import edgebench
 
 pytestmark = pytest.mark.integration
 
 DEVICES = ["local", "ssh_board", "adb_phone_module"]
 BENCH = ["--runs", "20", "--min-seconds", "0", "--warmup", "1", "--timeout", "120"]
-
-
-def edgebench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "edgebench", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ},
-    )
 
 
 @pytest.fixture(params=DEVICES)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -12,23 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from edgebench.testing.cli import edgebench
 from edgebench.testing.sshd import SshBoard
 
 pytestmark = pytest.mark.integration
 
 FAST = ["--runs", "20", "--min-seconds", "0", "--warmup", "1", "--timeout", "120"]
 PASSPHRASE = "correct horse battery staple 42"
-
-
-def edgebench(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "edgebench", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def secrets_of(board: SshBoard) -> list[str]:

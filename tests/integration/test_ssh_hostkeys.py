@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from edgebench.errors import HostKeyError
+from edgebench.testing.cli import edgebench
 from edgebench.testing.sshd import SshBoard
 from edgebench.transports.ssh import SshTransport
 
 pytestmark = pytest.mark.integration
-
-
-def edgebench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "edgebench", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ},
-    )
 
 
 def assert_one_line_lab_error(res: subprocess.CompletedProcess[str], *needles: str) -> str:

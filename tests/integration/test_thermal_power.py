@@ -21,23 +21,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from edgebench.testing.cli import edgebench
 from edgebench.testing.sysfs_sim import SysfsSim
 
 pytestmark = pytest.mark.integration
 
 MODEL = "builtin:convnet"
 IDLE_C = 35.0
-
-
-def edgebench(*args: object, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "edgebench", *map(str, args)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ},
-    )
 
 
 def board_tag() -> tuple[str, dict[str, str]]:
