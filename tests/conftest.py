@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from edgebench.testing.pytest_adb import *  # noqa: F401,F403
-from edgebench.testing.pytest_ssh import fresh_ssh_board, slow_ssh_board, ssh_board  # noqa: F401
+from edgebench.testing.pytest_ssh import (  # noqa: F401
+    fresh_ssh_board,
+    net_ssh_board,
+    slow_ssh_board,
+    ssh_board,
+)
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,8 @@ Enable them in a conftest.py with one line:
   `restart()`, `rotate_host_key()`); stopped after the test.
 - `slow_ssh_board` (session scope): a board whose sshd and sessions share a cgroup v1 CPU quota of half a
   CPU (a slower chip than `ssh_board`); skipped where cgroup v1 `cpu.cfs_quota_us` is not writable.
+- `net_ssh_board` (function scope): a board in its own network namespace, at its own address on port 22,
+  whose cable the test may pull (`unplug()` / `replug()`); skipped where network namespaces cannot be made.
 
 Without /usr/sbin/sshd the fixtures skip the test (and fail it when CI is set: CI must run them).
 """
@@ -23,9 +25,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from .netns import netns_supported
 from .sshd import SshBoard, cpu_quota_supported, sshd_available
 
-__all__ = ["ssh_board", "fresh_ssh_board", "slow_ssh_board", "require_sshd"]
+__all__ = ["ssh_board", "fresh_ssh_board", "slow_ssh_board", "net_ssh_board", "require_sshd"]
 
 
 def require_sshd() -> None:
@@ -71,3 +74,16 @@ def slow_ssh_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshBoar
         yield board
     finally:
         board.stop()
+
+
+@pytest.fixture
+def net_ssh_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshBoard]:
+    """A real ssh board behind its own network namespace and veth cable, for tests that unplug it."""
+    require_sshd()
+    if not netns_supported():
+        pytest.skip("network namespaces cannot be made here (needs root and iproute2)")
+    board = SshBoard(tmp_path_factory.mktemp("ssh-net"), "netboard", network=True).start()
+    try:
+        yield board
+    finally:
+        board.close()

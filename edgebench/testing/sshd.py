@@ -17,7 +17,9 @@ Faults: `kill()` SIGKILLs sshd and every session process (a board losing power);
 SIGSTOP / SIGCONT them (a hung board whose connections stay open and silent); `stop()` ends them
 politely; `restart()` brings the same board back on the same port; `rotate_host_key()` gives it a new
 host key (a reinstalled board). `cpu_quota=0.5` puts sshd and its sessions in a cgroup v1 CPU quota (a
-slower chip) when `/sys/fs/cgroup/cpu` is writable (`cpu_quota_supported()`).
+slower chip) when `/sys/fs/cgroup/cpu` is writable (`cpu_quota_supported()`). `network=True` runs sshd in
+a network namespace of its own (`edgebench.testing.netns`): the board listens on port 22 of its own
+address, and `unplug()` / `replug()` pull and reconnect its cable (`netns_supported()`).
 
 Pytest fixtures are in `edgebench.testing.pytest_ssh` (`ssh_board`, `fresh_ssh_board`, `slow_ssh_board`).
 """
@@ -35,6 +37,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from .netns import NetworkLink
 
 SSHD = "/usr/sbin/sshd"
 CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
@@ -98,7 +102,7 @@ def toml_value(value: Any) -> str:
 
 
 class SshBoard:
-    """A real sshd on 127.0.0.1 with its own keys, known_hosts and device descriptor (see module doc)."""
+    """A real sshd on 127.0.0.1 (or its own address) with its own keys, known_hosts and descriptor."""
 
     def __init__(
         self,
@@ -108,13 +112,16 @@ class SshBoard:
         cpu_quota: float | None = None,
         passphrase: str | None = None,
         user: str | None = None,
+        network: bool = False,
     ) -> None:
-        self.root = Path(root)
+        self.root = Path(root).absolute()  # sshd resolves its config from /, not from our cwd
         self.name = name
         self.cpu_quota = cpu_quota
         self.passphrase = passphrase
         self.user = user or getpass.getuser()
         self.port = 0
+        self.network = network
+        self.link: NetworkLink | None = None
         self.proc: subprocess.Popen | None = None
         self._cgroup: Path | None = None
         keys = self.root / "keys"
@@ -127,6 +134,11 @@ class SshBoard:
         self.lab_dir = self.root / "lab"
         self.workdir = self.root / "workdir"
         self.home = self.root / "home"
+
+    @property
+    def address(self) -> str:
+        """Where the board listens: loopback, or its own address behind the namespace's cable."""
+        return self.link.board_ip if self.link else "127.0.0.1"
 
     # ---- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> SshBoard:
@@ -142,8 +154,11 @@ class SshBoard:
             generate_key(self.host_key)
         if not self.client_key.exists():
             self.authorized_keys.write_text(generate_key(self.client_key, self.passphrase) + "\n")
+        if self.network and self.link is None:
+            self.link = NetworkLink.create()
+            self.port = 22  # its own address: the usual port, as on a real board
         for attempt in range(3):
-            if not self.port or attempt:
+            if not self.link and (not self.port or attempt):
                 self.port = free_port()
             self._write_config()
             if self._launch():
@@ -158,7 +173,7 @@ class SshBoard:
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege-separation directory
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [SSHD, "-D", "-e", "-f", str(self.config)],
+                [*(self.link.exec_prefix() if self.link else []), SSHD, "-D", "-e", "-f", str(self.config)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -183,7 +198,7 @@ class SshBoard:
 
     def _answers(self) -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1.0) as s:
+            with socket.create_connection((self.address, self.port), timeout=1.0) as s:
                 return s.recv(8).startswith(b"SSH-")
         except OSError:
             return False
@@ -235,6 +250,25 @@ class SshBoard:
         if not self._launch():
             raise RuntimeError(f"sshd did not restart on port {self.port}: {self.log_tail()}")
         return self
+
+    def unplug(self) -> None:
+        """Pull the board's network cable: its sessions go silent, new connections find no route."""
+        self._require_link().unplug()
+
+    def replug(self) -> None:
+        self._require_link().replug()
+
+    def _require_link(self) -> NetworkLink:
+        if self.link is None:
+            raise RuntimeError(f"board {self.name} is on loopback; start it with network=True to unplug it")
+        return self.link
+
+    def close(self) -> None:
+        """stop(), then delete the board's network namespace if it has one."""
+        self.stop()
+        if self.link is not None:
+            self.link.remove()
+            self.link = None
 
     def rotate_host_key(self) -> None:
         """Give the board a new host key (as a reinstall would); known_hosts keeps the old pin."""
@@ -290,7 +324,7 @@ class SshBoard:
     def _write_config(self) -> None:
         lines = [
             f"Port {self.port}",
-            "ListenAddress 127.0.0.1",
+            f"ListenAddress {self.address}",
             f"HostKey {self.host_key}",
             f"PidFile {self.root / 'sshd.pid'}",
             f"AuthorizedKeysFile {self.authorized_keys}",
@@ -316,7 +350,8 @@ class SshBoard:
     def host_key_line(self) -> str:
         """The known_hosts line pinning this board's current host key."""
         kind, data = Path(str(self.host_key) + ".pub").read_text().split()[:2]
-        return f"[127.0.0.1]:{self.port} {kind} {data}"
+        where = self.address if self.port == 22 else f"[{self.address}]:{self.port}"
+        return f"{where} {kind} {data}"
 
     def pin_host_key(self, known_hosts: Path | None = None) -> Path:
         path = known_hosts or self.known_hosts
@@ -328,7 +363,7 @@ class SshBoard:
         data: dict[str, Any] = {
             "name": self.name,
             "transport": "ssh",
-            "host": "127.0.0.1",
+            "host": self.address,
             "port": self.port,
             "user": self.user,
             "key": str(self.client_key),
@@ -370,15 +405,15 @@ class SshBoard:
         return self.client_key.read_text()
 
     def remove(self) -> None:
-        """Stop the board and delete its folder."""
-        self.stop()
+        """Stop the board, delete its network namespace and its folder."""
+        self.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> SshBoard:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self.close()
 
 
 def _wait_gone(procs: list[Any], timeout: float) -> None:

@@ -23,6 +23,7 @@ What this module guarantees (each point is a way paramiko setups have hurt labs)
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import logging
 import os
@@ -230,7 +231,7 @@ class SshTransport:
         elif isinstance(exc, socket.gaierror):
             why = f"unknown host ({exc.strerror or exc})"
         elif isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
-            why = "connection refused (is sshd running on that port?)"
+            why = _unreachable_reason(exc)
         elif isinstance(exc, OSError):
             why = _reason(exc)
         elif isinstance(exc, paramiko.SSHException | EOFError) and (
@@ -597,6 +598,16 @@ def _local_user() -> str:
     import getpass
 
     return getpass.getuser()
+
+
+def _unreachable_reason(exc: Any) -> str:
+    """paramiko folds every failed socket connect into one error; say which one it was."""
+    codes = {getattr(e, "errno", None) for e in exc.errors.values()}
+    if codes & {errno.EHOSTUNREACH, errno.ENETUNREACH}:
+        return "no route to host (is the board powered, cabled and on this network?)"
+    if codes <= {errno.ECONNREFUSED}:
+        return "connection refused (is sshd running on that port?)"
+    return "; ".join(sorted({_reason(e) for e in exc.errors.values()}))
 
 
 def _reason(exc: BaseException) -> str:
