@@ -164,6 +164,7 @@ class SshBoard:
             if self._launch():
                 break
         else:
+            self.close()  # no namespace left behind by a board that never came up
             raise RuntimeError(f"sshd did not start: {self.log_tail()}")
         self.pin_host_key()
         self.write_descriptor()
