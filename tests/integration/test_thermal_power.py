@@ -30,6 +30,19 @@ MODEL = "builtin:convnet"
 IDLE_C = 35.0
 
 
+PINNED = ("--threads", "1", "--affinity", "0")  # one inference thread, on CPU 0
+
+
+def probe_power(
+    lab: Path, duration: str, idle: str, *extra: object, cwd: Path, device: str = "board"
+) -> subprocess.CompletedProcess[str]:
+    """`edgebench probe power` of MODEL on a device of the test lab, idle phases of `idle` seconds."""
+    return edgebench(
+        "probe", "power", "--model", MODEL, "--device", device, "--lab", lab, "--duration", duration,
+        "--idle", idle, *extra, cwd=cwd,
+    )  # fmt: skip
+
+
 def board_tag() -> tuple[str, dict[str, str]]:
     """(--util-env value for the simulator, descriptor env) marking this board's agent processes."""
     value = uuid.uuid4().hex[:12]
@@ -164,28 +177,7 @@ def test_power_is_net_of_idle_and_energy_matches_latency(tmp_path: Path) -> None
     db = tmp_path / "results.db"
     with SysfsSim(tmp_path / "board", util_env=util_env, idle_ma=150.0, ma_per_util=1200.0) as sim:
         sim.write_descriptor(tmp_path / "lab", env=env)
-        res = edgebench(
-            "probe",
-            "power",
-            "--model",
-            MODEL,
-            "--device",
-            "board",
-            "--lab",
-            tmp_path / "lab",
-            "--threads",
-            "1",
-            "--affinity",
-            "0",
-            "--duration",
-            "6",
-            "--idle",
-            "3",
-            "--json",
-            "--store",
-            db,
-            cwd=tmp_path,
-        )
+        res = probe_power(tmp_path / "lab", "6", "3", *PINNED, "--store", db, "--json", cwd=tmp_path)
         expected = expected_net_mw(sim, db)
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
@@ -209,24 +201,15 @@ def test_power_refuses_a_charging_battery(tmp_path: Path, status: str | None, sa
     util_env, env = board_tag()
     with SysfsSim(tmp_path / "board", util_env=util_env, charging=True, status=status) as sim:
         sim.write_descriptor(tmp_path / "lab", env=env)
-        res = edgebench(
-            "probe",
-            "power",
-            "--model",
-            MODEL,
-            "--device",
-            "board",
-            "--lab",
+        res = probe_power(
             tmp_path / "lab",
+            "2",
+            "1.5",
             "--threads",
             "1",
-            "--duration",
-            "2",
-            "--idle",
-            "1.5",
-            "--json",
             "--store",
             tmp_path / "r.db",
+            "--json",
             cwd=tmp_path,
         )
     assert res.returncode == 3, res.stderr
@@ -243,28 +226,7 @@ def test_power_with_an_external_monitor_while_charging(tmp_path: Path) -> None:
     db = tmp_path / "results.db"
     with SysfsSim(tmp_path / "board", util_env=util_env, charging=True) as sim:
         sim.write_descriptor(tmp_path / "lab", env=env, power={"monitor": sim.monitor_argv(hz=20)})
-        res = edgebench(
-            "probe",
-            "power",
-            "--model",
-            MODEL,
-            "--device",
-            "board",
-            "--lab",
-            tmp_path / "lab",
-            "--threads",
-            "1",
-            "--affinity",
-            "0",
-            "--duration",
-            "5",
-            "--idle",
-            "2.5",
-            "--json",
-            "--store",
-            db,
-            cwd=tmp_path,
-        )
+        res = probe_power(tmp_path / "lab", "5", "2.5", *PINNED, "--store", db, "--json", cwd=tmp_path)
         bounds, p = stored_samples(db, "phase_bounds_s")
         origin = p["origin_monotonic_s"]
         rows = sim.trace()
@@ -331,21 +293,7 @@ def test_power_without_a_power_sensor_is_a_config_error(tmp_path: Path) -> None:
 
     build_tree(SimConfig(root=tmp_path / "board", battery=False, hwmon=False))
     SysfsSim(tmp_path / "board").write_descriptor(tmp_path / "lab")
-    res = edgebench(
-        "probe",
-        "power",
-        "--model",
-        MODEL,
-        "--device",
-        "board",
-        "--lab",
-        tmp_path / "lab",
-        "--duration",
-        "1",
-        "--idle",
-        "1",
-        cwd=tmp_path,
-    )
+    res = probe_power(tmp_path / "lab", "1", "1", cwd=tmp_path)
     errors = [ln for ln in res.stderr.splitlines() if ln.startswith("edgebench: error:")]
     assert res.returncode == 2 and len(errors) == 1, res.stderr
     assert "no power sensor" in errors[0] and "sensors.power" in errors[0] and "board.toml" in errors[0]
@@ -358,27 +306,8 @@ def test_power_on_the_emulated_adb_phone(adb_phone_factory: Any, tmp_path: Path)
     lab = adb_phone_factory(extra=extra)
     db = tmp_path / "results.db"
     with SysfsSim(lab.root, util_env=util_env, cpus=os.cpu_count() or 1) as sim:
-        res = edgebench(
-            "probe",
-            "power",
-            "--model",
-            MODEL,
-            "--device",
-            lab.device_name,
-            "--lab",
-            lab.lab_dir,
-            "--threads",
-            "1",
-            "--affinity",
-            "0",
-            "--duration",
-            "5",
-            "--idle",
-            "3",
-            "--json",
-            "--store",
-            db,
-            cwd=tmp_path,
+        res = probe_power(
+            lab.lab_dir, "5", "3", *PINNED, "--store", db, "--json", device=lab.device_name, cwd=tmp_path
         )
         expected = expected_net_mw(sim, db)
     assert res.returncode == 0, res.stderr
