@@ -34,14 +34,14 @@ from ..device import Device
 from ..errors import LabError, MeasurementError, UserError
 from ..jobs import Job
 from ..records import ProbeResult, RecordContext
-from .common import identity_params, job_timeout, push_model_and_inputs
+from .common import job_timeout
 from .sensing import (
     DEFAULT_PERIOD_S,
     SensorLog,
     number_param,
     parse_sensor_log,
-    require_python_agent,
     sensor_samples,
+    start_sustained_run,
     sustained_task,
 )
 
@@ -563,11 +563,7 @@ def power_task(
 
 def run_power(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     check_params(job.params)
-    require_python_agent(device, "power")
-    runtime = job.runtime or "onnxruntime"
-    rate = float(job.params.get("rate_hz") or 0)
-    ctx.base_params = {**identity_params(job), **({"rate_hz": rate} if rate else {})}
-    remote_model, remote_inputs = push_model_and_inputs(device, job, runtime)
+    runtime, remote_model, remote_inputs = start_sustained_run(device, job, ctx, "power")
     monitor = device.spec.sensors.power.monitor
     task = power_task(job, device, runtime, remote_model, remote_inputs, bool(monitor))
     timeout = task["duration_s"] + task["idle_s"] + task["idle_after_s"] + job_timeout(device, job)

@@ -15,6 +15,7 @@ from ..errors import UserError
 from ..jobs import Job
 from ..lab import DeviceSpec
 from ..records import RecordContext, Samples
+from .common import identity_params, push_model_and_inputs
 
 DEFAULT_PERIOD_S = 0.25
 
@@ -52,6 +53,18 @@ def sustained_task(
         "warmup_s": float(p.get("warmup_seconds", 0.5)),
         "sensors": sensors_config(device.spec, float(p.get("period_s", DEFAULT_PERIOD_S))),
     }
+
+
+def start_sustained_run(
+    device: Device, job: Job, ctx: RecordContext, probe: str
+) -> tuple[str, str, str | None]:
+    """What thermal and power runs share before their task: a Python agent, the identity params (plus the
+    paced rate, which changes what is measured) and the model pushed. Returns (runtime, model, inputs)."""
+    require_python_agent(device, probe)
+    runtime = job.runtime or "onnxruntime"
+    rate = float(job.params.get("rate_hz") or 0)
+    ctx.base_params = {**identity_params(job), **({"rate_hz": rate} if rate else {})}
+    return (runtime, *push_model_and_inputs(device, job, runtime))
 
 
 def require_python_agent(device: Device, probe: str) -> None:

@@ -23,13 +23,13 @@ from ..device import Device
 from ..errors import UserError
 from ..jobs import Job
 from ..records import ProbeResult, RecordContext
-from .common import identity_params, job_timeout, push_model_and_inputs
+from .common import job_timeout
 from .sensing import (
     SensorLog,
     number_param,
     parse_sensor_log,
-    require_python_agent,
     sensor_samples,
+    start_sustained_run,
     sustained_task,
     window_mean,
 )
@@ -327,11 +327,7 @@ def guard(device: Device, job: Job, out: ProbeResult) -> CooldownResult | None:
 
 def run_thermal(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     check_params(job.params)
-    require_python_agent(device, "thermal")
-    runtime = job.runtime or "onnxruntime"
-    rate = float(job.params.get("rate_hz") or 0)
-    ctx.base_params = {**identity_params(job), **({"rate_hz": rate} if rate else {})}
-    remote_model, remote_inputs = push_model_and_inputs(device, job, runtime)
+    runtime, remote_model, remote_inputs = start_sustained_run(device, job, ctx, "thermal")
     out = ProbeResult()
     cool = guard(device, job, out)
     task = thermal_task(job, device, runtime, remote_model, remote_inputs)
