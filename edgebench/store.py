@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
+
 from .errors import UserError
 from .jobs import JobOutcome
 from .records import Record, Samples, utc_now
@@ -68,10 +70,14 @@ class Store:
         except sqlite3.Error as exc:
             raise UserError(f"{self.path}: cannot open store: {exc}") from None
         try:
-            self.db.execute("PRAGMA busy_timeout = 60000")
-            self.db.execute("PRAGMA journal_mode = WAL")
-            self.db.execute("PRAGMA synchronous = NORMAL")
-            self._migrate()
+            # Two controllers opening a new store at once: switching it to WAL can fail with "locked"
+            # without waiting on busy_timeout, so the whole preparation is tried again for a while.
+            for attempt in Retrying(
+                retry=retry_if_exception(_is_locked), stop=stop_after_delay(60),
+                wait=wait_random(0.05, 0.5), reraise=True,
+            ):  # fmt: skip
+                with attempt:
+                    self._prepare()
         except sqlite3.DatabaseError as exc:
             self.db.close()
             raise UserError(f"{self.path}: not an edgebench store ({exc})") from None
@@ -86,6 +92,12 @@ class Store:
         self.close()
 
     # ---- schema ---------------------------------------------------------------------------------
+    def _prepare(self) -> None:
+        self.db.execute("PRAGMA busy_timeout = 60000")
+        self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.execute("PRAGMA synchronous = NORMAL")
+        self._migrate()
+
     def _migrate(self) -> None:
         has_meta = self.db.execute(
             "SELECT name FROM sqlite_master WHERE type='table' AND name='meta'"
@@ -364,6 +376,10 @@ class Store:
         return pd.DataFrame(
             [r.to_dict() for r in self.records(run_ids, **where)], columns=list(RECORD_FIELDS)
         )
+
+
+def _is_locked(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
 
 
 class _Tx:

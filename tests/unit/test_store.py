@@ -85,3 +85,36 @@ def test_garbage_file_is_refused(tmp_path: Path) -> None:
     path.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(UserError, match="junk.db"):
         Store(path)
+
+
+
+# Spin (not sleep) until the common start, so the processes really open the new file together.
+OPEN_AT_ONCE = """
+import sys, time
+from edgebench.store import Store
+start = float(sys.argv[2])
+while time.time() < start:
+    pass
+with Store(sys.argv[1]) as store:
+    store.begin_run(sys.argv[3], "bench", {})
+"""
+
+
+def test_many_controllers_opening_a_new_store_at_once_all_get_it(tmp_path: Path) -> None:
+    """Without retrying a locked WAL switch, 2 of 10 such trials failed here ("database is locked")."""
+    import subprocess
+    import sys
+    import time
+
+    for trial in range(4):
+        path = tmp_path / f"shared-{trial}.db"
+        start = time.time() + 1.5  # every process is up and spinning by then
+        procs = [
+            subprocess.Popen([sys.executable, "-c", OPEN_AT_ONCE, str(path), str(start), f"run-{i}"],
+                             stderr=subprocess.PIPE, text=True)
+            for i in range(12)
+        ]  # fmt: skip
+        errors = [p.communicate(timeout=120)[1] for p in procs if p.wait(timeout=120) != 0]
+        assert errors == [], errors[0].strip().splitlines()[-1]
+        with Store(path) as store:
+            assert len(store.db.execute("SELECT run_id FROM runs").fetchall()) == 12
