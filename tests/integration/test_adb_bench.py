@@ -137,9 +137,12 @@ def test_corrupted_cached_file_on_the_phone_is_detected_and_re_pushed(
         assert first.stats.pushed_bytes == model.stat().st_size
     cached = adb_phone.phone.host_path(remote)
     assert _sha256(cached) == _sha256(model)
-    with cached.open("r+b") as fh:  # a flipped byte in flash
+    with cached.open("r+b") as fh:  # a flipped byte in flash (read, then write back at the same offset)
         fh.seek(1000)
-        fh.write(bytes([fh.read(1)[0] ^ 0xFF]))
+        flipped = fh.read(1)[0] ^ 0xFF
+        fh.seek(1000)
+        fh.write(bytes([flipped]))
+    assert _sha256(cached) != _sha256(model)
     with Device(spec) as second:
         assert second.ensure_files([model], timeout=30) == [remote]
         assert second.stats.pushed_bytes == model.stat().st_size  # detected by hash, pushed again
