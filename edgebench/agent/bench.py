@@ -8,7 +8,7 @@ import time
 from .inputs import InputError, describe, make_inputs
 from .main import TaskError
 from .runtimes import ModelLoadError, RuntimeMissing, open_session
-from .timing import Policy, current_rss_mb, peak_rss_mb, sample, time_once, warm_up
+from .timing import TimingPolicy, current_rss_mb, peak_rss_mb, sample, time_once, warm_up
 
 
 def pin(cpus: list[int] | None) -> list[int] | None:
@@ -50,7 +50,7 @@ def run(task: dict) -> tuple[dict, list[str]]:
         first_ms = time_once(step)
     except Exception as exc:  # noqa: BLE001 - the runtime's own errors carry the reason
         raise TaskError("model", f"inference failed: {str(exc).strip().splitlines()[0]}") from None
-    policy = Policy(
+    policy = TimingPolicy(
         **{k: task[k] for k in ("warmup_runs", "warmup_s", "runs", "min_s", "max_s") if k in task}
     )
     warm_calls, warm_s = warm_up(step, policy)

@@ -40,7 +40,7 @@ VERIFY_SAMPLES = 16
 
 
 @dataclass
-class Policy:
+class MatmulPolicy:
     """How hard to look: sizes, trials, and the time budget of this agent call."""
 
     trials: int = 7
@@ -84,7 +84,7 @@ def time_calls(step: Callable[[], Any], calls: int) -> tuple[float, float]:
     return (t1 - t0) / 1e9 / calls, (c1 - c0) / 1e9 / calls
 
 
-def measure(step: Callable[[], Any], policy: Policy) -> tuple[list[float], list[float], int, int]:
+def measure(step: Callable[[], Any], policy: MatmulPolicy) -> tuple[list[float], list[float], int, int]:
     """Warm up, calibrate calls per trial, time the trials: (per-call ms, per-call CPU ms, calls, warmups)."""
     start = time.perf_counter()
     estimate = time_calls(step, 1)[0]
@@ -97,14 +97,14 @@ def measure(step: Callable[[], Any], policy: Policy) -> tuple[list[float], list[
     return [w * 1e3 for w, _ in timed], [c * 1e3 for _, c in timed], calls, warm
 
 
-def estimated_seconds(call_s: float, policy: Policy) -> float:
+def estimated_seconds(call_s: float, policy: MatmulPolicy) -> float:
     """What measuring one configuration costs when one call takes `call_s`."""
     return max(policy.warmup_s, 2 * call_s) + policy.trials * max(policy.min_trial_s, call_s)
 
 
 def square_sweep(
     measure_size: Callable[[int], tuple[float, float]],
-    policy: Policy,
+    policy: MatmulPolicy,
     time_left: Callable[[], float],
     fits: Callable[[int], bool],
 ) -> tuple[list[int], str | None]:
@@ -633,7 +633,7 @@ def open_backend(name: str, ops: list[str] | None, warnings: list[str]) -> Any:
 class Run:
     """One agent call: measures configurations until the budget runs out."""
 
-    def __init__(self, backend: Any, policy: Policy, seed: int, warnings: list[str]) -> None:
+    def __init__(self, backend: Any, policy: MatmulPolicy, seed: int, warnings: list[str]) -> None:
         self.backend, self.policy, self.seed, self.warnings = backend, policy, seed, warnings
         self.deadline = time.monotonic() + policy.budget_s
         self.results: list[dict[str, Any]] = []
@@ -718,11 +718,11 @@ class Run:
             self.one(op, dtype, m, n, k, threads, "skinny")
 
 
-def policy_from(task: dict[str, Any]) -> Policy:
+def policy_from(task: dict[str, Any]) -> MatmulPolicy:
     fields = ("trials", "warmup_s", "min_trial_s", "start", "min_top", "max_size", "growth", "budget_s")
     kinds: dict[str, type] = {"trials": int, "start": int, "min_top": int, "max_size": int}
     values: dict[str, Any] = {f: kinds.get(f, float)(task[f]) for f in fields if task.get(f) is not None}
-    return Policy(**values)
+    return MatmulPolicy(**values)
 
 
 def run(task: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

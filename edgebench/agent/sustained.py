@@ -16,7 +16,7 @@ from typing import Any
 from .bench import load, pin
 from .main import TaskError
 from .sensors import CHARGING_STATUSES, DEFAULT_PERIOD_S, Sampler, SensorSet, battery_status, discover
-from .timing import Policy, time_once, warm_up
+from .timing import TimingPolicy, time_once, warm_up
 
 
 # ---- load ----------------------------------------------------------------------------------------
@@ -69,7 +69,7 @@ def prepare_model(task: dict, warnings: list[str]) -> tuple[Callable[[], object]
         first_ms = time_once(step)
     except Exception as exc:  # noqa: BLE001 - the runtime's own errors carry the reason
         raise TaskError("model", f"inference failed: {str(exc).strip().splitlines()[0]}") from None
-    policy = Policy(
+    policy = TimingPolicy(
         warmup_runs=int(task.get("warmup_runs", 1)),
         warmup_s=float(task.get("warmup_s", 0.5)),
         max_s=max(1.0, float(task.get("warmup_s", 0.5)) * 4),

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 
 @dataclass
-class Policy:
+class TimingPolicy:
     warmup_runs: int = 1
     warmup_s: float = 0.5
     runs: int = 100
@@ -27,7 +27,7 @@ def time_once(step: Callable[[], object]) -> float:
     return (time.perf_counter_ns() - start) / 1e6
 
 
-def warm_up(step: Callable[[], object], policy: Policy) -> tuple[int, float]:
+def warm_up(step: Callable[[], object], policy: TimingPolicy) -> tuple[int, float]:
     """At least `warmup_runs` calls and `warmup_s` seconds (bounded by max_s); returns (calls, seconds)."""
     start = time.perf_counter()
     calls = 0
@@ -39,7 +39,7 @@ def warm_up(step: Callable[[], object], policy: Policy) -> tuple[int, float]:
     return calls, time.perf_counter() - start
 
 
-def sample(step: Callable[[], object], policy: Policy) -> tuple[list[float], bool]:
+def sample(step: Callable[[], object], policy: TimingPolicy) -> tuple[list[float], bool]:
     """Time calls until at least `runs` samples and `min_s` seconds; stop at `max_s`.
 
     Returns the samples in ms and whether max_s cut the run short of `runs`.

@@ -11,9 +11,9 @@ from typing import Any
 
 import typer
 
-from ..device import Device
 from ..errors import UserError
-from ..lab import Lab, load_lab
+from ..lab.descriptors import Lab, load_lab
+from ..lab.device import Device
 from ..records import Record
 
 STORE_OPT = typer.Option(Path("edgebench.db"), "--store", help="SQLite result store.")

@@ -7,9 +7,9 @@ from pathlib import Path
 import typer
 
 from ..errors import UserError
-from ..jobs import Job
-from ..models import resolve_model
-from ..oneshot import run_now
+from ..execution.jobs import Job
+from ..execution.oneshot import run_now
+from ..models.refs import resolve_model
 from ..records import Record
 from .common import (
     JSON_OPT,
@@ -39,7 +39,7 @@ def devices(
     as_json: bool = JSON_OPT,
 ) -> int:
     """List the lab's devices (local always exists); --check reaches each one (exit 3 if any fails)."""
-    from ..health import CHECK_COLUMNS, check_devices, check_rows, failed
+    from ..lab.health import CHECK_COLUMNS, check_devices, check_rows, failed
 
     the_lab = open_lab(lab)
     names = [the_lab.get(n).name for n in device] if device else the_lab.names()
@@ -178,7 +178,7 @@ def results(
     parquet: Path = typer.Option(None, "--parquet", help="Write a Parquet file."),
 ) -> int:
     """Export stored records (JSON, CSV or Parquet) or show them as a table."""
-    from ..store import Store
+    from ..results.store import Store
 
     if not store.exists():
         raise UserError(f"{store}: no such store")

@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
 
 def _open_existing(store: Path):  # type: ignore[no-untyped-def]
     """Open a store that must already exist (reading never creates an empty one)."""
-    from ..store import Store
+    from ..results.store import Store
 
     if not store.exists():
         raise UserError(f"{store}: no such store")
@@ -81,7 +81,14 @@ def gate(
     as_json: bool = JSON_OPT,
 ) -> int:
     """Compare a candidate run with a baseline: exit 0 pass, 1 regression, 2 usage, 3 lab failure."""
-    from ..gate import GateOptions, default_rules, gate_runs, merge_rules, parse_percent, rules_from_suite
+    from ..analysis.gate import (
+        GateOptions,
+        default_rules,
+        gate_runs,
+        merge_rules,
+        parse_percent,
+        rules_from_suite,
+    )
     from ..render.junit import gate_junit
     from ..render.markdown_gate import gate_markdown
 
@@ -199,8 +206,8 @@ def history(
     as_json: bool = JSON_OPT,
 ) -> int:
     """Find the runs where a device/model metric stepped (change points over the nightly series)."""
-    from ..gate import check_stat, parse_percent
-    from ..history import change_point_records, change_points, load_series
+    from ..analysis.gate import check_stat, parse_percent
+    from ..analysis.history import change_point_records, change_points, load_series
 
     check_stat(stat)
     if not 0 < alpha < 0.5:
@@ -279,7 +286,7 @@ def export_pytest_benchmark(
     store: Path = STORE_OPT,
 ) -> int:
     """Write a stored run as pytest-benchmark JSON (readable by `pytest-benchmark compare`)."""
-    from ..interop import export_run
+    from ..results.interop import export_run
 
     with _open_existing(store) as st:
         run_id = run or st.latest_run().run_id
@@ -299,8 +306,8 @@ def import_pytest_benchmark(
     as_json: bool = JSON_OPT,
 ) -> int:
     """Import pytest-benchmark JSON into the store (stats; raw data when saved with --benchmark-save-data)."""
-    from ..interop import import_file, read_pytest_benchmark, records_from_pytest_benchmark
-    from ..store import Store
+    from ..results.interop import import_file, read_pytest_benchmark, records_from_pytest_benchmark
+    from ..results.store import Store
 
     for path in files:  # check every file before storing any, so a bad one leaves the store as it was
         records_from_pytest_benchmark(read_pytest_benchmark(path), path, "check", device)

@@ -8,9 +8,9 @@ from typing import Any
 import typer
 
 from ..errors import UserError
-from ..jobs import Job, JobOutcome
-from ..models import resolve_model
-from ..oneshot import OneShot, run_now
+from ..execution.jobs import Job, JobOutcome
+from ..execution.oneshot import OneShot, run_now
+from ..models.refs import resolve_model
 from ..records import Record
 from .common import (
     JSON_OPT,
@@ -58,9 +58,9 @@ def variants(
     as_json: bool = JSON_OPT,
 ) -> int:
     """Make fp16, int8 (dynamic, static) and MNN (fp32, int8-weight, int8) variants of a model."""
-    from ..provenance import host_provenance
+    from ..execution.provenance import host_provenance
+    from ..models.variants import VARIANT_KINDS, make_variants, variant_outcomes
     from ..records import new_run_id
-    from ..variants import VARIANT_KINDS, make_variants, variant_outcomes
 
     ref = resolve_model(model)
     kinds = [k.strip() for k in only.split(",") if k.strip()] if only else list(VARIANT_KINDS)
@@ -134,7 +134,7 @@ def _variant_note(params: dict[str, Any]) -> str:
 
 
 def _store_outcomes(store: Path, run_id: str, outcomes: list[JobOutcome], provenance: dict[str, Any]) -> None:
-    from ..store import Store
+    from ..results.store import Store
 
     with Store(store) as st:
         st.begin_run(run_id, "variants", provenance)

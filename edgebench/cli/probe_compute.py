@@ -9,9 +9,9 @@ from typing import Any
 import typer
 
 from ..errors import UserError
-from ..jobs import Job
-from ..models import resolve_model
-from ..oneshot import run_now
+from ..execution.jobs import Job
+from ..execution.oneshot import run_now
+from ..models.refs import resolve_model
 from ..probes.bandwidth import check_params as check_bandwidth
 from ..probes.knobs import shape_triples
 from ..probes.matmul import check_params as check_matmul

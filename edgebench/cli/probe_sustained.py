@@ -8,9 +8,9 @@ from typing import Any
 import typer
 
 from ..errors import UserError
-from ..jobs import Job
-from ..models import resolve_model
-from ..oneshot import run_now
+from ..execution.jobs import Job
+from ..execution.oneshot import run_now
+from ..models.refs import resolve_model
 from ..records import Record
 from .common import (
     JSON_OPT,

@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
 
 def _open_store(path: Path):  # type: ignore[no-untyped-def]
     """An existing store (never create an empty one by mistake)."""
-    from ..store import Store
+    from ..results.store import Store
 
     if not path.exists():
         raise UserError(f"{path}: no such store")
@@ -26,7 +26,7 @@ def _open_store(path: Path):  # type: ignore[no-untyped-def]
 
 
 def _budgets(suite: Path | None, items: list[str] | None):  # type: ignore[no-untyped-def]
-    from ..fit import budgets_from_suite, parse_budgets
+    from ..analysis.fit import budgets_from_suite, parse_budgets
 
     base = budgets_from_suite(suite) if suite is not None else ()
     return parse_budgets(items or [], base)
@@ -59,7 +59,7 @@ def report(
     title: str = _TITLE,
 ) -> int:
     """Write a self-contained comparison report (HTML with plots, or a Markdown summary)."""
-    from ..report import format_for, load_report_data, render, write_report
+    from ..render.report import format_for, load_report_data, render, write_report
 
     if out is None:
         raise UserError("--out is required (e.g. --out reports/nightly.html, or .md for Markdown)")
@@ -85,9 +85,9 @@ def fit(
     as_json: bool = JSON_OPT,
 ) -> int:
     """Which model fits which chip: measured verdicts, and predicted ones for pairs never benched."""
-    from ..fit import assess, count_model
-    from ..models import resolve_model
-    from ..provenance import host_provenance
+    from ..analysis.fit import assess, count_model
+    from ..execution.provenance import host_provenance
+    from ..models.refs import resolve_model
     from ..records import new_run_id
 
     budgets = _budgets(suite, budget)
@@ -142,7 +142,7 @@ def _show(result, run_id: str, no_store: bool) -> None:  # type: ignore[no-untyp
     from rich.markup import escape
     from rich.table import Table
 
-    from ..report.html import pct
+    from ..render.report.html import pct
 
     console = Console(soft_wrap=False)
     if not console.is_terminal:

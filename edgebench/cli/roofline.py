@@ -9,15 +9,15 @@ from typing import Any
 
 import typer
 
-from ..ceilings import Ceilings, Measured, find_ceilings, measure_ceilings, measured_latency
+from ..analysis.ceilings import Ceilings, Measured, find_ceilings, measure_ceilings, measured_latency
+from ..analysis.cost import ModelCost, analyze, cost_summary, iter_costly
 from ..errors import UserError
-from ..jobs import Job
-from ..models import resolve_model
-from ..oneshot import run_now
+from ..execution.jobs import Job
+from ..execution.oneshot import run_now
+from ..models.refs import resolve_model
 from ..probes.roofline import roofline_records
 from ..records import RecordContext, new_run_id
-from ..roofline import ModelCost, analyze, cost_summary, iter_costly
-from ..store import Store
+from ..results.store import Store
 from .common import (
     JSON_OPT,
     LAB_OPT,

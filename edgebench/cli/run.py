@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from ..jobs import JobOutcome
+from ..execution.jobs import JobOutcome
 from .common import LAB_OPT, STORE_OPT, note, print_json, records_json
 
 LOCK_DIR_OPT = typer.Option(
@@ -58,10 +58,10 @@ def run(
     as_json: bool = RUN_JSON_OPT,
 ) -> int:
     """Run a suite: every device in parallel, its jobs in series, each job stored as it finishes."""
-    from ..lab import load_lab
-    from ..orchestrate import run_suite
-    from ..store import Store
-    from ..suite import load_suite
+    from ..execution.fleet import run_suite
+    from ..execution.suite import load_suite
+    from ..lab.descriptors import load_lab
+    from ..results.store import Store
 
     the_suite = load_suite(suite)
     the_lab = None if cluster else load_lab(lab)
@@ -105,7 +105,7 @@ def worker(
     lock_dir: Path = LOCK_DIR_OPT,
 ) -> int:
     """Run a Dask worker that holds this host's devices, one resource `device:NAME` each."""
-    from ..cluster import serve_worker
+    from ..execution.cluster import serve_worker
 
     def ready(address: str, names: list[str]) -> None:
         note(f"edgebench: worker {address} joined {scheduler}; devices: {', '.join(names)}")
@@ -186,7 +186,7 @@ class _Progress:
         if self._progress is not None:
             self._progress.update(self._tasks[device], advance=1)
         else:
-            from ..orchestrate import _job_label
+            from ..execution.fleet import _job_label
 
             result = "ok" if outcome.ok else f"FAILED: {outcome.error}"
             note(f"edgebench: [{device}] {_job_label(outcome.job)}: {result} ({outcome.wall_s:.1f} s)")

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..agent.sensors import discover
-from ..device import Device
 from ..errors import TransportError
+from ..lab.device import Device
 
 # Arguments: $1 sysfs root (ending in /), $2 interval in seconds, $3 ticks, $4 output file.
 # Only positional parameters carry data into the script: nothing is spliced into its text.

@@ -8,9 +8,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-from ..device import Device
 from ..errors import UserError
-from ..jobs import Job
+from ..execution.jobs import Job
+from ..lab.device import Device
 from ..records import ProbeResult, RecordContext
 
 ProbeFn = Callable[[Device, Job, RecordContext], ProbeResult]

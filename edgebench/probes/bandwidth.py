@@ -11,8 +11,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ..device import Device
-from ..jobs import Job
+from ..execution.jobs import Job
+from ..lab.device import Device
 from ..records import ProbeResult, RecordContext
 from .common import job_timeout
 from .knobs import as_list, choices, device_cpus, number, thread_counts

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..device import AgentReply, Device
-from ..jobs import Job
+from ..analysis.stats import summarize
+from ..execution.jobs import Job
+from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, RecordContext
-from ..stats import summarize
 from .common import identity_params, job_timeout, push_model_and_inputs, shapes_param
 
 POLICY_KEYS = {

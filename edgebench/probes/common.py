@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..device import Device
 from ..errors import ModelError, UserError
-from ..jobs import Job
-from ..models import ModelRef
+from ..execution.jobs import Job
+from ..lab.device import Device
+from ..models.refs import ModelRef
 
 RUNTIMES = ("onnxruntime", "mnn")
 
@@ -22,7 +22,7 @@ def model_file_for(model: ModelRef, runtime: str) -> Path:
     if runtime not in RUNTIMES:
         raise UserError(f"unknown runtime '{runtime}' (use {' or '.join(RUNTIMES)})")
     if runtime == "mnn" and model.format == "onnx":
-        from ..convert import onnx_to_mnn
+        from ..models.convert import onnx_to_mnn
 
         return onnx_to_mnn(model.path)
     if runtime == "onnxruntime" and model.format == "mnn":

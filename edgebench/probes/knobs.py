@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..device import Device
 from ..errors import UserError
+from ..lab.device import Device
 
 
 def as_list(value: Any) -> list[Any]:

@@ -13,9 +13,9 @@ import dataclasses
 import statistics
 from typing import Any
 
-from ..device import Device
 from ..errors import EdgebenchError, LabError, MeasurementError, UserError
-from ..jobs import Job
+from ..execution.jobs import Job
+from ..lab.device import Device
 from ..records import ProbeResult, RecordContext
 from .common import job_timeout
 from .knobs import as_list, choices, device_cpus, int_list, number, shape_triples, thread_counts

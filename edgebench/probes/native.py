@@ -17,14 +17,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..device import Device
+from ..analysis.stats import MIN_SAMPLES_FOR_P90, MIN_SAMPLES_FOR_P99, summarize
 from ..errors import MeasurementError, ModelError, UserError
-from ..jobs import Job
-from ..lab import RunnerSpec
-from ..models import ModelRef
+from ..execution.jobs import Job
+from ..lab.descriptors import RunnerSpec
+from ..lab.device import Device
+from ..models.refs import ModelRef
 from ..native import ADAPTERS, RUNNER_FOR_RUNTIME, NativeOptions, NativeResult, NativeToolError, RunnerAdapter
 from ..records import ProbeResult, RecordContext
-from ..stats import MIN_SAMPLES_FOR_P90, MIN_SAMPLES_FOR_P99, summarize
 from .common import job_timeout, model_file_for, require_model
 
 _NEEDED = {"p90": MIN_SAMPLES_FOR_P90, "p95": MIN_SAMPLES_FOR_P90, "p99": MIN_SAMPLES_FOR_P99, "p999": 1000}

@@ -14,9 +14,9 @@ from typing import Any
 
 from ..agent.sensors import CHARGING_STATUSES, Channel, SensorSet
 from ..agent.sustained import power_source
-from ..device import Device
 from ..errors import MeasurementError, UserError
-from ..jobs import Job
+from ..execution.jobs import Job
+from ..lab.device import Device
 from ..native import NativeOptions, RunnerAdapter
 from ..native.shell_sampler import parse_sampler_output, sensor_log, start_sampler, stop_sampler
 from ..records import ProbeResult, RecordContext

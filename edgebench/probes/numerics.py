@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from ..device import Device
 from ..errors import ModelError, TransferError, UserError
-from ..jobs import Job
-from ..models import ModelRef
+from ..execution.jobs import Job
+from ..lab.device import Device
+from ..models.refs import ModelRef
 from .common import RUNTIMES, job_timeout, model_file_for
 
 _EPOCH = (2020, 1, 1, 0, 0, 0)

@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from ..device import Device
 from ..errors import LabError, MeasurementError, UserError
-from ..jobs import Job
+from ..execution.jobs import Job
+from ..lab.device import Device
 from ..records import ProbeResult, RecordContext
 from .common import job_timeout
 from .sensing import (

@@ -31,12 +31,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..device import AgentReply, Device
+from ..analysis.stats import summarize
 from ..errors import MeasurementError
-from ..jobs import Job
-from ..models import models_cache_dir
+from ..execution.jobs import Job
+from ..lab.device import AgentReply, Device
+from ..models.refs import models_cache_dir
 from ..records import ProbeResult, RecordContext
-from ..stats import summarize
 from .common import identity_params, job_timeout, push_model_and_inputs, shapes_param
 from .numerics import pull, remote_tmp_dir, remove_remote, runtime_for, scratch_dir
 

@@ -1,4 +1,4 @@
-"""Probe `roofline`: a model's static cost (edgebench.roofline) against a device's measured ceilings.
+"""Probe `roofline`: a model's static cost (edgebench.analysis.cost) against a device's measured ceilings.
 
 The job may carry the ceilings (`ceilings`, as Ceilings.to_params) and the measured latency (`measured`,
 as Measured.to_params), which is what `edgebench roofline` does after looking them up in the store. Without
@@ -12,12 +12,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..ceilings import Ceilings, Measured, ceiling_jobs, ceilings_from_records
-from ..device import Device
+from ..analysis.ceilings import Ceilings, Measured, ceiling_jobs, ceilings_from_records
+from ..analysis.cost import Floor, ModelCost, analyze, efficiency_check, floor
 from ..errors import MeasurementError, UserError
-from ..jobs import Job
+from ..execution.jobs import Job
+from ..lab.device import Device
 from ..records import ProbeResult, RecordContext
-from ..roofline import Floor, ModelCost, analyze, efficiency_check, floor
 from .common import require_model, shapes_param
 
 BENCH_DEFAULTS = {"runs": 50, "min_seconds": 1.0}

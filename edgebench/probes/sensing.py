@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from ..device import Device
 from ..errors import UserError
-from ..jobs import Job
-from ..lab import DeviceSpec
+from ..execution.jobs import Job
+from ..lab.descriptors import DeviceSpec
+from ..lab.device import Device
 from ..records import RecordContext, Samples
 from .common import identity_params, push_model_and_inputs
 

@@ -20,11 +20,18 @@ from typing import Any
 
 import onnx
 
-from ..device import Device
 from ..errors import MeasurementError, ModelError, UserError
-from ..jobs import Job
-from ..models import ModelRef, models_cache_dir
-from ..quantize import MAX_BITS, MIN_BITS, WeightLayer, fake_quantize, overridable_weights, weight_array
+from ..execution.jobs import Job
+from ..lab.device import Device
+from ..models.quantize import (
+    MAX_BITS,
+    MIN_BITS,
+    WeightLayer,
+    fake_quantize,
+    overridable_weights,
+    weight_array,
+)
+from ..models.refs import ModelRef, models_cache_dir
 from ..records import ProbeResult, RecordContext
 from .common import identity_params, job_timeout, require_model, shapes_param
 from .numerics import write_npz

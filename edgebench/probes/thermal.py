@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from ..cooldown import CooldownPolicy, CooldownResult, wait_for_cooldown
-from ..device import Device
 from ..errors import UserError
-from ..jobs import Job
+from ..execution.cooldown import CooldownPolicy, CooldownResult, wait_for_cooldown
+from ..execution.jobs import Job
+from ..lab.device import Device
 from ..records import ProbeResult, RecordContext
 from .common import job_timeout
 from .sensing import (

@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..device import Device
-from ..jobs import Job
+from ..execution.jobs import Job
+from ..lab.device import Device
 from ..records import ProbeResult, RecordContext
 from .bench import bench_records, bench_task
 from .common import identity_params, job_timeout, push_model_and_inputs

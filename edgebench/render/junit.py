@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from ..gate import FAIL, MISSING, NOISY, GateResult, PairVerdict
+from ..analysis.gate import FAIL, MISSING, NOISY, GateResult, PairVerdict
 
 SUITE_NAME = "edgebench gate"
 

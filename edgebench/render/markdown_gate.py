@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..gate import GateResult, PairVerdict
+from ..analysis.gate import GateResult, PairVerdict
 
 _MARK = {
     "PASS": "PASS",

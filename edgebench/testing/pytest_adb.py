@@ -42,7 +42,7 @@ from typing import Any
 
 import pytest
 
-from ..lab import DeviceSpec, load_lab
+from ..lab.descriptors import DeviceSpec, load_lab
 from .adblab import AdbServer, EmulatedPhone, PhoneOptions, write_descriptor
 
 __all__ = ["AdbPhoneLab", "adb_server", "adb_phone", "adb_phone_module", "adb_phone_factory"]

@@ -40,7 +40,7 @@ from ..errors import (
     TransferError,
     TransportError,
 )
-from ..lab import DeviceSpec
+from ..lab.descriptors import DeviceSpec
 from .base import CommandResult, command_line
 
 DEFAULT_SERVER_PORT = 5037

@@ -49,7 +49,7 @@ from ..errors import (
     one_line,
     seconds,
 )
-from ..lab import DeviceSpec
+from ..lab.descriptors import DeviceSpec
 from .base import CommandResult, command_line
 
 # paramiko logs handshake failures with tracebacks from its transport thread; without a handler they

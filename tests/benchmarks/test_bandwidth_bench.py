@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from edgebench.agent.bandwidth import last_level_cache
-from edgebench.jobs import Job
-from edgebench.lab import builtin_local
-from edgebench.oneshot import run_now
+from edgebench.execution.jobs import Job
+from edgebench.execution.oneshot import run_now
+from edgebench.lab.descriptors import builtin_local
 
 ROUNDS = 5
 # A shortfall is measured again, both sides, before it counts: on a shared 2-core host one round of the

@@ -8,10 +8,10 @@ import time
 import numpy as np
 import onnxruntime as ort
 
-from edgebench.jobs import Job
-from edgebench.lab import builtin_local
-from edgebench.models import resolve_model
-from edgebench.oneshot import run_now
+from edgebench.execution.jobs import Job
+from edgebench.execution.oneshot import run_now
+from edgebench.lab.descriptors import builtin_local
+from edgebench.models.refs import resolve_model
 
 ROUNDS = 5
 RUNS = 200

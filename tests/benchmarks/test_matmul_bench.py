@@ -29,9 +29,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from threadpoolctl import threadpool_limits
 
-from edgebench.jobs import Job
-from edgebench.lab import builtin_local
-from edgebench.oneshot import run_now
+from edgebench.execution.jobs import Job
+from edgebench.execution.oneshot import run_now
+from edgebench.lab.descriptors import builtin_local
 
 N = 1024
 OPS = 2 * N**3

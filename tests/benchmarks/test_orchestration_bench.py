@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from edgebench.agentpack import build_agent
-from edgebench.jobs import JobOutcome
-from edgebench.lab import load_lab
-from edgebench.models import resolve_model
-from edgebench.orchestrate import run_suite
+from edgebench.execution.fleet import run_suite
+from edgebench.execution.jobs import JobOutcome
+from edgebench.execution.suite import load_suite, plan
+from edgebench.lab.agentpack import build_agent
+from edgebench.lab.descriptors import load_lab
+from edgebench.models.refs import resolve_model
 from edgebench.probes.bench import bench_task
-from edgebench.suite import load_suite, plan
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "integration"))
 from test_run_fleet import matmul_model  # noqa: E402

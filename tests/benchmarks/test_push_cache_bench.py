@@ -11,10 +11,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgebench.device import Device, PushStats
-from edgebench.jobs import Job
-from edgebench.models import resolve_model
-from edgebench.oneshot import run_now
+from edgebench.execution.jobs import Job
+from edgebench.execution.oneshot import run_now
+from edgebench.lab.device import Device, PushStats
+from edgebench.models.refs import resolve_model
 from edgebench.testing.sshd import SshBoard
 
 MODEL_BYTES = 50 * 1000 * 1000

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from edgebench.device import Device
 from edgebench.errors import TransferError
-from edgebench.lab import DeviceSpec
-from edgebench.models import builtin_model
+from edgebench.lab.descriptors import DeviceSpec
+from edgebench.lab.device import Device
+from edgebench.models.builtin import builtin_model
 from edgebench.testing.adblab import free_port
 from edgebench.testing.cli import edgebench
 from edgebench.testing.pytest_adb import AdbPhoneLab

@@ -87,9 +87,9 @@ def test_bench_through_onnxruntime_perf_test(adb_phone_factory, tmp_path: Path) 
 
 
 def test_distribution_from_repeated_invocations(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from edgebench.jobs import Job
-    from edgebench.models import resolve_model
-    from edgebench.oneshot import run_now
+    from edgebench.execution.jobs import Job
+    from edgebench.execution.oneshot import run_now
+    from edgebench.models.refs import resolve_model
 
     runner = replay_runner(tmp_path, "mnn_benchmark.rockpi.txt")
     lab = stock_phone(
@@ -145,8 +145,8 @@ def test_shell_sampler_on_the_stock_phone_matches_the_python_sampler(
     import threading
     import time
 
-    from edgebench.device import Device
-    from edgebench.lab import Sensors, builtin_local
+    from edgebench.lab.descriptors import Sensors, builtin_local
+    from edgebench.lab.device import Device
     from edgebench.native.shell_sampler import sensor_log, start_sampler, stop_sampler
     from edgebench.probes.sensing import sensors_config
     from edgebench.testing.sysfs_sim import SysfsSim
@@ -188,9 +188,9 @@ def test_shell_sampler_on_the_stock_phone_matches_the_python_sampler(
 def test_sustained_run_through_the_runner_finds_the_cap(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """`probe thermal` on the stock phone: runner invocations back to back, sensors from its own sh; the
     frequency cap the sandbox board applies is found as the throttle onset."""
-    from edgebench.jobs import Job
-    from edgebench.models import resolve_model
-    from edgebench.oneshot import run_now
+    from edgebench.execution.jobs import Job
+    from edgebench.execution.oneshot import run_now
+    from edgebench.models.refs import resolve_model
     from edgebench.testing.sysfs_sim import SysfsSim
 
     runner = replay_runner(tmp_path, "onnxruntime_perf_test.acl.txt", delay_s=0.1)
@@ -267,9 +267,9 @@ def test_power_through_the_runner_on_the_stock_phone(
     sandbox board turns that work into battery current; a charging battery is refused."""
     import math
 
-    from edgebench.jobs import Job
-    from edgebench.models import resolve_model
-    from edgebench.oneshot import run_now
+    from edgebench.execution.jobs import Job
+    from edgebench.execution.oneshot import run_now
+    from edgebench.models.refs import resolve_model
     from edgebench.probes.power import ChargingError
     from edgebench.testing.sysfs_sim import SysfsSim
 

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 import pytest
 
-from edgebench.models import build_mlp
+from edgebench.models.builtin import build_mlp
 from edgebench.testing.cli import edgebench
 
 pytestmark = pytest.mark.integration

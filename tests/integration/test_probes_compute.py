@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from edgebench.jobs import Job
-from edgebench.lab import builtin_local
-from edgebench.models import resolve_model
-from edgebench.oneshot import run_now
+from edgebench.execution.jobs import Job
+from edgebench.execution.oneshot import run_now
+from edgebench.lab.descriptors import builtin_local
+from edgebench.models.refs import resolve_model
 from edgebench.records import RecordContext
-from edgebench.store import Store
+from edgebench.results.store import Store
 from edgebench.testing.cli import edgebench
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from edgebench.device import Device
 from edgebench.errors import TransferError
+from edgebench.lab.device import Device
 from edgebench.testing.sshd import SshBoard
 from edgebench.transports.ssh import SshTransport
 
@@ -128,7 +128,7 @@ def test_cli_bench_repairs_a_corrupted_cached_model(ssh_board: SshBoard, tmp_pat
     spec, workdir = own_workdir_spec(ssh_board, tmp_path)
     lab = tmp_path / "lab"
     ssh_board.write_descriptor(lab, workdir=str(workdir))
-    from edgebench.models import builtin_model
+    from edgebench.models.builtin import builtin_model
 
     model = builtin_model("mlp")
     cmd = [

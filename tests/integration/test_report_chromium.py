@@ -23,9 +23,9 @@ import numpy as np
 import onnx
 import pytest
 
-from edgebench.models import build_convnet, build_encoder, build_mlp
-from edgebench.report.html import SECTIONS
-from edgebench.store import Store
+from edgebench.models.builtin import build_convnet, build_encoder, build_mlp
+from edgebench.render.report.html import SECTIONS
+from edgebench.results.store import Store
 
 pytestmark = pytest.mark.integration
 

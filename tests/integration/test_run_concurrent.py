@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from edgebench.leases import lease_history
+from edgebench.execution.leases import lease_history
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from edgebench.models import builtin_model
+from edgebench.models.builtin import builtin_model
 from edgebench.testing.sshd import SshBoard
 from edgebench.transports.ssh import SshTransport
 

@@ -9,9 +9,9 @@ import numpy as np
 import onnx
 import pytest
 
-from edgebench import fit
+from edgebench.analysis import fit
 from edgebench.errors import ConfigError, UserError
-from edgebench.models import build_convnet, build_mlp
+from edgebench.models.builtin import build_convnet, build_mlp
 from edgebench.records import RECORD_FIELDS, Record, Samples
 
 # ------------------------------------------------------------------------------------------- helpers

@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgebench.errors import ConfigError, UserError
-from edgebench.gate import (
+from edgebench.analysis.gate import (
     FAIL,
     IMPROVED,
     MISSING,
@@ -29,12 +28,13 @@ from edgebench.gate import (
     parse_percent,
     rules_from_suite,
 )
-from edgebench.jobs import Job, JobOutcome
-from edgebench.models import ModelRef
+from edgebench.errors import ConfigError, UserError
+from edgebench.execution.jobs import Job, JobOutcome
+from edgebench.models.refs import ModelRef
 from edgebench.records import Record, RecordContext
 from edgebench.render.junit import gate_junit
 from edgebench.render.markdown_gate import gate_markdown
-from edgebench.store import Store
+from edgebench.results.store import Store
 
 LATENCY = default_rules()[0]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgebench.gate import FAIL, GateOptions, PairKey, Side, default_rules, evaluate
+from edgebench.analysis.gate import FAIL, GateOptions, PairKey, Side, default_rules, evaluate
 
 CV, N, SLOWDOWN, PAIRS = 0.02, 30, 0.05, 10
 MIXED_GATES, QUIET_GATES = 60, 40

@@ -8,13 +8,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgebench.analysis.history import (
+    build_series,
+    change_point_records,
+    change_points,
+    detect_steps,
+    load_series,
+)
 from edgebench.cli import main
 from edgebench.errors import UserError
-from edgebench.history import build_series, change_point_records, change_points, detect_steps, load_series
-from edgebench.jobs import Job, JobOutcome
-from edgebench.models import ModelRef
+from edgebench.execution.jobs import Job, JobOutcome
+from edgebench.models.refs import ModelRef
 from edgebench.records import Record, RecordContext
-from edgebench.store import Store
+from edgebench.results.store import Store
 
 
 def nightly(rng: np.random.Generator, n: int, cv: float, steps: dict[int, float] | None = None) -> np.ndarray:

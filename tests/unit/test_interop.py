@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 from pytest_benchmark.stats import Stats
 
+from edgebench.analysis.gate import FAIL, default_rules, gate_runs
 from edgebench.cli import main
 from edgebench.errors import UserError
-from edgebench.gate import FAIL, default_rules, gate_runs
-from edgebench.interop import export_run, import_file, pytest_benchmark_stats
-from edgebench.jobs import Job, JobOutcome
-from edgebench.models import ModelRef
+from edgebench.execution.jobs import Job, JobOutcome
+from edgebench.models.refs import ModelRef
 from edgebench.records import RecordContext
-from edgebench.store import Store
+from edgebench.results.interop import export_run, import_file, pytest_benchmark_stats
+from edgebench.results.store import Store
 
 
 def test_stats_agree_with_pytest_benchmark() -> None:

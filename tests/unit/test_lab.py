@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from edgebench.errors import ConfigError, UserError
-from edgebench.lab import load_lab
+from edgebench.lab.descriptors import load_lab
 
 
 def write(folder: Path, name: str, text: str) -> Path:

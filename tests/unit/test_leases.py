@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from edgebench.leases import (
+from edgebench.execution.leases import (
     DEFAULT_LEASE_S,
     DeviceLease,
     LeaseTimeout,
@@ -23,7 +23,7 @@ from edgebench.leases import (
 
 HOLDER = """
 import sys, time
-from edgebench.leases import DeviceLease
+from edgebench.execution.leases import DeviceLease
 lease = DeviceLease(sys.argv[1], run_id=sys.argv[2], folder=sys.argv[3], lease_s=float(sys.argv[4]),
                     poll_s=0.05)
 lease.acquire()

@@ -15,15 +15,15 @@ import pytest
 from edgebench.agent import bandwidth as agent_bw
 from edgebench.agent import matmul as agent_mm
 from edgebench.agent import onnxwrite as ox
-from edgebench.ceilings import Ceilings, find_ceilings, measured_latency
+from edgebench.analysis.ceilings import Ceilings, find_ceilings, measured_latency
 from edgebench.errors import UserError
-from edgebench.jobs import Job, JobOutcome
+from edgebench.execution.jobs import Job, JobOutcome
 from edgebench.probes.bandwidth import bandwidth_records
 from edgebench.probes.knobs import int_list, shape_triples, thread_counts
 from edgebench.probes.matmul import backend_records, efficiency_records, tops
 from edgebench.probes.threads import Group, sweep_records
 from edgebench.records import RecordContext, utc_now
-from edgebench.store import Store
+from edgebench.results.store import Store
 
 
 def ctx(probe: str = "matmul") -> RecordContext:
@@ -89,12 +89,12 @@ def test_wrong_results_fail_verification() -> None:
 
 
 # ---- sweep and calibration --------------------------------------------------------------------------
-def sweep(rates: dict[int, float], policy: agent_mm.Policy, time_left=lambda: 1e9, fits=lambda n: True):  # type: ignore[no-untyped-def]
+def sweep(rates: dict[int, float], policy: agent_mm.MatmulPolicy, time_left=lambda: 1e9, fits=lambda n: True):  # type: ignore[no-untyped-def]
     return agent_mm.square_sweep(lambda n: (rates[n], 0.001), policy, time_left, fits)
 
 
 def test_sweep_stops_when_the_rate_stops_growing_but_not_before_min_top() -> None:
-    policy = agent_mm.Policy(start=128, min_top=2048, max_size=8192)
+    policy = agent_mm.MatmulPolicy(start=128, min_top=2048, max_size=8192)
     plateau = {128: 1, 256: 2, 512: 4, 1024: 5, 2048: 5.1, 4096: 5.2, 8192: 5.3}
     assert sweep(plateau, policy) == ([128, 256, 512, 1024, 2048], None)
     growing = {n: float(n) for n in plateau}
@@ -104,7 +104,7 @@ def test_sweep_stops_when_the_rate_stops_growing_but_not_before_min_top() -> Non
 
 
 def test_sweep_respects_budget_and_memory() -> None:
-    policy = agent_mm.Policy(start=128, min_top=2048, max_size=8192)
+    policy = agent_mm.MatmulPolicy(start=128, min_top=2048, max_size=8192)
     rates = {n: float(n) for n in (128, 256, 512, 1024, 2048, 4096, 8192)}
     sizes, why = sweep(rates, policy, time_left=lambda: 0.0)
     assert sizes == [128] and "budget" in (why or "")
@@ -113,7 +113,7 @@ def test_sweep_respects_budget_and_memory() -> None:
 
 
 def test_measure_calibrates_calls_per_trial() -> None:
-    policy = agent_mm.Policy(trials=3, warmup_s=0.01, min_trial_s=0.02)
+    policy = agent_mm.MatmulPolicy(trials=3, warmup_s=0.01, min_trial_s=0.02)
     trials, cpu, calls, warm = agent_mm.measure(lambda: time.sleep(0.002), policy)
     assert len(trials) == 3 == len(cpu) and calls >= 5 and warm >= 1
     assert all(1.5 < t < 50 for t in trials)  # per-call ms

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from edgebench.errors import LabError
-from edgebench.jobs import Job
-from edgebench.lab import builtin_local
-from edgebench.oneshot import run_now
-from edgebench.store import Store
+from edgebench.execution.jobs import Job
+from edgebench.execution.oneshot import run_now
+from edgebench.lab.descriptors import builtin_local
+from edgebench.results.store import Store
 
 
 def test_unreachable_device_marks_the_run_failed(tmp_path: Path) -> None:

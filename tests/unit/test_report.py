@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from edgebench.fit import parse_budgets
+from edgebench.analysis.fit import parse_budgets
 from edgebench.records import Record, Samples, utc_now
-from edgebench.report import format_for, render, write_report
-from edgebench.report.data import ReportData
-from edgebench.report.html import SECTIONS
-from edgebench.store import RunInfo, Store
+from edgebench.render.report import format_for, render, write_report
+from edgebench.render.report.data import ReportData
+from edgebench.render.report.html import SECTIONS
+from edgebench.results.store import RunInfo, Store
 
 R1, R2 = "20260101T000000Z-aaaaaa", "20260102T000000Z-bbbbbb"
 
@@ -194,7 +194,7 @@ def make_data(
     provenance: dict | None = None,
     fingerprint: dict | None = None,
 ) -> ReportData:
-    from edgebench.report.data import _fit_records
+    from edgebench.render.report.data import _fit_records
 
     run_infos = tuple(
         RunInfo(
@@ -531,7 +531,7 @@ def test_fit_cli_mnn_model_is_measured_only(tmp_path: Path, capsys: pytest.Captu
 
 def test_png_figures_are_pure() -> None:
     """Plots render on the Agg canvas at the stated size, with no software address in the PNG."""
-    from edgebench.report import plots
+    from edgebench.render.report import plots
 
     fig = plots.new_figure()
     fig.add_subplot().plot([1, 2], [3, 4])

@@ -10,8 +10,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from edgebench.analysis.cost import analyze, efficiency_check, floor
 from edgebench.errors import ModelError, UserError
-from edgebench.roofline import analyze, efficiency_check, floor
 
 F = TensorProto.FLOAT
 

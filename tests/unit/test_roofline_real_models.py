@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgebench.roofline import analyze
+from edgebench.analysis.cost import analyze
 
 onnx_tool = pytest.importorskip("onnx_tool")
 

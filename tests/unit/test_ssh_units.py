@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from edgebench.errors import CommandTimeout, ConfigError, HostKeyError, TransportError
-from edgebench.health import FACTS_SCRIPT, DeviceCheck, check_rows, failed, parse_facts
-from edgebench.lab import DeviceSpec
+from edgebench.lab.descriptors import DeviceSpec
+from edgebench.lab.health import FACTS_SCRIPT, DeviceCheck, check_rows, failed, parse_facts
 from edgebench.testing.sshd import generate_key
 from edgebench.transports.local import LocalTransport
 from edgebench.transports.ssh import (

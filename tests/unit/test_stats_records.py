@@ -7,8 +7,8 @@ import shlex
 import numpy as np
 import pytest
 
-from edgebench.jobs import Job
-from edgebench.stats import summarize
+from edgebench.analysis.stats import summarize
+from edgebench.execution.jobs import Job
 from edgebench.transports.base import command_line
 
 

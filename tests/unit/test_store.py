@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from edgebench.errors import UserError
-from edgebench.jobs import Job, JobOutcome
+from edgebench.execution.jobs import Job, JobOutcome
 from edgebench.records import RecordContext
-from edgebench.store import SCHEMA_VERSION, Store
+from edgebench.results.store import SCHEMA_VERSION, Store
 
 
 def outcome(run_id: str, ok: bool = True, threads: int = 1) -> JobOutcome:
@@ -87,11 +87,10 @@ def test_garbage_file_is_refused(tmp_path: Path) -> None:
         Store(path)
 
 
-
 # Spin (not sleep) until the common start, so the processes really open the new file together.
 OPEN_AT_ONCE = """
 import sys, time
-from edgebench.store import Store
+from edgebench.results.store import Store
 start = float(sys.argv[2])
 while time.time() < start:
     pass

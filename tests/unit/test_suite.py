@@ -12,8 +12,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from edgebench.errors import ConfigError
-from edgebench.lab import load_lab
-from edgebench.suite import check_devices, load_suite, plan
+from edgebench.execution.suite import check_devices, load_suite, plan
+from edgebench.lab.descriptors import load_lab
 
 
 def tiny_model(path: Path) -> Path:
@@ -107,7 +107,7 @@ def test_job_keys_are_stable_across_loads_and_processes(suite_dir: Path) -> None
     keys = [j.key for j in plan(load_suite(path))]
     assert keys == [j.key for j in plan(load_suite(path))]
     code = (
-        "import sys; from edgebench.suite import load_suite, plan; "
+        "import sys; from edgebench.execution.suite import load_suite, plan; "
         "print('\\n'.join(j.key for j in plan(load_suite(sys.argv[1]))))"
     )
     other = subprocess.run(
@@ -230,7 +230,7 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_run_refuses_bad_suites_with_exit_2_one_line_and_keeps_the_store(suite_dir: Path) -> None:
-    from edgebench.store import Store
+    from edgebench.results.store import Store
 
     store = suite_dir / "keep.db"
     with Store(store) as st:  # something already stored must survive a bad invocation

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from edgebench import orchestrate
 from edgebench.errors import (
     CommandError,
     CommandTimeout,
@@ -20,15 +19,16 @@ from edgebench.errors import (
     MeasurementError,
     TransportError,
 )
-from edgebench.execute import error_kind
-from edgebench.jobs import Job, JobOutcome
-from edgebench.lab import builtin_local
-from edgebench.orchestrate import DeviceReady, LocalSession, RunResult, is_transient, run_plan
+from edgebench.execution import fleet as orchestrate
+from edgebench.execution.execute import error_kind
+from edgebench.execution.fleet import DeviceReady, LocalSession, RunResult, is_transient, run_plan
+from edgebench.execution.jobs import Job, JobOutcome
+from edgebench.execution.suite import RunPolicy
+from edgebench.lab.descriptors import builtin_local
 from edgebench.records import Record, utc_now
-from edgebench.store import Store
-from edgebench.suite import Policy
+from edgebench.results.store import Store
 
-POLICY = Policy(retries=2, backoff_s=0.0, quarantine_after=2, cooldown=False)
+POLICY = RunPolicy(retries=2, backoff_s=0.0, quarantine_after=2, cooldown=False)
 
 
 def jobs_for(device: str, n: int) -> list[Job]:
@@ -292,9 +292,9 @@ def test_run_plan_never_hangs_when_a_session_breaks(tmp_path: Path) -> None:
 
 # ---- cool-down guard between jobs ----------------------------------------------------------------------
 class FakeCooldown:
-    """Stands in for edgebench.cooldown: records calls, answers with real CooldownResults."""
+    """Stands in for edgebench.execution.cooldown: records calls, answers with real CooldownResults."""
 
-    from edgebench.cooldown import CooldownPolicy, CooldownResult
+    from edgebench.execution.cooldown import CooldownPolicy, CooldownResult
 
     def __init__(self, zone: str | None, waited_s: float = 0.0) -> None:
         self.zone = zone
@@ -313,9 +313,9 @@ def test_the_guard_is_used_only_on_devices_with_thermal_zones(monkeypatch: pytes
 
     device = FakeDevice()
     none, hot = FakeCooldown(None), FakeCooldown("cpu-thermal")
-    monkeypatch.setitem(sys.modules, "edgebench.cooldown", none)
+    monkeypatch.setitem(sys.modules, "edgebench.execution.cooldown", none)
     assert orchestrate.cooldown_guard(device, POLICY) is None and none.calls == [(0.0, None)]
-    monkeypatch.setitem(sys.modules, "edgebench.cooldown", hot)
+    monkeypatch.setitem(sys.modules, "edgebench.execution.cooldown", hot)
     guard = orchestrate.cooldown_guard(device, POLICY)
     assert isinstance(guard, orchestrate.AgentCooldownGuard)
     native = FakeDevice()

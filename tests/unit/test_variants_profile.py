@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgebench.device import AgentReply
+from edgebench.lab.device import AgentReply
 from edgebench.probes.profile import (
     OpKey,
     ProfilerOverhead,

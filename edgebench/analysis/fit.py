@@ -1,0 +1,1329 @@
+"""Which model fits which chip: budget verdicts from measurements, predictions for pairs never measured.
+
+A *target* is a device and a runtime. For every target x model, `assess` gives a verdict against the
+budgets (latency at a percentile, peak memory, energy per inference, load time), with `basis` =
+`measured` when the model was benched on that target and `predicted` when it was not.
+
+How a latency is predicted (the calibrated roofline):
+
+1. Static counts of the model (per node: FLOPs, weight bytes, activation bytes; `edgebench.analysis.cost`) and
+   the target's measured ceilings (best fp32 `effective_tops`, best `bandwidth_gbps`; when the store has
+   none, the best rates the target's own benched models reached stand in) turn each model into a few
+   *floor times*: the time its compute-bound nodes would take at peak FLOP/s, the time its memory-bound
+   nodes would take at full bandwidth (weights split at the last-level cache), its node count (per-op
+   dispatch overhead), and so on.
+2. The fastest inference of the models already measured on the target (the cost least disturbed by other
+   load) is fitted on those floor times by non-negative least squares with relative errors, Huber-
+   reweighted against disturbed runs. The coefficients are inverse efficiencies per bound (2.5 on the
+   compute floor = 40% of peak), plus overheads. Several feature sets, from a single efficiency to
+   per-op-class efficiencies, are fitted and cross-validated on the measured models, and averaged with
+   weights from their errors, so the model grows with the data instead of over-fitting three measurements.
+3. A local correction: what the calibration got wrong on the most similar measured models (by size and op
+   mix) is applied to the new one, when that lowers the cross-validated error. It catches what whole-model
+   counts miss: family-specific kernel efficiency, weights that stop fitting in the last-level cache.
+4. When the model was measured on other targets, its residual there (how much slower or faster it ran than
+   those targets' calibrations expected) carries over, when that lowers the cross-validated error.
+5. Percentiles (p50, p99 ...) are the predicted fastest inference times the target's own ratio of that
+   percentile to it, a smooth function of latency (long inferences are pre-empted more on a busy device).
+
+Leave-one-model-out cross-validation on the measured pairs says how far to trust it: `holdout=pair`
+hides one model on one target (other targets keep it: the "benched elsewhere, not here" case) and
+`holdout=model` hides it from every target (a model never benched anywhere). Both are kept as records
+(`cv_within_10pct`, `cv_median_abs_err`, one `cv_error` per pair) so reports show them next to the
+predictions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, ModelError, UserError
+from ..records import Record, Samples, utc_now
+
+PROBE = "fit"
+STATS = ("p50", "p90", "p99", "mean", "min", "max")
+WITHIN = 0.10  # the cross-validation figure: share of held-out pairs within +-10%
+AGGREGATE_DEVICE = "*"  # device name of fleet-wide records
+MIN_SAMPLES_P99 = 100
+
+# ---------------------------------------------------------------------------------------------- budgets
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One budget: `latency_p99_ms=15`, `memory_mb=60`, `energy_mj=5`, `load_ms=300`."""
+
+    key: str
+    limit: float
+    quantity: str  # latency | memory | energy | load
+    stat: str | None = None  # for latency
+    unit: str = ""
+
+
+_LATENCY_KEY = re.compile(r"^latency_(p50|p90|p99|mean|min|max)_ms$")
+BUDGET_KEYS_HELP = "latency_<p50|p90|p99|mean|max>_ms, memory_mb, energy_mj, load_ms"
+
+
+def make_budget(key: str, limit: Any, where: str = "--budget") -> Budget:
+    """A Budget from its key and limit; anything else is a one-line error naming where it came from."""
+    if (
+        isinstance(limit, bool)
+        or not isinstance(limit, int | float)
+        or not math.isfinite(limit)
+        or limit <= 0
+    ):
+        raise UserError(f"{where} {key}: limit must be a positive number, got {limit!r}")
+    limit = float(limit)
+    m = _LATENCY_KEY.match(key)
+    if m:
+        return Budget(key, limit, "latency", m.group(1), "ms")
+    fixed = {"memory_mb": ("memory", "MB"), "energy_mj": ("energy", "mJ"), "load_ms": ("load", "ms")}
+    if key in fixed:
+        quantity, unit = fixed[key]
+        return Budget(key, limit, quantity, None, unit)
+    raise UserError(f"{where} {key}: unknown budget (use {BUDGET_KEYS_HELP})")
+
+
+def parse_budgets(items: Iterable[str], base: Sequence[Budget] = ()) -> tuple[Budget, ...]:
+    """`KEY=VALUE` strings on top of `base` (e.g. a suite's [budget]); a later key replaces an earlier one."""
+    out = {b.key: b for b in base}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if not sep or not key or number is None:
+            raise UserError(f"--budget {item!r}: expected KEY=NUMBER like latency_p99_ms=15")
+        out[key] = make_budget(key, number)
+    return tuple(out.values())
+
+
+def budgets_from_suite(path: Path) -> tuple[Budget, ...]:
+    """The `[budget]` table of a suite file (the rest of the suite belongs to the suite loader)."""
+    from ..tomlread import load_toml
+
+    data = load_toml(path)
+    table = data.get("budget", {})
+    if not isinstance(table, dict):
+        raise ConfigError(path, "budget: expected a table")
+    out = []
+    for key, value in table.items():
+        try:
+            out.append(make_budget(key, value, where="budget."))
+        except UserError as exc:
+            raise ConfigError(path, str(exc).replace("budget. ", "budget.")) from None
+    return tuple(out)
+
+
+# ------------------------------------------------------------------------------------------ model counts
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """What one node costs at run time: FLOPs, the weight bytes it reads, the activation bytes it moves."""
+
+    op_type: str
+    flops: float
+    weight_bytes: float
+    activation_bytes: float
+
+
+@dataclass(frozen=True)
+class ModelCounts:
+    """Static counts of one model. `nodes` is empty when only totals are known (e.g. from stored records)."""
+
+    name: str
+    flops: float
+    weight_bytes: float
+    nodes: tuple[OpCost, ...] = ()
+    source: str = ""
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def node_count(self) -> int | None:
+        return len(self.nodes) or None
+
+
+def count_model(path: Path, name: str, shapes: Mapping[str, Sequence[int]] | None = None) -> ModelCounts:
+    """Static counts of an ONNX model file, per node, from the roofline analysis (`edgebench.analysis.cost`).
+
+    The analysis gives each node's FLOPs and the bytes it writes; this adds the weight bytes each node reads
+    (its constant inputs, shape and index parameters excepted) and the activation bytes it reads, which is
+    what tells a memory-bound node from a compute-bound one.
+    """
+    from .cost import PARAM_INPUTS, analyze, load_model, storage_bytes
+
+    if path.suffix.lower() != ".onnx":
+        raise ModelError(f"{path}: fit needs the ONNX model to count FLOPs and bytes (got {path.suffix})")
+    model = load_model(path)
+    # One --shape list serves several models: each takes the names that are its inputs.
+    inputs = {vi.name for vi in model.graph.input}
+    cost = analyze(model, {k: [int(d) for d in v] for k, v in (shapes or {}).items() if k in inputs})
+    stored: dict[str, int] = {}
+    for init in model.graph.initializer:
+        stored[init.name] = storage_bytes(init.data_type, int(np.prod(init.dims)) if init.dims else 1)
+    constant: dict[str, frozenset[str]] = {n: frozenset([n]) for n in stored}
+    reads: dict[str, tuple[float, float]] = {}  # node key -> (weight bytes, tensor names read)
+    readers: dict[str, list[str]] = {}
+    for node in model.graph.node:
+        key = node.name or f"{node.op_type}:{node.output[0] if node.output else ''}"
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            t = node.attribute[0].t
+            stored[node.output[0]] = storage_bytes(t.data_type, int(np.prod(t.dims)) if t.dims else 1)
+            constant[node.output[0]] = frozenset([node.output[0]])
+            continue
+        ins = [x for x in node.input if x]
+        if ins and all(x in constant for x in ins):  # folded at load time: a constant, not work
+            for out in node.output:
+                constant[out] = frozenset().union(*(constant[x] for x in ins))
+            continue
+        params = PARAM_INPUTS.get(node.op_type, set()) if not node.domain else set()
+        sources: set[str] = set()
+        for i, x in enumerate(node.input):
+            if x in constant and i not in params:
+                sources |= constant[x]
+        reads[key] = (float(sum(stored.get(src, 0) for src in sources)), 0.0)
+        readers[key] = [x for x in ins if x not in constant]
+    written: dict[str, float] = {}
+    by_key = {n.name or f"{n.op_type}:{n.output[0] if n.output else ''}": n for n in model.graph.node}
+    for nc in cost.nodes:
+        node = by_key.get(nc.name)
+        outs = [o for o in (node.output if node is not None else []) if o]
+        for o in outs:
+            written[o] = nc.output_bytes / len(outs)
+    itemsize = {vi.name: vi.type.tensor_type.elem_type for vi in model.graph.input}
+    for name, dims in cost.inputs.items():
+        written[name] = float(storage_bytes(itemsize.get(name, 1), int(np.prod(dims)) if dims else 1))
+    nodes = []
+    for nc in cost.nodes:
+        weights, _ = reads.get(nc.name, (0.0, 0.0))
+        read = sum(written.get(x, 0.0) for x in readers.get(nc.name, []))
+        nodes.append(OpCost(nc.op_type, float(nc.flops), weights, read + float(nc.output_bytes)))
+    return ModelCounts(
+        name=name,
+        flops=float(cost.flops),
+        weight_bytes=float(cost.weight_bytes),
+        nodes=tuple(nodes),
+        source=str(path),
+        warnings=tuple(cost.warnings),
+    )
+
+
+def counts_from_records(records: Iterable[Record]) -> dict[str, ModelCounts]:
+    """Totals kept in the store: `roofline` records (`flops`, `weight_bytes`) and earlier fit records."""
+    flops: dict[str, float] = {}
+    weights: dict[str, float] = {}
+    for r in records:
+        if r.model is None or r.value is None:
+            continue
+        if r.probe == "roofline" and r.metric == "flops" and r.params.get("scope", "total") == "total":
+            flops[r.model] = r.value  # the model's total (per-op-type breakdowns carry another scope)
+        elif r.probe == "roofline" and r.metric == "weight_bytes":
+            weights[r.model] = r.value
+        elif r.probe == PROBE and r.metric == "fits":
+            if "flops" in r.params and "weight_bytes" in r.params:
+                flops.setdefault(r.model, float(r.params["flops"]))
+                weights.setdefault(r.model, float(r.params["weight_bytes"]))
+    return {m: ModelCounts(m, flops[m], weights[m], source="store") for m in flops if m in weights}
+
+
+# ----------------------------------------------------------------------------------------------- ceilings
+
+
+@dataclass(frozen=True)
+class MachineModel:
+    """A device's measured ceilings: FLOP/s (best fp32 effective_tops), bytes/s, last-level cache bytes."""
+
+    peak_flops: float | None = None
+    bandwidth: float | None = None
+    llc_bytes: float | None = None
+    source: str = "measured"
+
+
+def device_ceilings(
+    records: Iterable[Record], device_info: Iterable[Mapping[str, Any]] = ()
+) -> dict[str, MachineModel]:
+    """Best measured fp32 matmul rate and memory bandwidth per device, and its LLC size when known."""
+    tops: dict[str, float] = {}
+    bw: dict[str, float] = {}
+    for r in records:
+        if r.value is None or not math.isfinite(r.value) or r.value <= 0:
+            continue
+        if r.probe == "matmul" and r.metric == "effective_tops" and r.params.get("dtype", "fp32") == "fp32":
+            tops[r.device] = max(tops.get(r.device, 0.0), r.value)
+        elif r.probe == "bandwidth" and r.metric == "bandwidth_gbps":
+            bw[r.device] = max(bw.get(r.device, 0.0), r.value)
+    llc: dict[str, float] = {}
+    for info in device_info:
+        caches = (info.get("fingerprint") or {}).get("caches") or {}
+        sizes = [float(v) for v in caches.values() if isinstance(v, int | float) and v > 0]
+        spec_llc = ((info.get("descriptor") or {}).get("spec") or {}).get("llc_bytes")
+        if spec_llc:
+            llc[info["device"]] = float(spec_llc)
+        elif sizes:
+            llc[info["device"]] = max(sizes)
+    devices = set(tops) | set(bw) | set(llc)
+    return {
+        d: MachineModel(tops[d] * 1e12 if d in tops else None, bw[d] * 1e9 if d in bw else None, llc.get(d))
+        for d in devices
+    }
+
+
+# ------------------------------------------------------------------------------------------- observations
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One model measured on one target, at its best measured configuration (lowest p50)."""
+
+    device: str
+    runtime: str | None
+    model: str
+    run_id: str
+    config: dict[str, Any]
+    latency: dict[str, float]
+    memory_mb: float | None = None
+    load_ms: float | None = None
+    energy_mj: float | None = None
+    samples_n: int | None = None
+    estimated: tuple[str, ...] = ()
+
+    @property
+    def target(self) -> tuple[str, str | None]:
+        return (self.device, self.runtime)
+
+
+_NOT_CONFIG = ("stat", "rss_before_load_mb")
+# What the calibration fits: the fastest sample, the model's cost with the least interference. Another
+# process on the device can double a p50; it rarely moves the minimum. Percentiles are then the target's
+# typical ratio to it (p50 / min, p99 / min over its measured models).
+BASE_STAT = "min"
+
+
+def base_latency(o: Observation) -> float:
+    """The latency the calibration fits (the minimum, or the p50 when no minimum was recorded)."""
+    return float(o.latency.get(BASE_STAT) or o.latency.get("p50") or 0.0)
+
+
+MEASURING_PROBES = ("bench", "threads")
+
+
+def config_key(params: Mapping[str, Any]) -> str:
+    return json.dumps({k: v for k, v in params.items() if k not in _NOT_CONFIG}, sort_keys=True, default=str)
+
+
+def observations(
+    records: Sequence[Record], samples: Sequence[Samples] = (), run_order: Sequence[str] = ()
+) -> list[Observation]:
+    """Latency measurements per target x model: the latest run of each configuration, then the best one.
+
+    Configurations come from `bench` jobs and from the points of `threads` sweeps (a thread count, an
+    affinity), so the best is what the engineer would deploy.
+    """
+    order = {rid: i for i, rid in enumerate(run_order)}
+    groups: dict[tuple, dict[str, Any]] = {}
+    for r in records:
+        if r.probe not in MEASURING_PROBES or r.model is None or r.value is None:
+            continue
+        key = (r.run_id, r.device, r.runtime, r.model, r.probe + config_key(r.params))
+        g = groups.setdefault(
+            key,
+            {
+                "latency": {},
+                "ts": r.ts,
+                "config": {k: v for k, v in r.params.items() if k not in _NOT_CONFIG},
+            },
+        )
+        if r.metric == "latency_ms" and r.params.get("stat") in STATS:
+            g["latency"][r.params["stat"]] = r.value
+        elif r.metric in ("peak_rss_mb", "load_ms", "samples_n"):
+            g[r.metric] = r.value
+    raw = {
+        (s.run_id, s.device, s.runtime, s.model, s.probe + config_key(s.params)): s.values
+        for s in samples
+        if s.probe in MEASURING_PROBES and s.metric == "latency_ms"
+    }
+    energy = _energy_by_pair(records, order)
+    latest: dict[tuple, tuple] = {}
+    for key, g in groups.items():
+        if "p50" not in g["latency"]:
+            continue
+        run_id, device, runtime, model, cfg = key
+        rank = (order.get(run_id, -1), g["ts"])
+        ident = (device, runtime, model, cfg)
+        if ident not in latest or rank > latest[ident][0]:
+            latest[ident] = (rank, key, g)
+    best: dict[tuple, Observation] = {}
+    for (device, runtime, model, _cfg), (_rank, key, g) in latest.items():
+        lat = dict(g["latency"])
+        estimated: list[str] = []
+        if "p99" not in lat and key in raw and raw[key]:
+            lat["p99"] = float(np.percentile(np.asarray(raw[key], dtype=float), 99))
+            estimated.append("p99")
+        obs = Observation(
+            device=device,
+            runtime=runtime,
+            model=model,
+            run_id=key[0],
+            config=g["config"],
+            latency=lat,
+            memory_mb=g.get("peak_rss_mb"),
+            load_ms=g.get("load_ms"),
+            energy_mj=energy.get((device, runtime, model)),
+            samples_n=int(g["samples_n"]) if g.get("samples_n") else None,
+            estimated=tuple(estimated),
+        )
+        ident2 = (device, runtime, model)
+        if ident2 not in best or obs.latency["p50"] < best[ident2].latency["p50"]:
+            best[ident2] = obs
+    return sorted(best.values(), key=lambda o: (o.device, o.runtime or "", o.model))
+
+
+def _energy_by_pair(records: Sequence[Record], order: Mapping[str, int]) -> dict[tuple, float]:
+    out: dict[tuple, tuple] = {}
+    for r in records:
+        if r.probe == "power" and r.metric == "energy_mj_per_inference" and r.model and r.value is not None:
+            ident = (r.device, r.runtime, r.model)
+            rank = (order.get(r.run_id, -1), r.ts)
+            if ident not in out or rank > out[ident][0]:
+                out[ident] = (rank, r.value)
+    return {k: v for k, (_, v) in out.items()}
+
+
+# ------------------------------------------------------------------------------------------- prediction
+
+
+@dataclass(frozen=True)
+class FeatureSet:
+    """One candidate feature set: names of the floor times it regresses latency on."""
+
+    name: str
+    features: tuple[str, ...]
+    needs_nodes: bool = False
+    needs_llc: bool = False
+
+    @property
+    def n_params(self) -> int:
+        return len(self.features)
+
+
+VARIANTS = (
+    FeatureSet("efficiency", ("floor",)),
+    FeatureSet("overhead+efficiency", ("one", "floor")),
+    FeatureSet("per-bound", ("one", "compute", "memory")),
+    FeatureSet("per-op-class", ("one", "nodes", "conv", "gemm", "weights", "activations"), needs_nodes=True),
+    FeatureSet(
+        "per-op-class+cache",
+        ("one", "nodes", "conv", "gemm", "weights_cached", "weights_dram", "activations"),
+        needs_nodes=True,
+        needs_llc=True,
+    ),
+)
+_CONV_OPS = ("Conv", "ConvInteger", "QLinearConv", "ConvTranspose")
+KERNEL_WIDTH = 0.35  # similarity kernel width, in decades of size (and shares of op mix)
+KERNEL_PRIOR = 0.5  # weight of "no correction" in the local correction (shrinkage)
+CAP = math.log(2.0)
+RATIO_WIDTH = 0.25  # decades of latency over which a statistic's ratio to the base is averaged
+RATIO_PRIOR = 0.3  # weight of the target-wide median ratio
+HUBER_K = 1.5  # residuals beyond 1.5 robust standard deviations get proportionally less weight
+ROBUST_ITERATIONS = 4
+ROBUST_MIN_EXTRA = 3  # robust reweighting needs this many measurements beyond the coefficients
+ROBUST_MIN_SCALE = 0.02  # never treat residuals under 2% as outliers (timing noise is at least that)
+WEIGHT_POWER = 2.0  # errors beyond 2x count as 2x when choosing between candidates
+
+
+def floor_times(counts: ModelCounts, ceil: MachineModel) -> dict[str, float]:
+    """The model's floor times in ms at the target's ceilings, per bound and per op class."""
+    peak = ceil.peak_flops or 1e11
+    bw = ceil.bandwidth or 1e10
+    ridge = peak / bw  # FLOP per byte where a node turns from memory- to compute-bound
+    f: dict[str, float] = defaultdict(float)
+    f["one"] = 1.0
+    to_ms = 1e3
+    if counts.nodes:
+        f["nodes"] = float(len(counts.nodes))
+        half_llc = 0.5 * ceil.llc_bytes if ceil.llc_bytes else None
+        # Weights up to half the LLC stay cached; beyond, a growing share streams from DRAM (all of it
+        # once the weights exceed the whole cache: a cyclic pass evicts what the next one needs).
+        dram_share = (
+            0.0 if half_llc is None else min(1.0, max(0.0, (counts.weight_bytes - half_llc) / half_llc))
+        )
+        for n in counts.nodes:
+            moved = n.weight_bytes + n.activation_bytes
+            t_compute = n.flops / peak * to_ms
+            t_memory = moved / bw * to_ms
+            f["floor"] += max(t_compute, t_memory)
+            if n.flops > ridge * moved:
+                f["compute"] += t_compute
+                f["conv" if n.op_type in _CONV_OPS else "gemm"] += t_compute
+            else:
+                f["memory"] += t_memory
+                w = n.weight_bytes / bw * to_ms
+                f["weights"] += w
+                f["weights_cached"] += w * (1 - dram_share)
+                f["weights_dram"] += w * dram_share
+                f["activations"] += n.activation_bytes / bw * to_ms
+    else:
+        t_compute = counts.flops / peak * to_ms
+        t_memory = counts.weight_bytes / bw * to_ms
+        f["floor"] = max(t_compute, t_memory)
+        f["compute"], f["memory"] = t_compute, t_memory
+    return dict(f)
+
+
+def _descriptor(counts: ModelCounts, ft: Mapping[str, float]) -> np.ndarray:
+    """Where a model sits for similarity: its size (decades) and how its floor time splits by class."""
+    total = sum(ft.get(k, 0.0) for k in ("compute", "memory")) or 1.0
+    conv = ft.get("conv", 0.0) / total
+    mem = ft.get("memory", 0.0) / total
+    return np.array(
+        [
+            math.log10(counts.flops + 1.0),
+            math.log10(counts.weight_bytes + 1.0),
+            math.log10(counts.node_count or 1),
+            conv,
+            mem,
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class _Point:
+    model: str
+    y: float
+    x: dict[str, float]
+    z: np.ndarray
+
+
+def _solve(points: Sequence[_Point], variant: FeatureSet) -> np.ndarray:
+    """Non-negative least squares on relative errors, made robust by Huber reweighting.
+
+    A measurement disturbed by another process (a p50 twice what it should be) would otherwise drag the
+    whole calibration; Huber weights (scale from the median absolute residual) shrink its pull, and with
+    only a few more measurements than coefficients the plain fit is kept.
+    """
+    from scipy.optimize import nnls
+
+    X = np.array([[p.x.get(f, 0.0) for f in variant.features] for p in points], dtype=float)
+    y = np.array([p.y for p in points], dtype=float)
+    scale = np.abs(X).max(axis=0)
+    scale[scale == 0] = 1.0
+    Xs = X / scale
+    w = 1.0 / y
+    coef, _ = nnls(Xs * w[:, None], y * w, maxiter=2000)
+    if len(points) >= variant.n_params + ROBUST_MIN_EXTRA:
+        for _ in range(ROBUST_ITERATIONS):
+            rel = np.abs(Xs @ coef - y) / y
+            s = max(1.4826 * float(np.median(rel)), ROBUST_MIN_SCALE)
+            huber = np.minimum(1.0, HUBER_K * s / np.maximum(rel, 1e-12))
+            ww = w * np.sqrt(huber)
+            coef, _ = nnls(Xs * ww[:, None], y * ww, maxiter=2000)
+    return coef / scale
+
+
+def _apply(coef: np.ndarray, variant: FeatureSet, x: Mapping[str, float]) -> float:
+    return float(sum(c * x.get(f, 0.0) for c, f in zip(coef, variant.features, strict=True)))
+
+
+def _folds(n: int, k: int = 10) -> list[list[int]]:
+    """Leave-one-out up to 10 models; 10 interleaved folds beyond (keeps nested CV affordable)."""
+    if n <= k:
+        return [[i] for i in range(n)]
+    return [list(range(i, n, k)) for i in range(k)]
+
+
+def _capped(errors: Sequence[float]) -> float:
+    return float(np.mean([min(abs(e), CAP) for e in errors])) if errors else math.inf
+
+
+@dataclass(frozen=True)
+class _Member:
+    """One fitted feature set of a calibration, with its weight in the average."""
+
+    variant: FeatureSet
+    coef: tuple[float, ...]
+    weight: float
+    cv_error: float
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """A target's fitted latency model: the feature sets it averages, and the local correction.
+
+    Each candidate feature set is fitted to all measured models; predictions are their weighted geometric
+    mean, weights inversely proportional to each one's cross-validated squared error (candidates far worse
+    than the best get none). Averaging keeps the variance of a many-parameter fit on few, noisy models down.
+    """
+
+    members: tuple[_Member, ...]
+    points: tuple[_Point, ...]
+    residuals: tuple[float, ...]  # cross-validated log residuals of the points (for the local correction)
+    correction: bool
+    cv_error: float  # mean capped |log error| of the average on the points
+    cv_logs: tuple[float, ...] = ()  # each point's cross-validated log(predicted / measured), as used
+
+    def base(self, x: Mapping[str, float]) -> float:
+        logs = 0.0
+        for m in self.members:
+            logs += m.weight * math.log(max(_apply(np.asarray(m.coef), m.variant, x), 1e-9))
+        return math.exp(logs)
+
+    def predict(self, x: Mapping[str, float], z: np.ndarray) -> float:
+        pred = self.base(x)
+        if self.correction:
+            pred *= math.exp(_local_correction(z, self.points, self.residuals))
+        return pred
+
+    def describe(self) -> dict[str, Any]:
+        top = max(self.members, key=lambda m: m.weight)
+        coef = {f: float(c) for f, c in zip(top.variant.features, top.coef, strict=True)}
+        out: dict[str, Any] = {
+            "method": top.variant.name,
+            "models": len(self.points),
+            "local_correction": self.correction,
+            "coefficients": coef,
+            "weights": {m.variant.name: round(m.weight, 3) for m in self.members},
+            "cv_log_error": self.cv_error,
+        }
+        eff = {f: 1.0 / c for f, c in coef.items() if f not in ("one", "nodes") and c > 0}
+        if eff:
+            out["efficiency"] = eff  # fraction of the ceiling each floor time is run at
+        if "one" in coef:
+            out["overhead_ms"] = coef["one"]
+        if "nodes" in coef:
+            out["per_node_us"] = coef["nodes"] * 1e3
+        return out
+
+
+def _local_correction(
+    z: np.ndarray, points: Sequence[_Point], residuals: Sequence[float], skip: str | None = None
+) -> float:
+    num, den = 0.0, KERNEL_PRIOR
+    for p, r in zip(points, residuals, strict=True):
+        if p.model == skip:
+            continue
+        d2 = float(np.sum((p.z - z) ** 2))
+        w = math.exp(-d2 / (2 * KERNEL_WIDTH**2))
+        num += w * r
+        den += w
+    return num / den
+
+
+def _cv_predictions(points: Sequence[_Point], variant: FeatureSet) -> list[float] | None:
+    """Cross-validated predictions of each point by `variant` fitted on the others."""
+    n = len(points)
+    preds = [0.0] * n
+    for fold in _folds(n):
+        train = [p for i, p in enumerate(points) if i not in fold]
+        if len(train) < max(1, variant.n_params):
+            return None
+        coef = _solve(train, variant)
+        for i in fold:
+            preds[i] = _apply(coef, variant, points[i].x)
+    return preds
+
+
+def calibrate(points: Sequence[_Point], has_nodes: bool, has_llc: bool) -> LatencyModel | None:
+    """Fit every candidate feature set the data can support, weight them by cross-validated error, average.
+
+    Then decide on the local correction the same way: kept only when it lowers the cross-validated error.
+    """
+    n = len(points)
+    if n == 0:
+        return None
+    candidates: list[tuple[FeatureSet, list[float] | None]] = []
+    for v in VARIANTS:
+        if (v.needs_nodes and not has_nodes) or (v.needs_llc and not has_llc):
+            continue
+        if v.name != "efficiency" and n < v.n_params + 2:
+            continue
+        if n == 1:
+            candidates.append((v, None))
+            continue
+        preds = _cv_predictions(points, v)
+        if preds is not None:
+            candidates.append(
+                (v, [math.log(max(pr, 1e-9) / p.y) for pr, p in zip(preds, points, strict=True)])
+            )
+    if not candidates:
+        return None
+    if n == 1:
+        v = candidates[0][0]
+        member = _Member(v, tuple(float(c) for c in _solve(points, v)), 1.0, 0.0)
+        return LatencyModel((member,), tuple(points), (0.0,), False, 0.0, (0.0,))
+    mse = {
+        v.name: float(np.mean([min(abs(e), CAP) ** 2 for e in logs])) + 1e-6 for v, logs in candidates if logs
+    }
+    best = min(mse.values())
+    kept = [(v, logs) for v, logs in candidates if logs and mse[v.name] <= 4 * best]
+    total = sum(mse[v.name] ** -WEIGHT_POWER for v, _ in kept)
+    members = tuple(
+        _Member(
+            v, tuple(float(c) for c in _solve(points, v)), mse[v.name] ** -WEIGHT_POWER / total, _capped(logs)
+        )
+        for v, logs in kept
+    )
+    logs = [sum(m.weight * lg[i] for m, (_, lg) in zip(members, kept, strict=True)) for i in range(n)]
+    err = _capped(logs)
+    residuals = tuple(-e for e in logs)
+    correction = False
+    final = list(logs)
+    if n >= 3:
+        corrected = [
+            logs[i] + _local_correction(p.z, points, residuals, skip=p.model) for i, p in enumerate(points)
+        ]
+        correction = _capped(corrected) < err
+        if correction:
+            err, final = _capped(corrected), corrected
+    return LatencyModel(members, tuple(points), residuals, correction, err, tuple(final))
+
+
+# ------------------------------------------------------------------------------------------- assessment
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One target x model against the budgets."""
+
+    device: str
+    runtime: str | None
+    model: str
+    basis: str  # measured | predicted
+    values: dict[str, float]  # budget key -> value compared
+    fits: bool | None
+    limiting: str | None
+    margin: float | None
+    margins: dict[str, float]
+    unchecked: tuple[str, ...]
+    config: dict[str, Any] = field(default_factory=dict)
+    predicted: dict[str, float] = field(
+        default_factory=dict
+    )  # predicted_latency_ms (p50/p99), memory, energy
+    evidence: str = ""
+    estimated: tuple[str, ...] = ()
+    counts: ModelCounts | None = None
+
+
+@dataclass(frozen=True)
+class CvPoint:
+    """One held-out measured pair: what the calibration predicted without it."""
+
+    device: str
+    runtime: str | None
+    model: str
+    holdout: str  # pair | model
+    quantity: str  # latency_p50_ms | latency_p99_ms | memory_mb
+    measured: float
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1.0
+
+
+@dataclass(frozen=True)
+class CvSummary:
+    device: str
+    runtime: str | None
+    holdout: str
+    quantity: str
+    pairs: int
+    within: float
+    median_abs_err: float
+
+
+@dataclass
+class FitResult:
+    """Everything `fit` found: verdicts, cross-validation, per-target calibrations, notes for the user."""
+
+    budgets: tuple[Budget, ...]
+    verdicts: list[Verdict] = field(default_factory=list)
+    cv: list[CvPoint] = field(default_factory=list)
+    calibrations: dict[tuple[str, str | None], dict[str, Any]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def cv_summaries(self) -> list[CvSummary]:
+        """Per target and fleet-wide (device `*`): share within +-10% and the median absolute error."""
+        groups: dict[tuple, list[CvPoint]] = defaultdict(list)
+        for p in self.cv:
+            groups[(p.device, p.runtime, p.holdout, p.quantity)].append(p)
+            groups[(AGGREGATE_DEVICE, None, p.holdout, p.quantity)].append(p)
+        out = []
+        for (device, runtime, holdout, quantity), pts in sorted(
+            groups.items(),
+            key=lambda kv: (kv[0][0] != AGGREGATE_DEVICE, kv[0][0], kv[0][1] or "", kv[0][2], kv[0][3]),
+        ):
+            errs = np.abs([p.error for p in pts])
+            out.append(
+                CvSummary(
+                    device,
+                    runtime,
+                    holdout,
+                    quantity,
+                    len(pts),
+                    float(np.mean(errs <= WITHIN + 1e-12)),
+                    float(np.median(errs)),
+                )
+            )
+        return out
+
+    def records(self, run_id: str) -> list[Record]:
+        """The result as records (probe `fit`), the schema every other part reads."""
+        ts = utc_now()
+        out: list[Record] = []
+
+        def rec(
+            device: str,
+            runtime: str | None,
+            model: str | None,
+            metric: str,
+            value: float | None,
+            unit: str,
+            /,
+            **params: Any,
+        ) -> None:
+            out.append(
+                Record(
+                    run_id,
+                    device,
+                    PROBE,
+                    model,
+                    runtime,
+                    metric,
+                    None if value is None else float(value),
+                    unit,
+                    params,
+                    ts,
+                )
+            )
+
+        limits = {b.key: b.limit for b in self.budgets}
+        for v in self.verdicts:
+            common: dict[str, Any] = {"basis": v.basis}
+            if v.config:
+                common["config"] = v.config
+            if v.counts is not None:
+                common["flops"] = v.counts.flops
+                common["weight_bytes"] = v.counts.weight_bytes
+            rec(
+                v.device,
+                v.runtime,
+                v.model,
+                "fits",
+                None if v.fits is None else float(v.fits),
+                "bool",
+                **common,
+                budgets=limits,
+                limiting=v.limiting,
+                margin=v.margin,
+                values=v.values,
+                unchecked=list(v.unchecked),
+                evidence=v.evidence or None,
+                estimated=list(v.estimated),
+            )
+            for key, margin in v.margins.items():
+                rec(
+                    v.device,
+                    v.runtime,
+                    v.model,
+                    "margin",
+                    margin,
+                    "ratio",
+                    basis=v.basis,
+                    budget=key,
+                    limit=limits[key],
+                    value=v.values[key],
+                )
+            for key, value in v.predicted.items():
+                metric, _, stat = key.partition(":")
+                extra = {"stat": stat} if stat else {}
+                rec(
+                    v.device,
+                    v.runtime,
+                    v.model,
+                    metric,
+                    value,
+                    _unit_of(metric),
+                    basis="predicted",
+                    evidence=v.evidence or None,
+                    **extra,
+                )
+        for (device, runtime), desc in sorted(
+            self.calibrations.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")
+        ):
+            rec(device, runtime, None, "calibration_models", desc.get("models"), "count", **desc)
+        for p in self.cv:
+            rec(
+                p.device,
+                p.runtime,
+                p.model,
+                "cv_error",
+                p.error,
+                "ratio",
+                holdout=p.holdout,
+                quantity=p.quantity,
+                measured=p.measured,
+                predicted=p.predicted,
+            )
+        for s in self.cv_summaries():
+            rec(
+                s.device,
+                s.runtime,
+                None,
+                "cv_within_10pct",
+                s.within,
+                "ratio",
+                holdout=s.holdout,
+                quantity=s.quantity,
+                pairs=s.pairs,
+            )
+            rec(
+                s.device,
+                s.runtime,
+                None,
+                "cv_median_abs_err",
+                s.median_abs_err,
+                "ratio",
+                holdout=s.holdout,
+                quantity=s.quantity,
+                pairs=s.pairs,
+            )
+        return out
+
+
+def _unit_of(metric: str) -> str:
+    return {"predicted_latency_ms": "ms", "predicted_memory_mb": "MB", "predicted_energy_mj": "mJ"}.get(
+        metric, ""
+    )
+
+
+@dataclass
+class _Target:
+    device: str
+    runtime: str | None
+    ceil: MachineModel
+    obs: dict[str, Observation]
+    features: dict[str, dict[str, float]] = field(default_factory=dict)
+    z: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _effective_ceilings(
+    measured: MachineModel | None, obs: Mapping[str, Observation], counts: Mapping[str, ModelCounts]
+) -> MachineModel:
+    """The measured ceilings, or where the store has none the best rates the target's own models reached."""
+    measured = measured or MachineModel(source="none")
+    peak, bw = measured.peak_flops, measured.bandwidth
+    rates = [
+        (counts[m].flops / (base_latency(o) / 1e3), counts[m].weight_bytes / (base_latency(o) / 1e3))
+        for m, o in obs.items()
+        if m in counts and base_latency(o) > 0
+    ]
+    source = measured.source if peak and bw else "fitted from the measured models"
+    if not peak:
+        peak = max((r[0] for r in rates), default=0.0) or None
+    if not bw:
+        bw = max((r[1] for r in rates), default=0.0) or None
+    return MachineModel(peak, bw, measured.llc_bytes, source)
+
+
+def assess(
+    records: Sequence[Record],
+    budgets: Sequence[Budget] = (),
+    counts: Mapping[str, ModelCounts] | None = None,
+    samples: Sequence[Samples] = (),
+    device_info: Sequence[Mapping[str, Any]] = (),
+    devices: Sequence[str] | None = None,
+    models: Sequence[str] | None = None,
+    run_order: Sequence[str] = (),
+) -> FitResult:
+    """Verdicts for every target x model (measured, or predicted from counts), with cross-validation.
+
+    `counts` are static counts per model name (from `count_model`, or `counts_from_records`); `models` adds
+    model names to those measured in `records`; `devices` limits the targets. Pure: records in, result out.
+    """
+    counts = dict(counts or {})
+    for name, c in counts_from_records(records).items():
+        counts.setdefault(name, c)
+    result = FitResult(budgets=tuple(budgets))
+    obs_all = observations(records, samples, run_order)
+    if devices:
+        known = {o.device for o in obs_all}
+        for d in devices:
+            if d not in known:
+                raise UserError(
+                    f"device '{d}' has no bench measurements in the store (known: "
+                    f"{', '.join(sorted(known)) or 'none'})"
+                )
+        obs_all = [o for o in obs_all if o.device in devices]
+    measured_ceilings = device_ceilings(records, device_info)
+    targets: dict[tuple, _Target] = {}
+    for o in obs_all:
+        t = targets.setdefault(o.target, _Target(o.device, o.runtime, MachineModel(), {}))
+        t.obs[o.model] = o
+    for t in targets.values():
+        t.ceil = _effective_ceilings(measured_ceilings.get(t.device), t.obs, counts)
+        for name, c in counts.items():
+            t.features[name] = floor_times(c, t.ceil)
+            t.z[name] = _descriptor(c, t.features[name])
+    # Models: those measured, those named by the caller, and those the counts describe (roofline records).
+    all_models = sorted({o.model for o in obs_all} | set(models or []) | set(counts))
+    missing = sorted(m for m in all_models if m not in counts)
+    unmeasured_missing = [m for m in missing if not any(m in t.obs for t in targets.values())]
+    if unmeasured_missing:
+        result.warnings.append(
+            f"no FLOP/byte counts for {', '.join(unmeasured_missing)}: cannot predict "
+            "them (pass the ONNX file with --model, or run `edgebench roofline` on it)"
+        )
+    calibrated = [m for m in all_models if m in counts]
+    uncounted_measured = sorted({o.model for o in obs_all} - set(counts))
+    if uncounted_measured:
+        result.warnings.append(
+            f"measured models without counts are not used to calibrate predictions: "
+            f"{', '.join(uncounted_measured)} (pass them with --model PATH)"
+        )
+
+    engine = _Engine(targets, counts)
+    for key, t in sorted(targets.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        cal = engine.calibration(key, exclude=None)
+        if cal is not None:
+            desc = cal.describe()
+            desc["ceilings"] = {
+                "peak_gflops": (t.ceil.peak_flops or 0) / 1e9,
+                "bandwidth_gbps": (t.ceil.bandwidth or 0) / 1e9,
+                "source": t.ceil.source,
+            }
+            if t.ceil.llc_bytes:
+                desc["ceilings"]["llc_mb"] = t.ceil.llc_bytes / 1e6
+            result.calibrations[key] = desc
+        for model in all_models:
+            if model in t.obs:
+                result.verdicts.append(_measured_verdict(t, t.obs[model], budgets, counts.get(model), engine))
+            elif model in calibrated:
+                v = _predicted_verdict(key, t, model, budgets, counts[model], engine)
+                if v is not None:
+                    result.verdicts.append(v)
+                else:
+                    result.warnings.append(
+                        f"{t.device}: no measured model with counts to calibrate a prediction for {model}"
+                    )
+    result.cv = engine.cross_validate()
+    for key, t in targets.items():
+        n = sum(1 for m in t.obs if m in counts)
+        if 0 < n < 3 and any(
+            v.basis == "predicted" and (v.device, v.runtime) == key for v in result.verdicts
+        ):
+            result.warnings.append(
+                f"{t.device}: predictions rest on only {n} measured model(s); bench a few "
+                "more models of different sizes on it to trust them"
+            )
+    return result
+
+
+class _Engine:
+    """Calibrations, predictions and cross-validation over all targets, memoised per held-out model."""
+
+    def __init__(self, targets: Mapping[tuple, _Target], counts: Mapping[str, ModelCounts]) -> None:
+        self.targets = targets
+        self.counts = counts
+        self._cal: dict[tuple, LatencyModel | None] = {}
+        self._transfer_ok: dict[tuple, bool] = {}
+
+    def points(self, key: tuple, exclude: str | None) -> list[_Point]:
+        t = self.targets[key]
+        return [
+            _Point(m, base_latency(o), t.features[m], t.z[m])
+            for m, o in sorted(t.obs.items())
+            if m in self.counts and m != exclude and base_latency(o) > 0
+        ]
+
+    def calibration(self, key: tuple, exclude: str | None) -> LatencyModel | None:
+        memo = (key, exclude)
+        if memo not in self._cal:
+            has_nodes = all(self.counts[p.model].nodes for p in self.points(key, exclude)) and bool(
+                self.points(key, exclude)
+            )
+            self._cal[memo] = calibrate(
+                self.points(key, exclude), has_nodes, self.targets[key].ceil.llc_bytes is not None
+            )
+        return self._cal[memo]
+
+    def static(self, key: tuple, model: str, exclude: str | None) -> float | None:
+        cal = self.calibration(key, exclude)
+        if cal is None or model not in self.targets[key].features:
+            return None
+        t = self.targets[key]
+        return cal.predict(t.features[model], t.z[model])
+
+    def residual_elsewhere(self, key: tuple, model: str) -> float | None:
+        """How much the model beat or missed the calibrations of the other targets that measured it."""
+        logs = []
+        for other, t in self.targets.items():
+            if other == key or model not in t.obs:
+                continue
+            pred = self.static(other, model, exclude=model)
+            if pred and pred > 0:
+                logs.append(math.log(base_latency(t.obs[model]) / pred))
+        return float(np.median(logs)) if logs else None
+
+    def transfer_helps(self, key: tuple, exclude: str | None) -> bool:
+        """Whether carrying residuals over from other targets lowers the cross-validated error on this target.
+
+        Uses the calibration's own cross-validated errors of its models, so no extra fits are needed.
+        """
+        memo = (key, exclude)
+        if memo in self._transfer_ok:
+            return self._transfer_ok[memo]
+        cal = self.calibration(key, exclude)
+        plain, moved = [], []
+        if cal is not None:
+            for p, err in zip(cal.points, cal.cv_logs, strict=True):
+                r = self.residual_elsewhere(key, p.model)
+                if r is not None:
+                    plain.append(err)
+                    moved.append(err + r)
+        ok = len(plain) >= 2 and _capped(moved) < _capped(plain)
+        self._transfer_ok[memo] = ok
+        return ok
+
+    def predict(
+        self, key: tuple, model: str, exclude: str | None, allow_transfer: bool = True
+    ) -> tuple[float | None, str]:
+        base = self.static(key, model, exclude)
+        if base is None or base <= 0:
+            return None, ""
+        if allow_transfer:
+            r = self.residual_elsewhere(key, model)
+            if r is not None and self.transfer_helps(key, exclude):
+                return base * math.exp(r), "roofline calibration + the model's measurements on other devices"
+        return base, "roofline calibration"
+
+    def stat_ratio(self, key: tuple, exclude: str | None, stat: str, at: float) -> float | None:
+        """The target's ratio of a latency statistic to the base, for a model whose base latency is `at`.
+
+        A smooth function of the base latency, not one number: on a busy device a 20 ms inference is
+        pre-empted far more often than a 0.2 ms one, so its p50 and p99 sit further above its minimum.
+        Kernel-weighted mean of log ratios over the target's measured models, by distance in decades of
+        latency, shrunk towards the median of all of them.
+        """
+        t = self.targets[key]
+        pts = [
+            (math.log10(base_latency(o)), math.log(o.latency[stat] / base_latency(o)))
+            for m, o in t.obs.items()
+            if m != exclude and stat in o.latency and base_latency(o) > 0 and o.latency[stat] > 0
+        ]
+        if not pts:
+            return None
+        overall = float(np.median([r for _, r in pts]))
+        x = math.log10(max(at, 1e-9))
+        num, den = overall * RATIO_PRIOR, RATIO_PRIOR
+        for xi, ri in pts:
+            w = math.exp(-((xi - x) ** 2) / (2 * RATIO_WIDTH**2))
+            num += w * ri
+            den += w
+        return math.exp(num / den)
+
+    def predict_stat(
+        self, key: tuple, model: str, exclude: str | None, stat: str, allow_transfer: bool = True
+    ) -> tuple[float | None, str]:
+        """A latency statistic: the predicted base times the target's ratio of that statistic to it."""
+        base, evidence = self.predict(key, model, exclude, allow_transfer)
+        if base is None:
+            return None, evidence
+        ratio = self.stat_ratio(key, exclude, stat, base)
+        if ratio is None:
+            return None, evidence
+        return base * ratio, evidence
+
+    def memory(self, key: tuple, model: str, exclude: str | None) -> float | None:
+        """Peak memory = fitted overhead + fitted multiple of the weight bytes (NNLS over measured models)."""
+        from scipy.optimize import nnls
+
+        t = self.targets[key]
+        pts = [
+            (self.counts[m].weight_bytes / 1e6, o.memory_mb)
+            for m, o in t.obs.items()
+            if m != exclude and m in self.counts and o.memory_mb
+        ]
+        if model not in self.counts or not pts:
+            return None
+        w_mb = self.counts[model].weight_bytes / 1e6
+        if len({round(w, 3) for w, _ in pts}) < 2:
+            # One size measured: assume the weights are held once on top of that model's overhead.
+            overhead = float(np.median([m - w for w, m in pts]))
+            return max(overhead, 0.0) + w_mb
+        X = np.array([[1.0, w] for w, _ in pts])
+        y = np.array([m for _, m in pts])
+        coef, _ = nnls(X / y[:, None], np.ones(len(y)))
+        return float(coef[0] + coef[1] * w_mb)
+
+    def energy_rate(self, key: tuple, exclude: str | None) -> float | None:
+        """mJ per ms of inference on this target (net power), from its power measurements."""
+        t = self.targets[key]
+        rates = [
+            o.energy_mj / o.latency["p50"]
+            for m, o in t.obs.items()
+            if m != exclude and o.energy_mj is not None and o.latency.get("p50", 0) > 0
+        ]
+        return float(np.median(rates)) if rates else None
+
+    def cross_validate(self) -> list[CvPoint]:
+        out = []
+        for key, t in sorted(self.targets.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+            for model, o in sorted(t.obs.items()):
+                if model not in self.counts:
+                    continue
+                for holdout, transfer in (("pair", True), ("model", False)):
+                    for stat in ("min", "p50", "p99"):
+                        pred, _ = self.predict_stat(key, model, model, stat, allow_transfer=transfer)
+                        if pred is not None and stat in o.latency:
+                            out.append(
+                                CvPoint(
+                                    t.device,
+                                    t.runtime,
+                                    model,
+                                    holdout,
+                                    f"latency_{stat}_ms",
+                                    o.latency[stat],
+                                    pred,
+                                )
+                            )
+                mem = self.memory(key, model, exclude=model)
+                if mem is not None and o.memory_mb:
+                    out.append(CvPoint(t.device, t.runtime, model, "model", "memory_mb", o.memory_mb, mem))
+        return out
+
+
+def _judge(
+    values: Mapping[str, float | None], budgets: Sequence[Budget]
+) -> tuple[bool | None, str | None, float | None, dict[str, float], tuple[str, ...]]:
+    margins = {b.key: (b.limit - v) / b.limit for b in budgets if (v := values.get(b.key)) is not None}
+    unchecked = tuple(b.key for b in budgets if values.get(b.key) is None)
+    if not budgets:
+        return None, None, None, margins, unchecked
+    if not margins:
+        return None, None, None, margins, unchecked
+    limiting = min(margins, key=lambda k: margins[k])
+    fits = all(m >= 0 for m in margins.values())
+    return fits, limiting, margins[limiting], margins, unchecked
+
+
+def _measured_verdict(
+    t: _Target, o: Observation, budgets: Sequence[Budget], counts: ModelCounts | None, engine: _Engine
+) -> Verdict:
+    values: dict[str, float | None] = {}
+    estimated = list(o.estimated)
+    for b in budgets:
+        if b.quantity == "latency":
+            values[b.key] = o.latency.get(b.stat or "p50")
+        elif b.quantity == "memory":
+            values[b.key] = o.memory_mb
+        elif b.quantity == "load":
+            values[b.key] = o.load_ms
+        elif b.quantity == "energy":
+            values[b.key] = o.energy_mj
+            if o.energy_mj is None:
+                rate = engine.energy_rate(o.target, None)
+                if rate is not None:
+                    values[b.key] = rate * o.latency["p50"]
+                    estimated.append(b.key)
+    fits, limiting, margin, margins, unchecked = _judge(values, budgets)
+    return Verdict(
+        o.device,
+        o.runtime,
+        o.model,
+        "measured",
+        {k: v for k, v in values.items() if v is not None},
+        fits,
+        limiting,
+        margin,
+        margins,
+        unchecked,
+        config=o.config,
+        estimated=tuple(estimated),
+        counts=counts,
+    )
+
+
+def _predicted_verdict(
+    key: tuple, t: _Target, model: str, budgets: Sequence[Budget], counts: ModelCounts, engine: _Engine
+) -> Verdict | None:
+    p50, evidence = engine.predict_stat(key, model, None, "p50")
+    if p50 is None:
+        return None
+    predicted = {"predicted_latency_ms:p50": p50}
+    best, _ = engine.predict(key, model, None)
+    if best is not None:
+        predicted["predicted_latency_ms:min"] = best  # the calibrated base: the fastest inference
+    values: dict[str, float | None] = {}
+    for b in budgets:
+        if b.quantity == "latency":
+            stat = b.stat or "p50"
+            value, _ = engine.predict_stat(key, model, None, stat)
+            values[b.key] = value
+            if value is not None and stat != "p50":
+                predicted[f"predicted_latency_ms:{stat}"] = value
+        elif b.quantity == "memory":
+            values[b.key] = engine.memory(key, model, None)
+        elif b.quantity == "energy":
+            rate = engine.energy_rate(key, None)
+            values[b.key] = None if rate is None else rate * p50
+        elif b.quantity == "load":
+            values[b.key] = None  # load time is not predicted: it depends on the file system and format
+    mem = engine.memory(key, model, None)
+    if mem is not None:
+        predicted["predicted_memory_mb"] = mem
+    rate = engine.energy_rate(key, None)
+    if rate is not None:
+        predicted["predicted_energy_mj"] = rate * p50
+    fits, limiting, margin, margins, unchecked = _judge(values, budgets)
+    return Verdict(
+        t.device,
+        t.runtime,
+        model,
+        "predicted",
+        {k: v for k, v in values.items() if v is not None},
+        fits,
+        limiting,
+        margin,
+        margins,
+        unchecked,
+        predicted=predicted,
+        evidence=evidence,
+        counts=counts,
+    )
+
+
+__all__ = [
+    "Budget",
+    "LatencyModel",
+    "MachineModel",
+    "CvPoint",
+    "CvSummary",
+    "FitResult",
+    "ModelCounts",
+    "OpCost",
+    "Observation",
+    "Verdict",
+    "assess",
+    "budgets_from_suite",
+    "count_model",
+    "counts_from_records",
+    "device_ceilings",
+    "floor_times",
+    "make_budget",
+    "observations",
+    "parse_budgets",
+    "MEASURING_PROBES",
+    "base_latency",
+]

@@ -1,0 +1,854 @@
+"""Regression gates: pair two runs' records, test each pair, give a verdict and an exit code.
+
+A regression needs both
+  * magnitude: the change of the rule's statistic (ratio of candidate to baseline, e.g. of medians for
+    p50) may reach the threshold: FAIL when the one-sided (1 - alpha) percentile-bootstrap bound
+    (`scipy.stats.bootstrap`) reaches it, so a gate set at 5% catches a true 5% slowdown;
+  * significance: a one-sided test that the candidate is worse, Benjamini-Hochberg corrected across all
+    pairs of the gate (`scipy.stats.false_discovery_control`). The test is Mann-Whitney U
+    (`scipy.stats.mannwhitneyu`) for location statistics (p50, mean) and a permutation test of the
+    statistic itself (`scipy.stats.permutation_test`) for tail statistics (p90, p99, min, max), since a
+    tail can move while the median stays.
+
+Verdicts: PASS, FAIL, NOISY (too few samples, or a threshold-sized change can neither be shown nor ruled
+out; carries a power estimate of the samples per side that would settle it), MISSING (in the baseline,
+not in the candidate), IMPROVED (significantly better by at least the threshold).
+
+Single-value metrics (peak memory, energy per inference, accuracy) have no samples: they are compared
+with a plain threshold, and the verdict says so (method "threshold").
+
+Everything here is pure except `collect_side` / `gate_runs`, which read a Store.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from ..errors import ConfigError, UserError
+from ..records import Record, Samples, params_key
+from .stats import MIN_SAMPLES_FOR_P90, MIN_SAMPLES_FOR_P99
+
+PASS, FAIL, NOISY, MISSING, IMPROVED = "PASS", "FAIL", "NOISY", "MISSING", "IMPROVED"
+VERDICTS = (FAIL, MISSING, NOISY, IMPROVED, PASS)
+
+# Params that say how a measurement was taken, not what was measured: pairs ignore them, so a candidate
+# run with more --runs still pairs with its baseline. `stat` is its own key field.
+NON_IDENTITY_PARAMS = frozenset(
+    {
+        "stat",
+        "runs",
+        "warmup",
+        "warmup_seconds",
+        "min_seconds",
+        "max_seconds",
+        "seed",
+        "rss_before_load_mb",
+    }
+)
+# Per probe: counts that only say how much was measured (the native runner's `n` and `sample` follow its
+# runs); elsewhere `n` can be identity (matmul's matrix size), so these are not dropped globally.
+NON_IDENTITY_BY_PROBE = {
+    "bench": frozenset({"n", "sample", "aggregated_by"}),
+    # Power records say how many sensor samples and inferences went into them: counts, not identity.
+    "power": frozenset({"samples_idle", "samples_active", "sample_rate_hz", "inferences", "active_s"}),
+}
+LOCATION_STATS = ("p50", "mean")
+DEFAULT_STAT = "p50"
+
+
+# ---- rules ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A limit on a change: relative (0.05 for "5%") or absolute (in the metric's unit)."""
+
+    amount: float
+    relative: bool
+
+    def text(self, unit: str = "") -> str:
+        if self.relative:
+            return f"{self.amount * 100:g}%"
+        return f"{self.amount:g}{' ' + unit if unit else ''}"
+
+
+@dataclass(frozen=True)
+class GateRule:
+    """One gate: which records, which way is worse, how much change is allowed."""
+
+    metric: str
+    worse: str  # "higher" (slowdown / increase) or "lower" (drop)
+    threshold: Threshold
+    stat: str = DEFAULT_STAT  # used for records that carry a `stat` param
+    probe: str | None = None
+    device: str | None = None
+    model: str | None = None
+    min_delta: float = 0.0  # absolute change that never fails, whatever the ratio
+    source: str = "default"
+    kind: str = ""  # max_slowdown | max_increase | max_drop (for messages); derived when empty
+
+    def matches(self, key: PairKey) -> bool:
+        for want, have in (
+            (self.metric, key.metric),
+            (self.probe, key.probe),
+            (self.device, key.device),
+            (self.model, key.model),
+        ):
+            if want is not None and want != have:
+                return False
+        return not key.stat or key.stat == self.stat
+
+    def describe(self, unit: str = "") -> str:
+        word = (self.kind or {"higher": "max_increase", "lower": "max_drop"}[self.worse]).replace("_", " ")
+        return f"{word} {self.threshold.text(unit)}"
+
+
+def default_rules(max_slowdown: float = 0.05) -> list[GateRule]:
+    """What `gate` checks without a suite: bench latency statistically, the rest by plain thresholds."""
+    return [
+        GateRule(
+            "latency_ms",
+            "higher",
+            Threshold(max_slowdown, True),
+            stat="p50",
+            probe="bench",
+            kind="max_slowdown",
+        ),
+        GateRule("peak_rss_mb", "higher", Threshold(0.10, True), min_delta=2.0),
+        GateRule("energy_mj_per_inference", "higher", Threshold(0.10, True)),
+        GateRule("cosine", "lower", Threshold(0.001, False)),
+        GateRule("snr_db", "lower", Threshold(1.0, False)),
+        GateRule("max_abs_err", "higher", Threshold(0.5, True), min_delta=1e-4),
+    ]
+
+
+def parse_percent(text: str, where: str) -> float:
+    """ "5%" -> 0.05; anything else is a one-line UserError naming where it came from."""
+    value = text.strip()
+    if not value.endswith("%"):
+        raise UserError(f"{where}: expected a percentage like 5%, got {text!r}")
+    try:
+        amount = float(value[:-1]) / 100.0
+    except ValueError:
+        raise UserError(f"{where}: expected a percentage like 5%, got {text!r}") from None
+    if not math.isfinite(amount) or amount < 0:
+        raise UserError(f"{where}: must be a non-negative percentage, got {text!r}")
+    return amount
+
+
+def rules_from_suite(path: Path) -> list[GateRule]:
+    """The suite's `[[gate]]` tables, as `execution.suite.load_suite` reads them (strictly; thresholds are
+    fractions, "5%" or 0.05), turned into rules: one per threshold a table gives."""
+    from ..execution.suite import load_suite
+
+    suite = load_suite(path)
+    rules = []
+    for i, g in enumerate(suite.gates):
+        given = [
+            (k, getattr(g, k))
+            for k in ("max_slowdown", "max_increase", "max_drop")
+            if getattr(g, k) is not None
+        ]
+        if not given:
+            raise ConfigError(path, f"gate[{i}]: give max_slowdown, max_increase or max_drop")
+        for kind, amount in given:
+            if kind == "max_drop" and amount >= 1:
+                raise ConfigError(path, f"gate[{i}].max_drop: a drop must be below 100%")
+            worse = "lower" if kind == "max_drop" else "higher"
+            rules.append(
+                GateRule(
+                    g.metric,
+                    worse,
+                    Threshold(amount, True),
+                    stat=g.stat or DEFAULT_STAT,
+                    probe=g.probe,
+                    device=g.device,
+                    model=g.model,
+                    source=f"{Path(path).name} gate[{i}]",
+                    kind=kind,
+                )
+            )
+    return rules
+
+
+def merge_rules(
+    defaults: Sequence[GateRule], overrides: Sequence[GateRule], max_slowdown: float | None = None
+) -> list[GateRule]:
+    """Suite rules replace the defaults for the metrics they name; --max-slowdown overrides relative
+    thresholds of every rule on a time metric that is gated statistically (latency)."""
+    named = {r.metric for r in overrides}
+    rules = [r for r in defaults if r.metric not in named] + list(overrides)
+    if max_slowdown is not None:
+        rules = [
+            replace(r, threshold=Threshold(max_slowdown, True))
+            if r.worse == "higher" and r.metric == "latency_ms"
+            else r
+            for r in rules
+        ]
+    return rules
+
+
+# ---- pairing -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class PairKey:
+    """What makes two records comparable across runs."""
+
+    device: str
+    model: str
+    runtime: str
+    probe: str
+    metric: str
+    stat: str
+    params: str  # canonical JSON of the identity params
+
+    def label(self) -> str:
+        p = self.params if self.params != "{}" else ""
+        stat = f"[{self.stat}]" if self.stat else ""
+        return f"{self.device} {self.model} {self.runtime} {self.probe}:{self.metric}{stat} {p}".strip()
+
+    def to_dict(self) -> dict[str, Any]:
+        import json
+
+        d = asdict(self)
+        d["params"] = json.loads(self.params)
+        return d
+
+
+def identity_params(params: dict[str, Any], probe: str = "") -> dict[str, Any]:
+    """The params that make a measurement what it is (see NON_IDENTITY_PARAMS)."""
+    drop = NON_IDENTITY_PARAMS | NON_IDENTITY_BY_PROBE.get(probe, frozenset())
+    return {k: v for k, v in params.items() if k not in drop}
+
+
+def record_key(r: Record | Samples, stat: str | None = None) -> PairKey:
+    st = stat if stat is not None else str(r.params.get("stat", ""))
+    return PairKey(
+        r.device,
+        r.model or "-",
+        r.runtime or "-",
+        r.probe,
+        r.metric,
+        st,
+        params_key(identity_params(r.params, r.probe)),
+    )
+
+
+@dataclass(frozen=True)
+class Side:
+    """One run's view of a pair: the stored value(s) and, when kept, the raw samples behind them."""
+
+    value: float
+    unit: str
+    samples: tuple[float, ...] | None = None
+    n_records: int = 1
+
+
+def collect_side(records: Iterable[Record], samples: Iterable[Samples]) -> dict[PairKey, Side]:
+    """Group one run's records by pair key; attach the samples whose params equal the records' minus stat.
+
+    Several records under one key (a repeated job) are summarised by their median; their samples pooled.
+    A key whose every value is missing or not finite (NaN outputs, say) keeps a NaN value, so a candidate
+    that lost its number fails rather than going missing.
+    """
+    pooled: dict[PairKey, list[float]] = defaultdict(list)
+    for s in samples:
+        pooled[record_key(s, stat="")] += [float(v) for v in s.values if v is not None and math.isfinite(v)]
+    values: dict[PairKey, list[float]] = defaultdict(list)
+    units: dict[PairKey, str] = {}
+    for r in records:
+        key = record_key(r)
+        units[key] = r.unit
+        if r.value is not None and math.isfinite(r.value):
+            values[key].append(float(r.value))
+    out = {}
+    for key, unit in units.items():
+        vals = values.get(key, [])
+        raw = pooled.get(replace(key, stat=""))
+        value = float(np.median(vals)) if vals else math.nan
+        out[key] = Side(value, unit, tuple(raw) if raw and vals else None, len(vals))
+    return out
+
+
+# ---- statistics (pure) ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    alpha: float = 0.01
+    min_samples: int = 10
+    power: float = 0.9  # for the NOISY samples estimate
+    resamples: int = 2000  # bootstrap and permutation resamples
+    seed: int = 0
+    strict: bool = False
+
+
+def stat_of(x: np.ndarray, stat: str, axis: int = -1) -> np.ndarray:
+    """The rule's statistic along an axis: pNN (linear percentiles, as `stats.summarize`), mean, min, max."""
+    if stat == "mean":
+        return np.mean(x, axis=axis)
+    if stat == "min":
+        return np.min(x, axis=axis)
+    if stat == "max":
+        return np.max(x, axis=axis)
+    if stat.startswith("p"):
+        return np.percentile(x, float(stat[1:]), axis=axis)
+    raise UserError(f"unknown statistic '{stat}' (use p50, p90, p99, mean, min or max)")
+
+
+def check_stat(stat: str) -> None:
+    if stat in ("mean", "min", "max"):
+        return
+    try:
+        q = float(stat[1:]) if stat.startswith("p") else -1.0
+    except ValueError:
+        q = -1.0
+    if not 0 <= q <= 100:
+        raise UserError(f"unknown statistic '{stat}' (use p50, p90, p99, mean, min or max)")
+
+
+def min_samples_for(stat: str, floor: int) -> int:
+    """A percentile needs enough samples to exist at all (as the bench probe refuses p99 under 100)."""
+    if stat.startswith("p") and stat != "p50":
+        q = float(stat[1:])
+        if q >= 99:
+            return max(floor, MIN_SAMPLES_FOR_P99)
+        if q >= 90:
+            return max(floor, MIN_SAMPLES_FOR_P90)
+    return floor
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A change expressed so that larger is worse, with its neutral point and the rule's limit."""
+
+    relative: bool
+    neutral: float  # 1 for ratios, 0 for differences
+    limit: float  # the first value that is "over the threshold"
+    better_limit: float  # mirror of limit on the better side (for IMPROVED)
+
+
+def effect_frame(rule: GateRule) -> Effect:
+    t = rule.threshold
+    if t.relative:
+        limit = 1 + t.amount if rule.worse == "higher" else 1 / (1 - t.amount)
+        return Effect(True, 1.0, limit, 1 / limit)
+    return Effect(False, 0.0, t.amount, -t.amount)
+
+
+def worse_effect(base: float, cand: float, rule: GateRule) -> float:
+    """Candidate vs baseline oriented so that > neutral is worse: a ratio (relative) or a difference."""
+    if rule.threshold.relative:
+        num, den = (cand, base) if rule.worse == "higher" else (base, cand)
+        if den == 0:
+            return 1.0 if num == 0 else (math.inf if num > 0 else -math.inf)
+        return num / den
+    return cand - base if rule.worse == "higher" else base - cand
+
+
+@dataclass(frozen=True)
+class SampleTest:
+    """The raw result of testing one samples-backed pair (before the false-discovery correction)."""
+
+    n_baseline: int
+    n_candidate: int
+    baseline_stat: float
+    candidate_stat: float
+    effect: float
+    ci_low: float  # one-sided (1 - alpha) bounds, as a (1 - 2 alpha) two-sided interval
+    ci_high: float
+    p_worse: float
+    p_better: float
+    se_log: float  # bootstrap standard error of log effect (relative) or of the effect (absolute)
+    method: str
+
+
+def test_samples(
+    base: Sequence[float], cand: Sequence[float], rule: GateRule, opts: GateOptions, rng: np.random.Generator
+) -> SampleTest:
+    """One pair's significance and magnitude from raw samples."""
+    b, c = np.asarray(base, dtype=float), np.asarray(cand, dtype=float)
+    bstat, cstat = float(stat_of(b, rule.stat)), float(stat_of(c, rule.stat))
+    eff = worse_effect(bstat, cstat, rule)
+    worse_alt, better_alt = ("greater", "less") if rule.worse == "higher" else ("less", "greater")
+    if np.ptp(np.r_[b, c]) == 0:  # every sample identical: nothing to test, nothing changed
+        return SampleTest(b.size, c.size, bstat, cstat, eff, eff, eff, 1.0, 1.0, 0.0, "identical samples")
+    if rule.stat in LOCATION_STATS:
+        p_worse = float(sps.mannwhitneyu(c, b, alternative=worse_alt).pvalue)
+        p_better = float(sps.mannwhitneyu(c, b, alternative=better_alt).pvalue)
+        method = "mann-whitney u + bootstrap"
+    else:
+        p_worse, p_better = _permutation_pvalues(b, c, rule.stat, worse_alt, opts, rng)
+        method = f"permutation ({rule.stat}) + bootstrap"
+    low, high, se = _bootstrap_effect(b, c, rule, opts, rng)
+    return SampleTest(b.size, c.size, bstat, cstat, eff, low, high, p_worse, p_better, se, method)
+
+
+def _batch(b: np.ndarray, c: np.ndarray) -> int:
+    """Resamples per vectorised call: keeps memory near 32 MB however long the benches ran."""
+    return max(1, 4_000_000 // (b.size + c.size))
+
+
+def _permutation_pvalues(
+    b: np.ndarray, c: np.ndarray, stat: str, worse_alt: str, opts: GateOptions, rng: np.random.Generator
+) -> tuple[float, float]:
+    def diff(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+        return stat_of(y, stat, axis) - stat_of(x, stat, axis)
+
+    res = sps.permutation_test(
+        (b, c),
+        diff,
+        permutation_type="independent",
+        alternative="two-sided",
+        n_resamples=opts.resamples,
+        vectorized=True,
+        batch=_batch(b, c),
+        rng=rng,
+    )
+    null = np.asarray(res.null_distribution)
+    observed = float(res.statistic)
+    # Both one-sided p-values from one null distribution (with the +1 that keeps them valid).
+    greater = (np.sum(null >= observed) + 1) / (null.size + 1)
+    less = (np.sum(null <= observed) + 1) / (null.size + 1)
+    return (float(greater), float(less)) if worse_alt == "greater" else (float(less), float(greater))
+
+
+def _bootstrap_effect(
+    b: np.ndarray, c: np.ndarray, rule: GateRule, opts: GateOptions, rng: np.random.Generator
+) -> tuple[float, float, float]:
+    """Percentile-bootstrap (1 - 2 alpha) interval of the worse-oriented effect and its standard error."""
+    stat, relative, higher = rule.stat, rule.threshold.relative, rule.worse == "higher"
+
+    def effect(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+        bx, cy = stat_of(x, stat, axis), stat_of(y, stat, axis)
+        if relative:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return cy / bx if higher else bx / cy
+        return cy - bx if higher else bx - cy
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # degenerate resamples: the interval is then just wider
+        res = sps.bootstrap(
+            (b, c),
+            effect,
+            vectorized=True,
+            paired=False,
+            n_resamples=opts.resamples,
+            confidence_level=1 - 2 * opts.alpha,
+            method="percentile",
+            batch=_batch(b, c),
+            rng=rng,
+        )
+    dist = np.asarray(res.bootstrap_distribution, dtype=float)
+    dist = dist[np.isfinite(dist)]
+    if relative:
+        dist = dist[dist > 0]
+        se = float(np.std(np.log(dist), ddof=1)) if dist.size > 1 else math.inf
+    else:
+        se = float(np.std(dist, ddof=1)) if dist.size > 1 else math.inf
+    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return low, high, se
+
+
+def samples_to_settle(test: SampleTest, effect: Effect, opts: GateOptions) -> int | None:
+    """Power estimate: samples per side for a threshold-sized change to show at `opts.power`.
+
+    Scales the bootstrap standard error of the observed effect with sqrt(1/n_b + 1/n_c); the detectable
+    change at n per side is (z_{1-alpha} + z_{power}) * se(n). None when the noise is unmeasurable.
+    """
+    if not math.isfinite(test.se_log) or test.se_log <= 0:
+        return None
+    delta = math.log(effect.limit) if effect.relative else effect.limit
+    if delta <= 0:
+        return None
+    z = float(sps.norm.ppf(1 - opts.alpha) + sps.norm.ppf(opts.power))
+    inv_now = 1 / test.n_baseline + 1 / test.n_candidate
+    n = 2 * (z * test.se_log / delta) ** 2 / inv_now
+    return max(int(math.ceil(n)), opts.min_samples, test.n_baseline, test.n_candidate)
+
+
+# ---- verdicts ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PairVerdict:
+    """One pair's outcome, with the numbers behind it."""
+
+    key: PairKey
+    rule: GateRule
+    verdict: str
+    reason: str
+    unit: str = ""
+    baseline: float | None = None
+    candidate: float | None = None
+    change: float | None = None  # relative change (candidate/baseline - 1) or absolute difference
+    ci_low: float | None = None  # bounds of `change`, in the same terms
+    ci_high: float | None = None
+    p_value: float | None = None
+    q_value: float | None = None
+    n_baseline: int = 0
+    n_candidate: int = 0
+    method: str = "-"
+    samples_needed: int | None = None
+    lab_failure: bool = False
+
+    def change_text(self) -> str:
+        if self.change is None:
+            return "-"
+        if self.rule.threshold.relative:
+            text = f"{self.change * 100:+.2f}%"
+            if self.ci_low is not None and self.ci_high is not None:
+                text += f" [{self.ci_low * 100:+.2f}%, {self.ci_high * 100:+.2f}%]"
+            return text
+        text = f"{self.change:+.4g}"
+        if self.ci_low is not None and self.ci_high is not None:
+            text += f" [{self.ci_low:+.4g}, {self.ci_high:+.4g}]"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.key.to_dict(),
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "unit": self.unit,
+            "baseline": _finite(self.baseline),
+            "candidate": _finite(self.candidate),
+            "change": _finite(self.change),
+            "change_relative": self.rule.threshold.relative,
+            "ci_low": _finite(self.ci_low),
+            "ci_high": _finite(self.ci_high),
+            "p_value": _finite(self.p_value),
+            "q_value": _finite(self.q_value),
+            "n_baseline": self.n_baseline,
+            "n_candidate": self.n_candidate,
+            "method": self.method,
+            "samples_needed": self.samples_needed,
+            "lab_failure": self.lab_failure,
+            "rule": {
+                "metric": self.rule.metric,
+                "stat": self.rule.stat,
+                "probe": self.rule.probe,
+                "worse": self.rule.worse,
+                "threshold": self.rule.threshold.text(),
+                "min_delta": self.rule.min_delta,
+                "source": self.rule.source,
+            },
+        }
+
+
+def _finite(v: float | None) -> float | None:
+    return v if v is not None and math.isfinite(v) else None
+
+
+@dataclass(frozen=True)
+class GateResult:
+    baseline: str
+    candidate: str
+    verdicts: tuple[PairVerdict, ...]
+    options: GateOptions = field(default_factory=GateOptions)
+    unpaired_candidate: int = 0
+    notes: tuple[str, ...] = ()
+
+    def counts(self) -> dict[str, int]:
+        return {v: sum(1 for p in self.verdicts if p.verdict == v) for v in VERDICTS}
+
+    @property
+    def exit_code(self) -> int:
+        """1 a regression (or, with strict, NOISY/MISSING); 3 a lab failure left pairs unmeasured; else 0."""
+        c = self.counts()
+        if c[FAIL] or (self.options.strict and (c[NOISY] or c[MISSING])):
+            return 1
+        if any(v.lab_failure for v in self.verdicts):
+            return 3
+        return 0
+
+    @property
+    def overall(self) -> str:
+        return {0: PASS, 1: FAIL, 3: "LAB FAILURE"}[self.exit_code]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "baseline": self.baseline,
+            "candidate": self.candidate,
+            "verdict": self.overall,
+            "exit_code": self.exit_code,
+            "counts": self.counts(),
+            "alpha": self.options.alpha,
+            "strict": self.options.strict,
+            "unpaired_candidate": self.unpaired_candidate,
+            "notes": list(self.notes),
+            "pairs": [v.to_dict() for v in self.verdicts],
+        }
+
+
+def _change_from_effect(e: float, rule: GateRule) -> float:
+    """Worse-oriented effect -> the signed change users read (candidate relative to baseline)."""
+    if rule.threshold.relative:
+        ratio = e if rule.worse == "higher" else (1 / e if e != 0 else math.inf)
+        return ratio - 1
+    return e if rule.worse == "higher" else -e
+
+
+def _change_bounds(low: float, high: float, rule: GateRule) -> tuple[float, float]:
+    a, b = _change_from_effect(low, rule), _change_from_effect(high, rule)
+    return (min(a, b), max(a, b))
+
+
+def judge_single(key: PairKey, rule: GateRule, base: Side, cand: Side) -> PairVerdict:
+    """A value without samples: a plain threshold (no test of significance is possible)."""
+    eff = worse_effect(base.value, cand.value, rule)
+    frame = effect_frame(rule)
+    delta = abs(cand.value - base.value)
+    common: dict[str, Any] = dict(
+        unit=cand.unit,
+        baseline=base.value,
+        candidate=cand.value,
+        change=_change_from_effect(eff, rule),
+        n_baseline=1,
+        n_candidate=1,
+        method="threshold (single value, no samples)",
+    )
+    what = rule.describe(cand.unit)
+    if eff > frame.limit and delta > rule.min_delta:
+        return PairVerdict(key, rule, FAIL, f"over the {what}", **common)
+    if eff < frame.better_limit and delta > rule.min_delta:
+        return PairVerdict(key, rule, IMPROVED, f"better by more than the {what}", **common)
+    return PairVerdict(key, rule, PASS, f"within the {what}", **common)
+
+
+def judge_samples(
+    key: PairKey,
+    rule: GateRule,
+    test: SampleTest,
+    q_worse: float,
+    q_better: float,
+    unit: str,
+    opts: GateOptions,
+) -> PairVerdict:
+    """Combine magnitude (bootstrap bound vs the limit) and significance (BH-corrected p) into a verdict."""
+    frame = effect_frame(rule)
+    low, high = _change_bounds(test.ci_low, test.ci_high, rule)
+    common: dict[str, Any] = dict(
+        unit=unit,
+        baseline=test.baseline_stat,
+        candidate=test.candidate_stat,
+        change=_change_from_effect(test.effect, rule),
+        ci_low=low,
+        ci_high=high,
+        p_value=test.p_worse,
+        q_value=q_worse,
+        n_baseline=test.n_baseline,
+        n_candidate=test.n_candidate,
+        method=test.method,
+    )
+    what = rule.describe(unit)
+    delta = abs(test.candidate_stat - test.baseline_stat)
+    worse_sig, better_sig = q_worse < opts.alpha, q_better < opts.alpha
+    if worse_sig and test.ci_high >= frame.limit and delta > rule.min_delta:
+        return PairVerdict(
+            key,
+            rule,
+            FAIL,
+            f"significantly worse (q={q_worse:.2g}) and the change may reach the {what}",
+            **common,
+        )
+    if better_sig or test.ci_high < frame.limit or delta <= rule.min_delta:
+        if better_sig and test.effect <= frame.better_limit:
+            return PairVerdict(
+                key,
+                rule,
+                IMPROVED,
+                f"significantly better (q={q_better:.2g}) by more than the {what}",
+                **common,
+            )
+        why = (
+            "a change of the threshold's size is ruled out" if test.ci_high < frame.limit else "within limits"
+        )
+        if worse_sig:
+            why = f"significantly worse (q={q_worse:.2g}) but {why}"
+        return PairVerdict(key, rule, PASS, why, **common)
+    need = samples_to_settle(test, frame, opts)
+    more = "" if need is None else f"; ~{need} samples per side would settle it at {opts.power:.0%} power"
+    return PairVerdict(
+        key,
+        rule,
+        NOISY,
+        f"not significant, yet the change may reach the {what}{more}",
+        samples_needed=need,
+        **common,
+    )
+
+
+def too_few(key: PairKey, rule: GateRule, base: Side, cand: Side, need: int) -> PairVerdict:
+    nb, nc = len(base.samples or ()), len(cand.samples or ())
+    return PairVerdict(
+        key,
+        rule,
+        NOISY,
+        f"too few samples ({nb} vs {nc}); {rule.stat} needs at least {need} per side",
+        unit=cand.unit,
+        baseline=base.value,
+        candidate=cand.value,
+        change=_change_from_effect(worse_effect(base.value, cand.value, rule), rule),
+        n_baseline=nb,
+        n_candidate=nc,
+        method="-",
+        samples_needed=need,
+    )
+
+
+@dataclass(frozen=True)
+class JobFailure:
+    """A candidate job that failed: the pairs it should have produced are explained by it."""
+
+    device: str
+    probe: str
+    model: str
+    runtime: str
+    kind: str
+    error: str
+
+    def covers(self, key: PairKey) -> bool:
+        return (self.device, self.probe, self.model, self.runtime) == (
+            key.device,
+            key.probe,
+            key.model,
+            key.runtime,
+        )
+
+
+def evaluate(
+    baseline: dict[PairKey, Side],
+    candidate: dict[PairKey, Side],
+    rules: Sequence[GateRule],
+    opts: GateOptions | None = None,
+    candidate_failures: Sequence[JobFailure] = (),
+    baseline_run: str = "baseline",
+    candidate_run: str = "candidate",
+) -> GateResult:
+    """Judge every baseline pair some rule covers; pure given its inputs (seeded resampling)."""
+    opts = opts or GateOptions()
+    rng = np.random.default_rng(opts.seed)
+    for rule in rules:
+        check_stat(rule.stat)
+    pending: list[tuple[PairKey, GateRule, SampleTest, str]] = []
+    done: list[PairVerdict] = []
+    covered: set[PairKey] = set()
+    for key in sorted(baseline):
+        for rule in rules:
+            if not rule.matches(key):
+                continue
+            base, cand = baseline[key], candidate.get(key)
+            if math.isnan(base.value):
+                continue  # nothing to compare against
+            covered.add(key)
+            if cand is None:
+                done.append(_missing(key, rule, base, candidate_failures))
+            elif math.isnan(cand.value):
+                done.append(
+                    PairVerdict(
+                        key,
+                        rule,
+                        FAIL,
+                        "the candidate measured no finite value",
+                        unit=base.unit,
+                        baseline=base.value,
+                        n_baseline=base.n_records,
+                    )
+                )
+            elif base.samples is None or cand.samples is None:
+                done.append(judge_single(key, rule, base, cand))
+            else:
+                need = min_samples_for(rule.stat, opts.min_samples)
+                if min(len(base.samples), len(cand.samples)) < need:
+                    done.append(too_few(key, rule, base, cand, need))
+                else:
+                    pending.append(
+                        (key, rule, test_samples(base.samples, cand.samples, rule, opts, rng), cand.unit)
+                    )
+    if pending:
+        q_worse = sps.false_discovery_control([t.p_worse for _, _, t, _ in pending], method="bh")
+        q_better = sps.false_discovery_control([t.p_better for _, _, t, _ in pending], method="bh")
+        done += [
+            judge_samples(k, r, t, float(qw), float(qb), u, opts)
+            for (k, r, t, u), qw, qb in zip(pending, q_worse, q_better, strict=True)
+        ]
+    unpaired = sum(1 for k in candidate if k not in baseline and any(r.matches(k) for r in rules))
+    order = {v: i for i, v in enumerate(VERDICTS)}
+    done.sort(key=lambda v: (order[v.verdict], v.key))
+    notes = [] if covered else ["no baseline record matches any gate rule: nothing was compared"]
+    return GateResult(baseline_run, candidate_run, tuple(done), opts, unpaired, tuple(notes))
+
+
+def _missing(key: PairKey, rule: GateRule, base: Side, failures: Sequence[JobFailure]) -> PairVerdict:
+    failure = next((f for f in failures if f.covers(key)), None)
+    common: dict[str, Any] = dict(unit=base.unit, baseline=base.value)
+    if failure is None:
+        return PairVerdict(key, rule, MISSING, "in the baseline, not in the candidate", **common)
+    if failure.kind == "lab":
+        return PairVerdict(
+            key, rule, MISSING, f"candidate job failed (lab): {failure.error}", lab_failure=True, **common
+        )
+    return PairVerdict(key, rule, FAIL, f"candidate job failed ({failure.kind}): {failure.error}", **common)
+
+
+# ---- store glue ----------------------------------------------------------------------------------------
+
+
+def gate_runs(
+    store: Any, baseline: str, candidate: str, rules: Sequence[GateRule], opts: GateOptions | None = None
+) -> GateResult:
+    """Read both runs from an open Store (unknown runs are a UserError) and evaluate them."""
+    store.run(baseline)
+    store.run(candidate)
+    failures = [
+        JobFailure(
+            e["device"],
+            e["probe"],
+            e["model"] or "-",
+            e["runtime"] or "-",
+            e["kind"] or "internal",
+            e["error"] or "",
+        )
+        for e in store.errors([candidate])
+    ]
+    base = collect_side(store.records([baseline]), store.samples([baseline]))
+    cand = collect_side(store.records([candidate]), store.samples([candidate]))
+    result = evaluate(base, cand, rules, opts, failures, baseline, candidate)
+    changed = fingerprint_changes(store.device_info([baseline]), store.device_info([candidate]))
+    return replace(result, notes=result.notes + tuple(changed))
+
+
+FINGERPRINT_KEYS = ("kernel", "build", "cpu_model", "cores", "arch", "memory_mb", "governors", "runtimes")
+
+
+def fingerprint_changes(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) -> list[str]:
+    """What changed on a device between the runs (kernel, build, runtime versions ...): a slowdown's
+    likely cause, said next to the verdicts (a note, never a verdict)."""
+    old = {d["device"]: d.get("fingerprint") or {} for d in before}
+    notes = []
+    for d in after:
+        prev, now = old.get(d["device"]), d.get("fingerprint") or {}
+        if prev is None:
+            continue
+        for k in FINGERPRINT_KEYS:
+            a, b = prev.get(k), now.get(k)
+            if isinstance(a, dict) and isinstance(b, dict):
+                notes += [
+                    f"{d['device']}: {k}.{sub} changed from {a.get(sub)} to {b.get(sub)}"
+                    for sub in sorted(set(a) | set(b))
+                    if a.get(sub) != b.get(sub)
+                ]
+            elif a is not None and b is not None and a != b:
+                notes.append(f"{d['device']}: {k} changed from {a} to {b}")
+    return notes

@@ -1,0 +1,51 @@
+"""Run one job on one device and turn whatever happens into a JobOutcome (failures are data)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..errors import EdgebenchError, LabError, UserError, one_line
+from ..lab.device import Device
+from ..probes import probe_function
+from ..records import RecordContext, utc_now
+from .jobs import Job, JobOutcome
+
+
+def error_kind(exc: BaseException) -> str:
+    """usage (exit 2), lab (exit 3), or measurement (exit 1)."""
+    if isinstance(exc, UserError):
+        return "usage"
+    if isinstance(exc, LabError):
+        return "lab"
+    return "measurement" if isinstance(exc, EdgebenchError) else "internal"
+
+
+def record_context(run_id: str, job: Job) -> RecordContext:
+    return RecordContext(
+        run_id=run_id,
+        device=job.device,
+        probe=job.probe,
+        model=job.model.name if job.model else None,
+        runtime=job.runtime,
+    )
+
+
+def execute_job(device: Device, job: Job, run_id: str) -> JobOutcome:
+    """Run the job's probe; any exception becomes an error outcome carrying a one-line message."""
+    started, t0 = utc_now(), time.monotonic()
+    outcome: JobOutcome
+    try:
+        result = probe_function(job.probe, device.spec.agent)(device, job, record_context(run_id, job))
+        outcome = JobOutcome(job, "ok", result.records, result.samples, result.warnings)
+    except Exception as exc:  # noqa: BLE001 - one failure never aborts the batch
+        outcome = JobOutcome(job, "error", error=one_line(exc), error_kind=error_kind(exc), exception=exc)
+    outcome.started, outcome.finished = started, utc_now()
+    outcome.wall_s = time.monotonic() - t0
+    outcome.device_s = _device_seconds(outcome.samples) if outcome.ok else 0.0
+    return outcome
+
+
+def _device_seconds(samples: Any) -> float:
+    """Time the device spent measuring, by its own clock (sum of kept samples in ms)."""
+    return sum(sum(s.values) for s in samples if s.unit == "ms") / 1000.0

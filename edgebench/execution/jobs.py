@@ -1,0 +1,71 @@
+"""Jobs (device x model x probe x params) and their outcomes: the unit a run stores and resumes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..models.refs import ModelRef
+from ..records import Record, Samples
+
+
+@dataclass(frozen=True)
+class Job:
+    """One measurement to make on one device."""
+
+    device: str
+    probe: str
+    model: ModelRef | None = None
+    runtime: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    timeout_s: float | None = None
+
+    @property
+    def key(self) -> str:
+        """Stable across processes: a resumed run recognises the jobs it already finished."""
+        ident = {
+            "device": self.device,
+            "probe": self.probe,
+            "model": self.model.name if self.model else None,
+            "runtime": self.runtime,
+            "params": self.params,
+        }
+        digest = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return f"{self.device}/{self.probe}/{self.model.name if self.model else '-'}/{digest}"
+
+
+@dataclass
+class JobOutcome:
+    """What one job produced: records and samples when ok, an error message when not."""
+
+    job: Job
+    status: str  # "ok" | "error"
+    records: list[Record] = field(default_factory=list)
+    samples: list[Samples] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None
+    error_kind: str | None = None
+    started: str = ""
+    finished: str = ""
+    wall_s: float = 0.0
+    device_s: float = 0.0  # time the agent itself measured, to compute orchestration overhead
+    exception: BaseException | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def error_dict(self) -> dict[str, Any]:
+        j = self.job
+        return {
+            "device": j.device,
+            "probe": j.probe,
+            "model": j.model.name if j.model else None,
+            "runtime": j.runtime,
+            "params": j.params,
+            "job": j.key,
+            "kind": self.error_kind,
+            "error": self.error,
+        }

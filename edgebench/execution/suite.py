@@ -1,0 +1,469 @@
+"""Suites (suites/NAME.toml) loaded strictly, and the plan they make: devices x models x probes x params.
+
+```toml
+name = "nightly"
+devices = ["local", "pixel8"]
+models = ["models/enc.onnx", "builtin:mlp", {name = "enc-int8", path = "models/enc.int8.onnx"}]
+timeout = 600                      # optional bound on every remote call of a job
+[[probe]]
+kind = "bench"
+params = { threads = [1, 2], runs = 200, runtime = ["onnxruntime", "mnn"] }   # lists expand as a grid
+[[probe]]
+kind = "matmul"                    # model-free probes run once per device, not per model
+[[gate]]
+metric = "latency_ms"
+stat = "p50"
+max_slowdown = "5%"
+[budget]
+latency_p99_ms = 15
+memory_mb = 60
+[policy]                           # optional: how the run treats failures
+retries = 2                        # extra attempts after a transport error
+quarantine_after = 3               # consecutive device failures before the device is given up
+backoff = 1.0                      # seconds before the first retry, doubling up to max_backoff (30)
+cooldown = true                    # wait for the device to cool down between jobs (thermal sensors)
+lease_timeout = 3600               # give up on a device another run holds for longer (default: wait)
+worker_grace = 15                  # --cluster: seconds a device may have no worker before its jobs fail
+```
+
+A list value in `params` is a grid axis; to pass a list as one value (an affinity, say), wrap it:
+`affinity = [[4, 5, 6, 7]]`. Tables (`shapes = {x = [1, 128]}`) are single values.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, EdgebenchError, one_line
+from ..lab.descriptors import Lab
+from ..models.refs import BUILTIN_PREFIX, ModelRef, resolve_model
+from ..tomlread import TableReader, load_toml
+from .jobs import Job
+
+# Probes that measure the chip, not a model: they run once per device. A probe module may say so itself
+# with `NEEDS_MODEL = False` (or True); these are the defaults when it does not.
+MODEL_FREE_PROBES = frozenset({"matmul", "bandwidth"})
+# Params naming host files; relative paths resolve against the suite file, like models.
+PATH_PARAMS = ("inputs", "reference", "calibration")
+# The budgets `fit` and the report judge by (edgebench.analysis.fit.make_budget).
+_BUDGET_KEY = re.compile(r"^(latency_(p50|p90|p99|mean|min|max)_ms|memory_mb|energy_mj|load_ms)$")
+_GATE_THRESHOLDS = ("max_slowdown", "max_increase", "max_drop")
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """One [[probe]] table: a kind and a grid of params, optionally narrowed to some models or devices."""
+
+    kind: str
+    grid: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    models: tuple[str, ...] | None = None  # names of suite models; None = all (or none if model-free)
+    devices: tuple[str, ...] | None = None
+    timeout_s: float | None = None
+    needs_model: bool = True
+
+    def points(self) -> list[dict[str, Any]]:
+        """Every combination of the grid's axes, in the order the suite lists them."""
+        keys = list(self.grid)
+        combos = itertools.product(*(self.grid[k] for k in keys))
+        return [dict(zip(keys, combo, strict=True)) for combo in combos]
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    """One [[gate]] table: which metric to gate and how much worse it may get (fractions: 5% -> 0.05)."""
+
+    metric: str
+    stat: str | None = None
+    probe: str | None = None
+    device: str | None = None
+    model: str | None = None
+    max_slowdown: float | None = None
+    max_increase: float | None = None
+    max_drop: float | None = None
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    """How a run treats failures: transport retries, backoff, quarantine, cool-down, lease wait."""
+
+    retries: int = 2
+    backoff_s: float = 1.0
+    max_backoff_s: float = 30.0
+    quarantine_after: int = 3
+    cooldown: bool = True
+    cooldown_timeout_s: float = 300.0
+    lease_timeout_s: float | None = None  # None: queue behind other runs for as long as it takes
+    worker_grace_s: float = 15.0  # --cluster: how long a device may have no worker before its jobs fail
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A validated suite: everything a run needs, with models resolved to files."""
+
+    name: str
+    path: Path
+    devices: tuple[str, ...]
+    models: tuple[ModelRef, ...]
+    probes: tuple[ProbeSpec, ...]
+    gates: tuple[GateSpec, ...] = ()
+    budget: dict[str, float] = field(default_factory=dict)
+    timeout_s: float | None = None
+    policy: RunPolicy = field(default_factory=RunPolicy)
+
+    def model(self, name: str) -> ModelRef:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+
+def load_suite(path: Path | str) -> Suite:
+    """Read and validate a suite file; any problem is a ConfigError naming the file and key."""
+    path = Path(path)
+    data = load_toml(path)
+    r = TableReader(data, path)
+    name = r.get("name", str, path.stem)
+    r.get("description", str, "")
+    devices = _device_list(r, "devices")
+    models = _models(r, path)
+    timeout = _positive(r, "timeout", None)
+    probes = _probes(r, path, models, devices)
+    gates = _gates(r, path)
+    budget = _budget(r.table("budget"))
+    policy = _policy(r.table("policy"))
+    r.done()
+    if not probes:
+        raise ConfigError(path, "probe: a suite needs at least one [[probe]] table")
+    return Suite(
+        name=name,
+        path=path.resolve(),
+        devices=devices,
+        models=tuple(models),
+        probes=tuple(probes),
+        gates=tuple(gates),
+        budget=budget,
+        timeout_s=timeout,
+        policy=policy,
+    )
+
+
+def check_devices(suite: Suite, lab: Lab) -> None:
+    """Every device the suite names must exist in the lab (exit 2 naming the file and the device)."""
+    for i, name in enumerate(suite.devices):
+        if name not in lab.devices:
+            where = f" in {lab.folder}" if lab.folder else ""
+            raise ConfigError(
+                suite.path, f"devices[{i}]: unknown device '{name}'{where} (known: {', '.join(lab.names())})"
+            )
+
+
+def plan(suite: Suite, timeout_s: float | None = None) -> list[Job]:
+    """The suite's jobs, device by device in the suite's order; keys are stable across processes."""
+    jobs: list[Job] = []
+    seen: set[str] = set()
+    for device in suite.devices:
+        for probe in suite.probes:
+            if probe.devices is not None and device not in probe.devices:
+                continue
+            models: list[ModelRef | None]
+            if not probe.needs_model:
+                models = [None]
+            elif probe.models is None:
+                models = list(suite.models)
+            else:
+                models = [suite.model(n) for n in probe.models]
+            for model in models:
+                for point in probe.points():
+                    job = _job(device, probe, model, point, timeout_s or probe.timeout_s or suite.timeout_s)
+                    if job.key not in seen:  # two probe tables asking the same thing measure it once
+                        seen.add(job.key)
+                        jobs.append(job)
+    return jobs
+
+
+def jobs_by_device(jobs: list[Job]) -> dict[str, list[Job]]:
+    out: dict[str, list[Job]] = {}
+    for job in jobs:
+        out.setdefault(job.device, []).append(job)
+    return out
+
+
+def _job(
+    device: str, probe: ProbeSpec, model: ModelRef | None, point: dict[str, Any], timeout_s: float | None
+) -> Job:
+    params = dict(point)
+    runtime = params.pop("runtime", None)
+    if runtime is None and model is not None:
+        runtime = "mnn" if model.format == "mnn" else "onnxruntime"
+    return Job(
+        device=device, probe=probe.kind, model=model, runtime=runtime, params=params, timeout_s=timeout_s
+    )
+
+
+# ---- parts of the file -------------------------------------------------------------------------------------
+def _device_list(r: TableReader, key: str) -> tuple[str, ...]:
+    names = r.str_list(key)
+    if not names:
+        raise r.error(key, "needs at least one device")
+    for i, n in enumerate(names):
+        if names.index(n) != i:
+            raise r.error(f"{key}[{i}]", f"device '{n}' is listed twice")
+    return names
+
+
+def _models(r: TableReader, path: Path) -> list[ModelRef]:
+    entries = r.get("models", list, [])
+    base = path.resolve().parent
+    models: list[ModelRef] = []
+    for i, entry in enumerate(entries):
+        key = f"models[{i}]"
+        if isinstance(entry, str):
+            ref, name = entry, None
+        elif isinstance(entry, dict):
+            t = TableReader(entry, path, f"{key}.")
+            name = t.get("name", str)
+            ref = t.get("path", str)
+            t.done()
+            if not name.strip():
+                raise r.error(f"{key}.name", "must not be empty")
+        else:
+            raise r.error(key, "expected a path string or a table {name, path}")
+        try:
+            model = resolve_model(ref, base, name)
+        except EdgebenchError as exc:
+            raise r.error(key, str(exc)) from None
+        if any(m.name == model.name for m in models):
+            raise r.error(
+                key,
+                f"model name '{model.name}' is used twice (name one of them: "
+                f'{{name = "...", path = "{ref}"}})',
+            )
+        models.append(model)
+    return models
+
+
+def _probes(r: TableReader, path: Path, models: list[ModelRef], devices: tuple[str, ...]) -> list[ProbeSpec]:
+    tables = r.get("probe", list, [])
+    out = []
+    for i, table in enumerate(tables):
+        if not isinstance(table, dict):
+            raise r.error(f"probe[{i}]", "expected a [[probe]] table")
+        out.append(_probe(TableReader(table, path, f"probe[{i}]."), path, models, devices))
+    return out
+
+
+def _probe(t: TableReader, path: Path, models: list[ModelRef], devices: tuple[str, ...]) -> ProbeSpec:
+    kind = t.get("kind", str)
+    implementations = _probe_modules(kind)
+    if not implementations:
+        raise t.error("kind", f"unknown probe '{kind}' (known: {', '.join(sorted(_probe_kinds()))})")
+    needs_model = any(bool(getattr(m, "NEEDS_MODEL", kind not in MODEL_FREE_PROBES)) for m in implementations)
+    grid = _grid(t, path, _accepted_params(implementations), {m.name: m for m in models})
+    model_names: tuple[str, ...] | None = None
+    if t.has("models"):
+        model_names = t.str_list("models")
+        known = [m.name for m in models]
+        for j, n in enumerate(model_names):
+            if n not in known:
+                raise t.error(f"models[{j}]", f"not a model of this suite: '{n}' (known: {', '.join(known)})")
+        if not needs_model and model_names:
+            raise t.error("models", f"probe '{kind}' measures the device and takes no model")
+    elif needs_model and not models:
+        raise t.error("kind", f"probe '{kind}' needs models but the suite lists none (add `models = [...]`)")
+    probe_devices: tuple[str, ...] | None = None
+    if t.has("devices"):
+        probe_devices = _device_list(t, "devices")
+        for j, n in enumerate(probe_devices):
+            if n not in devices:
+                raise t.error(f"devices[{j}]", f"'{n}' is not one of the suite's devices")
+    timeout = _positive(t, "timeout", None)
+    t.done()
+    spec = ProbeSpec(
+        kind=kind,
+        grid=grid,
+        models=model_names,
+        devices=probe_devices,
+        timeout_s=timeout,
+        needs_model=needs_model,
+    )
+    _check_values(t, spec, implementations)
+    return spec
+
+
+def _check_values(t: TableReader, spec: ProbeSpec, modules: list[Any]) -> None:
+    """A probe module's own `check_params(params)` refuses bad values now, not as error records later."""
+    for module in modules:
+        check = getattr(module, "check_params", None)
+        if check is None:
+            continue
+        for point in spec.points():
+            try:
+                check({k: v for k, v in point.items() if k != "runtime"})
+            except EdgebenchError as exc:
+                raise t.error("params", one_line(exc)) from None
+
+
+def _probe_registries() -> list[dict[str, str]]:
+    """Probe kinds -> "module:function": for Python agents, and for native runners (no Python)."""
+    from .. import probes
+
+    return [probes.PROBES, getattr(probes, "NATIVE_PROBES", {})]
+
+
+def _probe_kinds() -> set[str]:
+    return {kind for registry in _probe_registries() for kind in registry}
+
+
+def _probe_modules(kind: str) -> list[Any]:
+    from .. import probes
+
+    names = {registry[kind].split(":")[0] for registry in _probe_registries() if kind in registry}
+    return [importlib.import_module(f"{probes.__name__}.{name}") for name in sorted(names)]
+
+
+def _accepted_params(modules: list[Any]) -> frozenset[str] | None:
+    """The param names a probe takes, when every module implementing it declares `PARAMS`; else None."""
+    declared: list[frozenset[str] | None] = [getattr(m, "PARAMS", None) for m in modules]
+    known = [frozenset(d) for d in declared if d is not None]
+    if not declared or len(known) != len(declared):
+        return None
+    return frozenset().union(*known)
+
+
+def _grid(
+    t: TableReader, path: Path, accepted: Any, models: dict[str, ModelRef]
+) -> dict[str, tuple[Any, ...]]:
+    params = t.table("params")
+    grid: dict[str, tuple[Any, ...]] = {}
+    for key, value in params._data.items():  # noqa: SLF001 - every key is a param name, taken on purpose
+        params.raw(key)
+        if key != "runtime" and accepted is not None and key not in accepted:
+            raise params.error(key, f"unknown param (known: {', '.join(sorted(accepted))})")
+        values = tuple(value) if isinstance(value, list) else (value,)
+        if not values:
+            raise params.error(key, "an empty list gives no jobs")
+        if key == "runtime":
+            _check_runtimes(params, values)
+        if key in PATH_PARAMS:
+            # A suite model's name stands for its file (`reference = "enc"`); other values are paths.
+            values = tuple(
+                str(models[v].path) if isinstance(v, str) and v in models else _suite_relative(v, path)
+                for v in values
+            )
+        grid[key] = values
+    params.done()
+    return grid
+
+
+def _check_runtimes(t: TableReader, values: tuple[Any, ...]) -> None:
+    from ..probes import common
+
+    known = tuple(getattr(common, "RUNTIMES", ()))
+    for v in values:
+        if not isinstance(v, str) or (known and v not in known):
+            raise t.error("runtime", f"unknown runtime {v!r} (known: {', '.join(known)})")
+
+
+def _suite_relative(value: Any, path: Path) -> Any:
+    if not isinstance(value, str) or value.startswith(BUILTIN_PREFIX) or not value:
+        return value
+    p = Path(value).expanduser()
+    return str(p if p.is_absolute() else (path.resolve().parent / p))
+
+
+def _gates(r: TableReader, path: Path) -> list[GateSpec]:
+    out = []
+    for i, table in enumerate(r.get("gate", list, [])):
+        if not isinstance(table, dict):
+            raise r.error(f"gate[{i}]", "expected a [[gate]] table")
+        t = TableReader(table, path, f"gate[{i}].")
+        rule = GateSpec(
+            metric=t.get("metric", str),
+            stat=t.get("stat", str, None),
+            probe=t.get("probe", str, None),
+            device=t.get("device", str, None),
+            model=t.get("model", str, None),
+            **{k: _fraction(t, k) for k in _GATE_THRESHOLDS},
+        )
+        t.done()
+        if all(getattr(rule, k) is None for k in _GATE_THRESHOLDS):
+            raise r.error(f"gate[{i}]", "give max_slowdown, max_increase or max_drop")
+        if rule.max_drop is not None and rule.max_drop >= 1:
+            raise r.error(f"gate[{i}].max_drop", "a drop must be below 100%")
+        out.append(rule)
+    return out
+
+
+def _fraction(t: TableReader, key: str) -> float | None:
+    """'5%' or 0.05 -> 0.05."""
+    value = t.get(key, (str, float, int), None)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            number = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+        except ValueError:
+            raise t.error(key, f'expected a percentage like "5%" or a fraction, got {value!r}') from None
+    else:
+        number = float(value)
+    if number < 0:
+        raise t.error(key, "must not be negative")
+    return number
+
+
+def _budget(t: TableReader) -> dict[str, float]:
+    out = {}
+    for key in list(t._data):  # noqa: SLF001 - the budget's keys are the budget names
+        if not _BUDGET_KEY.match(key):
+            raise t.error(
+                key,
+                "unknown budget (use latency_<p50|p90|p99|mean|min|max>_ms, memory_mb, energy_mj, load_ms)",
+            )
+        value = t.get(key, float)
+        if value <= 0:
+            raise t.error(key, "must be positive")
+        out[key] = float(value)
+    t.done()
+    return out
+
+
+def _policy(t: TableReader) -> RunPolicy:
+    d = RunPolicy()
+    retries = t.get("retries", int, d.retries)
+    quarantine = t.get("quarantine_after", int, d.quarantine_after)
+    if retries < 0:
+        raise t.error("retries", "must be 0 or more")
+    if quarantine < 1:
+        raise t.error("quarantine_after", "must be 1 or more")
+    policy = RunPolicy(
+        retries=retries,
+        backoff_s=_non_negative(t, "backoff", d.backoff_s),
+        max_backoff_s=_non_negative(t, "max_backoff", d.max_backoff_s),
+        quarantine_after=quarantine,
+        cooldown=t.get("cooldown", bool, d.cooldown),
+        cooldown_timeout_s=_non_negative(t, "cooldown_timeout", d.cooldown_timeout_s),
+        lease_timeout_s=_positive(t, "lease_timeout", None),
+        worker_grace_s=_non_negative(t, "worker_grace", d.worker_grace_s),
+    )
+    t.done()
+    return policy
+
+
+def _positive(t: TableReader, key: str, default: float | None) -> float | None:
+    value = t.get(key, float, default)
+    if value is not None and value <= 0:
+        raise t.error(key, "must be positive")
+    return value
+
+
+def _non_negative(t: TableReader, key: str, default: float) -> float:
+    value = t.get(key, float, default)
+    if value < 0:
+        raise t.error(key, "must not be negative")
+    return float(value)

@@ -1,0 +1,65 @@
+"""Model references: a path (`models/enc.onnx`, `net.mnn`) or `builtin:NAME`, checked before anything is
+pushed to a device. Light on purpose: every layer holds ModelRefs, few need onnx."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ModelError
+from .cache import models_cache_dir  # noqa: F401 - re-exported: callers find it beside the refs
+
+BUILTIN_PREFIX = "builtin:"
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A model as the harness knows it: its identity in the store and the file that holds it."""
+
+    name: str
+    path: Path
+
+    @property
+    def format(self) -> str:
+        return "mnn" if self.path.suffix.lower() == ".mnn" else "onnx"
+
+
+def resolve_model(ref: str, base_dir: Path | None = None, name: str | None = None) -> ModelRef:
+    """Turn a model reference into a checked ModelRef; a bad one is a one-line ModelError."""
+    if ref.startswith(BUILTIN_PREFIX):
+        key = ref[len(BUILTIN_PREFIX) :]
+        from .builtin import builtin_model
+
+        return ModelRef(name or key, builtin_model(key))
+    path = Path(os.path.expanduser(ref))
+    if base_dir is not None and not path.is_absolute():
+        path = base_dir / path
+    if not path.exists():
+        raise ModelError(f"{ref}: model file not found")
+    if not path.is_file():
+        raise ModelError(f"{ref}: not a file")
+    check_model_file(path)
+    return ModelRef(name or path.stem, path)
+
+
+def check_model_file(path: Path) -> None:
+    """Refuse empty, unreadable or corrupt models before anything is pushed to a device."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(16)
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot read model: {exc.strerror}") from None
+    if size == 0 or not head:
+        raise ModelError(f"{path}: model file is empty")
+    suffix = path.suffix.lower()
+    if suffix == ".onnx":
+        import onnx
+
+        try:
+            onnx.load(str(path), load_external_data=False)
+        except Exception as exc:  # noqa: BLE001 - protobuf raises many types for a corrupt file
+            raise ModelError(f"{path}: not a valid ONNX model ({type(exc).__name__})") from None
+    elif suffix != ".mnn":
+        raise ModelError(f"{path}: unknown model format '{suffix}' (expected .onnx or .mnn)")

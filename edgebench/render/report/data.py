@@ -1,0 +1,124 @@
+"""What a report is made of (ReportData), and loading it from a store. Renderers only see ReportData."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ...analysis.fit import MEASURING_PROBES, Budget, assess
+from ...analysis.fit import PROBE as FIT_PROBE
+from ...errors import UserError
+from ...records import Record, Samples, utc_now
+from ...results.store import RunInfo, Store
+
+LIVE_FIT_RUN = "report"
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """Everything one report shows: runs with provenance, devices, records, raw samples, errors, budgets.
+
+    `fit_records` are `fit` records: those of the latest fit run among the selected runs, or, when there is
+    none, computed for the report from the stored measurements (`fit_source` says which).
+    """
+
+    title: str
+    generated: str
+    store_name: str
+    runs: tuple[RunInfo, ...]
+    jobs: tuple[dict[str, Any], ...]
+    devices: tuple[dict[str, Any], ...]
+    records: tuple[Record, ...]
+    samples: tuple[Samples, ...]
+    errors: tuple[dict[str, Any], ...]
+    budgets: tuple[Budget, ...] = ()
+    fit_records: tuple[Record, ...] = ()
+    fit_source: str = ""
+    fit_warnings: tuple[str, ...] = ()
+
+    @property
+    def run_order(self) -> list[str]:
+        return [r.run_id for r in self.runs]
+
+    @property
+    def measurements(self) -> list[Record]:
+        """Records of measurements (fit records are analysis, shown in their own section)."""
+        return [r for r in self.records if r.probe != FIT_PROBE]
+
+    def budget(self, key: str) -> Budget | None:
+        for b in self.budgets:
+            if b.key == key:
+                return b
+        return None
+
+
+def load_report_data(
+    store: Store,
+    run_ids: Sequence[str] | None = None,
+    budgets: Sequence[Budget] = (),
+    title: str | None = None,
+) -> ReportData:
+    """Read the selected runs (default: every run in the store) and what the report needs of them."""
+    all_runs = store.runs()
+    if not all_runs:
+        raise UserError(f"{store.path}: the store has no runs yet (run `edgebench bench` or `edgebench run`)")
+    if run_ids:
+        wanted = list(dict.fromkeys(run_ids))
+        known = {r.run_id: r for r in all_runs}
+        for rid in wanted:
+            if rid not in known:
+                raise UserError(f"unknown run '{rid}' in {store.path}")
+        runs = [r for r in all_runs if r.run_id in set(wanted)]
+    else:
+        runs = all_runs
+    ids = [r.run_id for r in runs]
+    records = store.records(ids)
+    samples = store.samples(ids)
+    devices = store.device_info(ids)
+    fit_records, fit_source, warnings = _fit_records(records, samples, devices, budgets, ids)
+    return ReportData(
+        title=title or _default_title(runs),
+        generated=utc_now(),
+        store_name=store.path.name,
+        runs=tuple(runs),
+        jobs=tuple(store.jobs(ids)),
+        devices=tuple(devices),
+        records=tuple(records),
+        samples=tuple(samples),
+        errors=tuple(store.errors(ids)),
+        budgets=tuple(budgets),
+        fit_records=tuple(fit_records),
+        fit_source=fit_source,
+        fit_warnings=tuple(warnings),
+    )
+
+
+def _fit_records(
+    records: Sequence[Record],
+    samples: Sequence[Samples],
+    devices: Sequence[dict[str, Any]],
+    budgets: Sequence[Budget],
+    run_order: Sequence[str],
+) -> tuple[list[Record], str, list[str]]:
+    stored = [r for r in records if r.probe == FIT_PROBE]
+    if stored:
+        order = {rid: i for i, rid in enumerate(run_order)}
+        latest = max({r.run_id for r in stored}, key=lambda rid: order.get(rid, -1))
+        return [r for r in stored if r.run_id == latest], f"fit run {latest}", []
+    measured = [r for r in records if r.probe != FIT_PROBE]
+    if not any(r.probe in MEASURING_PROBES for r in measured):
+        return [], "", []
+    result = assess(measured, budgets, samples=samples, device_info=devices, run_order=run_order)
+    return (
+        result.records(LIVE_FIT_RUN),
+        "computed for this report from the stored measurements",
+        result.warnings,
+    )
+
+
+def _default_title(runs: Sequence[RunInfo]) -> str:
+    if len(runs) == 1:
+        r = runs[0]
+        return f"edgebench report: {r.suite or r.kind} run {r.run_id}"
+    return f"edgebench report: {len(runs)} runs, {runs[0].created[:10]} to {runs[-1].created[:10]}"

@@ -1,0 +1,750 @@
+"""Records into pandas frames, one per report section. Pure functions: records in, DataFrames out.
+
+Every frame is empty (with its columns) when the records hold nothing for it, so renderers can say
+"no data" without special cases.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ...analysis.fit import Budget, observations
+from ...records import Record, Samples
+
+# Metrics where a higher value is better (everything else compared in deltas is better lower).
+HIGHER_IS_BETTER = {
+    "effective_tops",
+    "bandwidth_gbps",
+    "efficiency",
+    "sustained_ratio",
+    "stability",
+    "cosine",
+    "snr_db",
+    "best_threads",
+}
+DELTA_METRICS = {
+    "latency_ms",
+    "peak_rss_mb",
+    "load_ms",
+    "first_inference_ms",
+    "effective_tops",
+    "bandwidth_gbps",
+    "energy_mj_per_inference",
+    "power_mw",
+    "sustained_ratio",
+    "throttle_onset_s",
+    "cosine",
+    "max_abs_err",
+    "snr_db",
+    "op_time_ms",
+}
+# Params that describe a time series point, not the series: left out when grouping series.
+_SERIES_POINT = ("t_s", "stat")
+
+
+def frame(records: Iterable[Record]) -> pd.DataFrame:
+    """All records, with each scalar param as its own `p.NAME` column next to the `params` dict."""
+    rows = []
+    for r in records:
+        row = r.to_dict()
+        for k, v in r.params.items():
+            if v is None or isinstance(v, str | int | float | bool):
+                row[f"p.{k}"] = v
+        rows.append(row)
+    cols = ["run_id", "device", "probe", "model", "runtime", "metric", "value", "unit", "params", "ts"]
+    return pd.DataFrame(rows, columns=None if rows else cols)
+
+
+def _select(records: Iterable[Record], probe: str, metrics: Sequence[str] | None = None) -> list[Record]:
+    return [
+        r
+        for r in records
+        if r.probe == probe
+        and (metrics is None or r.metric in metrics)
+        and r.value is not None
+        and math.isfinite(r.value)
+    ]
+
+
+def params_label(params: Mapping[str, Any], skip: Sequence[str] = ()) -> str:
+    """A short human label for params: `threads=2, dtype=fp32`."""
+    parts = []
+    for k, v in sorted(params.items()):
+        if k in skip or v is None or v == "" or v == [] or v == {}:
+            continue
+        if isinstance(v, float):
+            v = f"{v:g}"
+        elif isinstance(v, list | dict):
+            v = json.dumps(v, separators=(",", ":"))
+        parts.append(f"{k}={v}")
+    return ", ".join(parts)
+
+
+def bench_matrix(
+    records: Sequence[Record], samples: Sequence[Samples] = (), run_order: Sequence[str] = ()
+) -> pd.DataFrame:
+    """Device x model: p50, p99, peak memory, energy per inference, at each pair's best configuration."""
+    rows = [
+        {
+            "device": o.device,
+            "runtime": o.runtime or "",
+            "model": o.model,
+            "p50": o.latency.get("p50"),
+            "p90": o.latency.get("p90"),
+            "p99": o.latency.get("p99"),
+            "mean": o.latency.get("mean"),
+            "memory_mb": o.memory_mb,
+            "energy_mj": o.energy_mj,
+            "load_ms": o.load_ms,
+            "config": params_label(o.config),
+            "run_id": o.run_id,
+            "estimated": ",".join(o.estimated),
+        }
+        for o in observations(records, samples, run_order)
+    ]
+    cols = [
+        "device",
+        "runtime",
+        "model",
+        "p50",
+        "p90",
+        "p99",
+        "mean",
+        "memory_mb",
+        "energy_mj",
+        "load_ms",
+        "config",
+        "run_id",
+        "estimated",
+    ]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def budget_status(value: float | None, budget: Budget | None) -> str:
+    """ok (under, with 10% headroom), near (within 10% under), over, or none (no budget / no value)."""
+    if budget is None or value is None or (isinstance(value, float) and math.isnan(value)):
+        return "none"
+    if value > budget.limit:
+        return "over"
+    return "near" if value > 0.9 * budget.limit else "ok"
+
+
+def ceilings(records: Sequence[Record], device_info: Sequence[Mapping[str, Any]] = ()) -> pd.DataFrame:
+    """Measured ceilings vs the datasheet: best effective TOPS per dtype and backend, bandwidth per kernel."""
+    datasheet: dict[str, dict[str, Any]] = {}
+    for info in device_info:
+        datasheet[info["device"]] = (info.get("descriptor") or {}).get("spec") or {}
+    rows = []
+    groups: dict[tuple, list[Record]] = {}
+    for r in _select(records, "matmul", ["effective_tops"]):
+        key = (r.device, "matmul", r.params.get("dtype", "fp32"), r.params.get("backend") or r.runtime or "")
+        groups.setdefault(key, []).append(r)
+    for r in _select(records, "bandwidth", ["bandwidth_gbps"]):
+        key = (r.device, "bandwidth", r.params.get("kernel", ""), r.params.get("backend") or "")
+        groups.setdefault(key, []).append(r)
+    eff_records = {
+        (r.device, r.params.get("dtype", "fp32"), r.params.get("backend") or r.runtime or ""): r.value
+        for r in _select(records, "matmul", ["efficiency"])
+    }
+    for (device, kind, what, backend), recs in sorted(groups.items()):
+        best = max(recs, key=lambda r: r.value or 0.0)
+        spec = datasheet.get(device, {})
+        if kind == "matmul":
+            nominal = (spec.get("peak_tops") or {}).get(what)
+            unit = "TOPS"
+        else:
+            nominal = spec.get("memory_bandwidth_gbps")
+            unit = "GB/s"
+        eff = (
+            best.value / nominal
+            if nominal
+            else eff_records.get((device, what, backend))
+            if kind == "matmul"
+            else None
+        )
+        rows.append(
+            {
+                "device": device,
+                "kind": kind,
+                "what": what,
+                "backend": backend,
+                "best": best.value,
+                "unit": unit,
+                "datasheet": nominal,
+                "efficiency": eff,
+                "at": params_label(best.params, skip=("dtype", "kernel", "backend", "stat")),
+            }
+        )
+    cols = ["device", "kind", "what", "backend", "best", "unit", "datasheet", "efficiency", "at"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def device_peaks(ceil: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per device: best FLOP/s per dtype and best bandwidth (bytes/s), for the roofline plot."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in ceil.itertuples():
+        d = out.setdefault(row.device, {"flops": {}, "bandwidth": None})
+        if row.kind == "matmul":
+            d["flops"][row.what] = max(d["flops"].get(row.what, 0.0), row.best * 1e12)
+        else:
+            d["bandwidth"] = max(d["bandwidth"] or 0.0, row.best * 1e9)
+    return out
+
+
+def roofline(
+    records: Sequence[Record], matrix: pd.DataFrame, counts: Mapping[str, tuple[float, float]] | None = None
+) -> pd.DataFrame:
+    """Per device x model: FLOPs, weight bytes, intensity, achieved FLOP/s, and the roofline probe's verdict.
+
+    Counts come from `roofline` records (per model, any device) and `counts` (e.g. from fit records).
+    """
+    flops: dict[str, float] = {}
+    wbytes: dict[str, float] = {}
+    per_pair: dict[tuple, dict[str, Any]] = {}
+    for r in _select(records, "roofline"):
+        if r.model is None:
+            continue
+        if r.metric == "flops" and r.params.get("scope", "total") == "total":
+            flops[r.model] = float(r.value or 0.0)
+        elif r.metric == "weight_bytes":
+            wbytes[r.model] = float(r.value or 0.0)
+        elif r.metric in ("floor_ms", "efficiency"):
+            d = per_pair.setdefault((r.device, r.model), {})
+            d[r.metric] = r.value
+            if r.params.get("bound"):
+                d["bound"] = r.params["bound"]
+    for model, (f, w) in (counts or {}).items():
+        flops.setdefault(model, f)
+        wbytes.setdefault(model, w)
+    rows = []
+    seen = set()
+    for m in matrix.itertuples():
+        if m.model not in flops:
+            continue
+        seen.add((m.device, m.model))
+        f, w = flops[m.model], wbytes.get(m.model) or float("nan")
+        extra = per_pair.get((m.device, m.model), {})
+        rows.append(
+            {
+                "device": m.device,
+                "runtime": m.runtime,
+                "model": m.model,
+                "flops": f,
+                "weight_bytes": w,
+                "intensity": f / w if w and w == w and w > 0 else float("nan"),
+                "latency_ms": m.p50,
+                "achieved_gflops": f / (m.p50 / 1e3) / 1e9 if m.p50 else float("nan"),
+                "floor_ms": extra.get("floor_ms"),
+                "bound": extra.get("bound"),
+                "efficiency": extra.get("efficiency"),
+            }
+        )
+    for (device, model), extra in per_pair.items():
+        if (device, model) in seen:
+            continue
+        f, w = flops.get(model, float("nan")), wbytes.get(model, float("nan"))
+        rows.append(
+            {
+                "device": device,
+                "runtime": "",
+                "model": model,
+                "flops": f,
+                "weight_bytes": w,
+                "intensity": f / w if w and w == w and w > 0 else float("nan"),
+                "latency_ms": None,
+                "achieved_gflops": float("nan"),
+                "floor_ms": extra.get("floor_ms"),
+                "bound": extra.get("bound"),
+                "efficiency": extra.get("efficiency"),
+            }
+        )
+    cols = [
+        "device",
+        "runtime",
+        "model",
+        "flops",
+        "weight_bytes",
+        "intensity",
+        "latency_ms",
+        "achieved_gflops",
+        "floor_ms",
+        "bound",
+        "efficiency",
+    ]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def thread_sweep(records: Sequence[Record]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(curve points, best thread counts) from probe `threads`."""
+    rows = []
+    for r in _select(records, "threads", ["latency_ms"]):
+        stat = r.params.get("stat", "p50")
+        if stat not in ("p50", None):
+            continue
+        threads = r.params.get("threads")
+        if threads is None:
+            continue
+        series = params_label(r.params, skip=("threads", "stat"))
+        rows.append(
+            {
+                "device": r.device,
+                "model": r.model or "",
+                "runtime": r.runtime or "",
+                "series": series,
+                "threads": int(threads),
+                "latency_ms": r.value,
+                "run_id": r.run_id,
+            }
+        )
+    best = [
+        {
+            "device": r.device,
+            "model": r.model or "",
+            "runtime": r.runtime or "",
+            "best_threads": r.value,
+            "note": params_label(r.params),
+        }
+        for r in _select(records, "threads", ["best_threads"])
+    ]
+    curve = pd.DataFrame(
+        rows, columns=["device", "model", "runtime", "series", "threads", "latency_ms", "run_id"]
+    )
+    return curve.sort_values(["device", "model", "series", "threads"]).reset_index(drop=True), pd.DataFrame(
+        best, columns=["device", "model", "runtime", "best_threads", "note"]
+    )
+
+
+def latency_samples(samples: Sequence[Samples]) -> list[dict[str, Any]]:
+    """Raw bench latencies per device x model x config (the distributions)."""
+    out = []
+    for s in samples:
+        if s.probe == "bench" and s.metric == "latency_ms" and s.values:
+            out.append(
+                {
+                    "device": s.device,
+                    "model": s.model or "",
+                    "runtime": s.runtime or "",
+                    "config": params_label(s.params),
+                    "run_id": s.run_id,
+                    "values": np.asarray(s.values),
+                }
+            )
+    return out
+
+
+def series(records: Sequence[Record], probe: str, metrics: Sequence[str]) -> pd.DataFrame:
+    """Time series (records with `t_s`) of a probe: one row per point, `series` labels the rest of params."""
+    rows = []
+    for r in _select(records, probe, metrics):
+        t = r.params.get("t_s")
+        if t is None:
+            continue
+        rows.append(
+            {
+                "device": r.device,
+                "model": r.model or "",
+                "runtime": r.runtime or "",
+                "metric": r.metric,
+                "unit": r.unit,
+                "series": params_label(r.params, skip=_SERIES_POINT),
+                "t_s": float(t),
+                "value": r.value,
+                "run_id": r.run_id,
+            }
+        )
+    cols = ["device", "model", "runtime", "metric", "unit", "series", "t_s", "value", "run_id"]
+    return pd.DataFrame(rows, columns=cols).sort_values(["device", "model", "metric", "series", "t_s"])
+
+
+def scalars(records: Sequence[Record], probe: str, metrics: Sequence[str] | None = None) -> pd.DataFrame:
+    """Records of a probe that are not time-series points (summaries like throttle_onset_s, power_mw)."""
+    rows = [
+        {
+            "device": r.device,
+            "model": r.model or "",
+            "runtime": r.runtime or "",
+            "metric": r.metric,
+            "value": r.value,
+            "unit": r.unit,
+            "params": params_label(r.params),
+            "run_id": r.run_id,
+        }
+        for r in _select(records, probe, metrics)
+        if "t_s" not in r.params
+    ]
+    return pd.DataFrame(
+        rows, columns=["device", "model", "runtime", "metric", "value", "unit", "params", "run_id"]
+    )
+
+
+def probe_samples(samples: Sequence[Samples], probe: str) -> list[Samples]:
+    return [s for s in samples if s.probe == probe and s.values]
+
+
+def top_ops(records: Sequence[Record], n: int = 10) -> pd.DataFrame:
+    """Per device x model, the n nodes that take the most time (probe `profile`, metric `op_time_ms`)."""
+    rows = []
+    for r in _select(records, "profile", ["op_time_ms"]):
+        rows.append(
+            {
+                "device": r.device,
+                "model": r.model or "",
+                "runtime": r.runtime or "",
+                "node": str(r.params.get("node", "?")),
+                "op_type": str(r.params.get("op_type", "?")),
+                "ms": r.value,
+                "run_id": r.run_id,
+            }
+        )
+    df = pd.DataFrame(rows, columns=["device", "model", "runtime", "node", "op_type", "ms", "run_id"])
+    if df.empty:
+        return df.assign(share=pd.Series(dtype=float))
+    # Latest run only per device x model, so two runs of a profile do not add up.
+    latest = df.groupby(["device", "model", "runtime"])["run_id"].transform("max")
+    df = df[df["run_id"] == latest]
+    df = df.groupby(["device", "model", "runtime", "node", "op_type"], as_index=False)["ms"].sum()
+    df["share"] = df["ms"] / df.groupby(["device", "model", "runtime"])["ms"].transform("sum")
+    return (
+        df.sort_values(["device", "model", "runtime", "ms"], ascending=[True, True, True, False])
+        .groupby(["device", "model", "runtime"])
+        .head(n)
+        .reset_index(drop=True)
+    )
+
+
+def op_type_totals(records: Sequence[Record]) -> pd.DataFrame:
+    ops = top_ops(records, n=10**9)
+    if ops.empty:
+        return pd.DataFrame(columns=["device", "model", "runtime", "op_type", "ms"])
+    return ops.groupby(["device", "model", "runtime", "op_type"], as_index=False)["ms"].sum()
+
+
+def accuracy(records: Sequence[Record]) -> pd.DataFrame:
+    """Numerics vs the reference: cosine, max_abs_err, snr_db (and mean_abs_err) per output."""
+    metrics = ("cosine", "max_abs_err", "mean_abs_err", "snr_db")
+    rows: dict[tuple, dict[str, Any]] = {}
+    for r in records:
+        if r.metric not in metrics or r.value is None or r.probe == "sensitivity":
+            continue
+        label = params_label(r.params, skip=("stat",))
+        key = (r.device, r.model or "", r.runtime or "", label, r.run_id)
+        row = rows.setdefault(
+            key,
+            {
+                "device": r.device,
+                "model": r.model or "",
+                "runtime": r.runtime or "",
+                "detail": label,
+                "run_id": r.run_id,
+            },
+        )
+        row[r.metric] = r.value
+    cols = [
+        "device",
+        "model",
+        "runtime",
+        "detail",
+        "cosine",
+        "max_abs_err",
+        "mean_abs_err",
+        "snr_db",
+        "run_id",
+    ]
+    return pd.DataFrame(list(rows.values()), columns=cols)
+
+
+HISTORY_MIN_RUNS = 5
+_HISTORY_COLS = [
+    "device",
+    "model",
+    "runtime",
+    "series",
+    "run_id",
+    "previous_run",
+    "before",
+    "after",
+    "change",
+    "p_value",
+    "unit",
+]
+
+
+def history(
+    records: Sequence[Record], min_runs: int = HISTORY_MIN_RUNS, max_series: int = 200
+) -> tuple[pd.DataFrame, list[dict[str, Any]], int]:
+    """Change points: stored `history` records, else found now in the bench series of the selected runs.
+
+    Returns (change points, the series that stepped with their points for plotting, series examined).
+    Series need `min_runs` runs; detection is analysis.history's (a change-point test, not a threshold).
+    """
+    stored = [r for r in records if r.probe == "history" and r.metric == "change_point"]
+    rows: list[dict[str, Any]] = []
+    plotted: list[dict[str, Any]] = []
+    examined = 0
+    if stored:
+        for r in stored:
+            p = r.params
+            label = f"{p.get('series_probe', '?')}:{p.get('series_metric', '?')}" + (
+                f"[{p['stat']}]" if p.get("stat") else ""
+            )
+            rows.append(
+                {
+                    "device": r.device,
+                    "model": r.model or "",
+                    "runtime": r.runtime or "",
+                    "series": label,
+                    "run_id": r.run_id,
+                    "previous_run": p.get("previous_run", ""),
+                    "before": p.get("before"),
+                    "after": p.get("after"),
+                    "change": r.value,
+                    "p_value": p.get("p_value"),
+                    "unit": p.get("level_unit", ""),
+                }
+            )
+        return pd.DataFrame(rows, columns=_HISTORY_COLS), plotted, len({(r.device, r.model) for r in stored})
+    from ...analysis.history import build_series, change_points
+
+    bench = [r for r in records if r.probe == "bench" and r.metric in ("latency_ms", "peak_rss_mb")]
+    candidates = [s for s in build_series(bench, stat="p50") if len(s.points) >= min_runs][:max_series]
+    for series in candidates:
+        examined += 1
+        cps = change_points(series)
+        if not cps:
+            continue
+        for cp in cps:
+            rows.append(
+                {
+                    "device": series.device,
+                    "model": series.model or "",
+                    "runtime": series.runtime or "",
+                    "series": f"{series.probe}:{series.metric}" + (f"[{series.stat}]" if series.stat else ""),
+                    "run_id": cp.run_id,
+                    "previous_run": cp.previous_run,
+                    "before": cp.before,
+                    "after": cp.after,
+                    "change": cp.change,
+                    "p_value": cp.p_value,
+                    "unit": series.unit,
+                }
+            )
+        plotted.append(
+            {
+                "label": series.label(),
+                "unit": series.unit,
+                "values": [p.value for p in series.points],
+                "runs": [p.run_id for p in series.points],
+                "steps": [cp.run_id for cp in cps],
+            }
+        )
+    return pd.DataFrame(rows, columns=_HISTORY_COLS), plotted, examined
+
+
+def deltas(records: Sequence[Record], run_order: Sequence[str], threshold: float = 0.05) -> pd.DataFrame:
+    """With two or more runs: each measurement in the earliest run that has it vs the latest that has it."""
+    order = {rid: i for i, rid in enumerate(run_order)}
+    by_key: dict[tuple, dict[str, float]] = {}
+    for r in records:
+        if (
+            r.metric not in DELTA_METRICS
+            or r.value is None
+            or r.probe in ("fit", "history")
+            or r.run_id not in order
+            or "t_s" in r.params
+        ):
+            continue
+        key = (
+            r.device,
+            r.model or "",
+            r.runtime or "",
+            r.probe,
+            r.metric,
+            json.dumps(r.params, sort_keys=True, default=str),
+        )
+        by_key.setdefault(key, {})[r.run_id] = r.value
+    rows = []
+    for (device, model, runtime, probe, metric, params), values in sorted(by_key.items()):
+        if len(values) < 2:
+            continue
+        runs = sorted(values, key=order.__getitem__)
+        base, last = values[runs[0]], values[runs[-1]]
+        change = (last - base) / abs(base) if base else float("nan")
+        better_up = metric in HIGHER_IS_BETTER
+        if change != change or abs(change) < threshold:
+            verdict = "same"
+        else:
+            verdict = "better" if (change > 0) == better_up else "worse"
+        rows.append(
+            {
+                "device": device,
+                "model": model,
+                "runtime": runtime,
+                "probe": probe,
+                "metric": metric,
+                "params": params_label(json.loads(params)),
+                "baseline_run": runs[0],
+                "baseline": base,
+                "latest_run": runs[-1],
+                "latest": last,
+                "change": change,
+                "verdict": verdict,
+            }
+        )
+    cols = [
+        "device",
+        "model",
+        "runtime",
+        "probe",
+        "metric",
+        "params",
+        "baseline_run",
+        "baseline",
+        "latest_run",
+        "latest",
+        "change",
+        "verdict",
+    ]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def fit_tables(fit_records: Sequence[Record]) -> dict[str, pd.DataFrame]:
+    """Verdicts, cross-validation summaries, cross-validation points and calibrations from `fit` records."""
+    verdicts, summaries, points, calib = [], [], [], []
+    predicted: dict[tuple, dict[str, float]] = {}
+    for r in fit_records:
+        if r.probe != "fit":
+            continue
+        if r.metric.startswith("predicted_"):
+            key = (r.device, r.runtime or "", r.model or "")
+            name = r.metric + (f":{r.params['stat']}" if r.params.get("stat") else "")
+            predicted.setdefault(key, {})[name] = float(r.value or 0.0)
+    for r in fit_records:
+        if r.probe != "fit":
+            continue
+        p = r.params
+        if r.metric == "fits":
+            verdicts.append(
+                {
+                    "device": r.device,
+                    "runtime": r.runtime or "",
+                    "model": r.model or "",
+                    "fits": r.value,
+                    "basis": p.get("basis", ""),
+                    "limiting": p.get("limiting"),
+                    "margin": p.get("margin"),
+                    "values": p.get("values") or {},
+                    "budgets": p.get("budgets") or {},
+                    "unchecked": p.get("unchecked") or [],
+                    "evidence": p.get("evidence") or "",
+                    "config": params_label(p.get("config") or {}),
+                    "predicted": predicted.get((r.device, r.runtime or "", r.model or ""), {}),
+                    "flops": p.get("flops"),
+                    "weight_bytes": p.get("weight_bytes"),
+                }
+            )
+        elif r.metric in ("cv_within_10pct", "cv_median_abs_err"):
+            summaries.append(
+                {
+                    "device": r.device,
+                    "runtime": r.runtime or "",
+                    "holdout": p.get("holdout"),
+                    "quantity": p.get("quantity"),
+                    "metric": r.metric,
+                    "value": r.value,
+                    "pairs": p.get("pairs"),
+                }
+            )
+        elif r.metric == "cv_error":
+            points.append(
+                {
+                    "device": r.device,
+                    "runtime": r.runtime or "",
+                    "model": r.model or "",
+                    "holdout": p.get("holdout"),
+                    "quantity": p.get("quantity"),
+                    "measured": p.get("measured"),
+                    "predicted": p.get("predicted"),
+                    "error": r.value,
+                }
+            )
+        elif r.metric == "calibration_models":
+            calib.append(
+                {
+                    "device": r.device,
+                    "runtime": r.runtime or "",
+                    "models": r.value,
+                    "method": p.get("method"),
+                    "efficiency": p.get("efficiency") or {},
+                    "overhead_ms": p.get("overhead_ms"),
+                    "per_node_us": p.get("per_node_us"),
+                    "local_correction": p.get("local_correction"),
+                    "ceilings": p.get("ceilings") or {},
+                }
+            )
+    summ = pd.DataFrame(
+        summaries, columns=["device", "runtime", "holdout", "quantity", "metric", "value", "pairs"]
+    )
+    if not summ.empty:
+        summ = summ.pivot_table(
+            index=["device", "runtime", "holdout", "quantity", "pairs"],
+            columns="metric",
+            values="value",
+            aggfunc="first",
+        ).reset_index()
+        summ.columns.name = None
+    return {
+        "verdicts": pd.DataFrame(
+            verdicts,
+            columns=[
+                "device",
+                "runtime",
+                "model",
+                "fits",
+                "basis",
+                "limiting",
+                "margin",
+                "values",
+                "budgets",
+                "unchecked",
+                "evidence",
+                "config",
+                "predicted",
+                "flops",
+                "weight_bytes",
+            ],
+        ),
+        "summary": summ,
+        "points": pd.DataFrame(
+            points,
+            columns=["device", "runtime", "model", "holdout", "quantity", "measured", "predicted", "error"],
+        ),
+        "calibration": pd.DataFrame(
+            calib,
+            columns=[
+                "device",
+                "runtime",
+                "models",
+                "method",
+                "efficiency",
+                "overhead_ms",
+                "per_node_us",
+                "local_correction",
+                "ceilings",
+            ],
+        ),
+    }
+
+
+def fit_counts(fit_records: Sequence[Record]) -> dict[str, tuple[float, float]]:
+    """Model FLOPs and weight bytes carried in fit verdict records (for the roofline plot)."""
+    out = {}
+    for r in fit_records:
+        if r.probe == "fit" and r.metric == "fits" and r.model and "flops" in r.params:
+            out[r.model] = (float(r.params["flops"]), float(r.params.get("weight_bytes") or float("nan")))
+    return out

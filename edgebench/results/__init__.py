@@ -1,0 +1,1 @@
+"""Results: the SQLite store (append-only, versioned) and pytest-benchmark interop."""
