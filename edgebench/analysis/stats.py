@@ -50,12 +50,18 @@ def summarize(values: list[float] | tuple[float, ...] | np.ndarray) -> Summary:
     )
 
 
-def count_outliers(x: np.ndarray, threshold: float = 14.826) -> int:
-    """Samples far from the median by modified z-score (MAD x 1.4826), as hyperfine flags them."""
+# hyperfine flags a sample whose modified z-score exceeds 10: |x - median| / (1.4826 x MAD) > 10, i.e. more
+# than ten robust standard deviations from the median. (hyperfine writes it as |x - median| / MAD > 14.826.)
+OUTLIER_Z = 10.0
+MAD_TO_SIGMA = 1.4826  # MAD x 1.4826 estimates the standard deviation of a normal distribution
+
+
+def count_outliers(x: np.ndarray, threshold: float = OUTLIER_Z) -> int:
+    """Samples more than `threshold` robust standard deviations (MAD x 1.4826) from the median."""
     if x.size < 3:
         return 0
     median = np.median(x)
-    mad = np.median(np.abs(x - median)) * 1.4826
-    if mad == 0:
+    sigma = np.median(np.abs(x - median)) * MAD_TO_SIGMA
+    if sigma == 0:
         return int(np.sum(x != median))
-    return int(np.sum(np.abs(x - median) / mad > threshold))
+    return int(np.sum(np.abs(x - median) / sigma > threshold))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis.stats import summarize
+from ..analysis.stats import OUTLIER_Z, summarize
 from ..execution.jobs import Job
 from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, RecordContext
@@ -66,7 +66,7 @@ def bench_records(ctx: RecordContext, reply: AgentReply) -> ProbeResult:
     out.warnings += [f"{why}; run more (--runs) for it" for why in s.refused.values()]
     if s.outliers:
         out.warnings.append(
-            f"{s.outliers} of {s.n} samples are outliers (modified z-score > 14.8): "
+            f"{s.outliers} of {s.n} samples are outliers (modified z-score > {OUTLIER_Z:g}): "
             "the device was disturbed; consider a longer warm-up or a quieter device"
         )
     out.records.append(ctx.record("load_ms", r["load_ms"], "ms"))

@@ -7,7 +7,7 @@ import shlex
 import numpy as np
 import pytest
 
-from edgebench.analysis.stats import summarize
+from edgebench.analysis.stats import MAD_TO_SIGMA, count_outliers, summarize
 from edgebench.execution.jobs import Job
 from edgebench.transports.base import command_line
 
@@ -24,6 +24,15 @@ def test_summary_values() -> None:
     assert s.n == 100 and s.min == 1.0 and s.max == 100.0
     assert s.percentiles["p50"] == 3.0
     assert s.outliers == 20
+
+
+@pytest.mark.parametrize(("sigmas", "flagged"), [(9.0, 0), (11.0, 1), (12.0, 1)])
+def test_outliers_are_ten_robust_sigmas_from_the_median(sigmas: float, flagged: int) -> None:
+    # Median 100 and MAD 1 (one robust sigma is 1.4826) with the extra sample `sigmas` sigmas away.
+    body = np.concatenate([np.full(26, 99.0), np.full(49, 100.0), np.full(26, 101.0)])
+    x = np.append(body, 100.0 + sigmas * 1.4826)
+    assert np.median(x) == 100.0 and np.median(np.abs(x - 100.0)) * MAD_TO_SIGMA == pytest.approx(1.4826)
+    assert count_outliers(x) == flagged
 
 
 @pytest.mark.parametrize("evil", ["a b", "x;rm -rf /", "$(touch /tmp/p)", "`id`", "it's", 'q"q', "new\nline"])
