@@ -1,4 +1,10 @@
-"""The record: one flat schema for CLI output, the store and pandas frames (DESIGN.md)."""
+"""The record: one flat schema for CLI output, the store and pandas frames (DESIGN.md).
+
+A record's `params` say *what* was measured (model shapes, threads, dtype, the statistic...) and nothing
+else, so two records with equal keys measured the same thing and may be compared; everything else about it
+(inputs actually used, effective values seen, sizes, paths, versions, sample counts) goes in `annotations`.
+`Record.key()` is the one pairing rule: gates, history, report deltas, fit and interop all pair by it.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,9 @@ import secrets
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-RECORD_FIELDS = ("run_id", "device", "probe", "model", "runtime", "metric", "value", "unit", "params", "ts")
+RECORD_FIELDS = (
+    "run_id", "device", "probe", "model", "runtime", "metric", "value", "unit", "params", "ts", "annotations",
+)  # fmt: skip
 
 
 def utc_now() -> str:
@@ -21,9 +29,50 @@ def new_run_id() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
+def params_key(params: dict[str, Any]) -> str:
+    """Canonical JSON of params: equal params, equal text."""
+    return json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
+
+
+@dataclass(frozen=True, order=True)
+class RecordKey:
+    """What makes two records (or a record and its samples) the same measurement across runs."""
+
+    device: str
+    model: str
+    runtime: str
+    probe: str
+    metric: str
+    params: str  # canonical JSON of the identity params, `stat` included
+
+    @property
+    def stat(self) -> str:
+        return str(self.param_dict().get("stat", ""))
+
+    def param_dict(self) -> dict[str, Any]:
+        return dict(json.loads(self.params))
+
+    def series(self) -> RecordKey:
+        """The key of the raw samples behind this record: the same measurement, any statistic."""
+        rest = {k: v for k, v in self.param_dict().items() if k != "stat"}
+        return RecordKey(self.device, self.model, self.runtime, self.probe, self.metric, params_key(rest))
+
+    def label(self) -> str:
+        rest = {k: v for k, v in self.param_dict().items() if k != "stat"}
+        p = params_key(rest) if rest else ""
+        stat = f"[{self.stat}]" if self.stat else ""
+        return f"{self.device} {self.model} {self.runtime} {self.probe}:{self.metric}{stat} {p}".strip()
+
+
+def make_key(
+    device: str, model: str | None, runtime: str | None, probe: str, metric: str, params: dict[str, Any]
+) -> RecordKey:
+    return RecordKey(device, model or "-", runtime or "-", probe, metric, params_key(params))
+
+
 @dataclass(frozen=True)
 class Record:
-    """One measurement."""
+    """One measurement: identity in `params`, everything else about it in `annotations`."""
 
     run_id: str
     device: str
@@ -35,6 +84,11 @@ class Record:
     unit: str
     params: dict[str, Any] = field(default_factory=dict)
     ts: str = field(default_factory=utc_now)
+    annotations: dict[str, Any] = field(default_factory=dict)
+
+    def key(self) -> RecordKey:
+        """The pairing rule: same device, model, runtime, probe, metric and identity params."""
+        return make_key(self.device, self.model, self.runtime, self.probe, self.metric, self.params)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,6 +111,11 @@ class Samples:
     values: tuple[float, ...]
     params: dict[str, Any] = field(default_factory=dict)
     ts: str = field(default_factory=utc_now)
+    annotations: dict[str, Any] = field(default_factory=dict)
+
+    def key(self) -> RecordKey:
+        """Equal to `record.key().series()` of the records these samples are behind."""
+        return make_key(self.device, self.model, self.runtime, self.probe, self.metric, self.params)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -74,8 +133,16 @@ class RecordContext:
     model: str | None = None
     runtime: str | None = None
     base_params: dict[str, Any] = field(default_factory=dict)
+    base_annotations: dict[str, Any] = field(default_factory=dict)
 
-    def record(self, metric: str, value: float | None, unit: str, **params: Any) -> Record:
+    def record(
+        self,
+        metric: str,
+        value: float | None,
+        unit: str,
+        annotations: dict[str, Any] | None = None,
+        **params: Any,
+    ) -> Record:
         return Record(
             run_id=self.run_id,
             device=self.device,
@@ -86,10 +153,16 @@ class RecordContext:
             value=None if value is None else float(value),
             unit=unit,
             params={**self.base_params, **params},
+            annotations={**self.base_annotations, **(annotations or {})},
         )
 
     def samples(
-        self, metric: str, unit: str, values: list[float] | tuple[float, ...], **params: Any
+        self,
+        metric: str,
+        unit: str,
+        values: list[float] | tuple[float, ...],
+        annotations: dict[str, Any] | None = None,
+        **params: Any,
     ) -> Samples:
         return Samples(
             run_id=self.run_id,
@@ -101,6 +174,7 @@ class RecordContext:
             unit=unit,
             values=tuple(float(v) for v in values),
             params={**self.base_params, **params},
+            annotations={**self.base_annotations, **(annotations or {})},
         )
 
 
@@ -116,8 +190,3 @@ class ProbeResult:
         self.records.extend(other.records)
         self.samples.extend(other.samples)
         self.warnings.extend(other.warnings)
-
-
-def params_key(params: dict[str, Any]) -> str:
-    """Canonical JSON of params: the key records and samples are paired by."""
-    return json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)

@@ -51,12 +51,18 @@ def run(task: dict) -> tuple[dict, list[str]]:
     except Exception as exc:  # noqa: BLE001 - the runtime's own errors carry the reason
         raise TaskError("model", f"inference failed: {str(exc).strip().splitlines()[0]}") from None
     policy = TimingPolicy(
-        **{k: task[k] for k in ("warmup_runs", "warmup_s", "runs", "min_s", "max_s") if k in task}
+        **{
+            k: task[k]
+            for k in ("warmup", "warmup_seconds", "runs", "min_seconds", "max_seconds")
+            if k in task
+        }
     )
     warm_calls, warm_s = warm_up(step, policy)
     samples, cut_short = sample(step, policy)
     if cut_short:
-        warnings.append(f"stopped at max_seconds={policy.max_s:g} after {len(samples)} of {policy.runs} runs")
+        warnings.append(
+            f"stopped at max_seconds={policy.max_seconds:g} after {len(samples)} of {policy.runs} runs"
+        )
     return {
         "runtime": session.runtime,
         "runtime_version": session.version,
@@ -64,8 +70,8 @@ def run(task: dict) -> tuple[dict, list[str]]:
         "affinity": affinity,
         "load_ms": load_ms,
         "first_inference_ms": first_ms,
-        "warmup_runs": warm_calls,
-        "warmup_s": warm_s,
+        "warmup": warm_calls,
+        "warmup_seconds": warm_s,
         "latencies_ms": samples,
         "peak_rss_mb": peak_rss_mb(),
         "rss_before_load_mb": rss_before,

@@ -12,7 +12,7 @@ import os
 import sys
 import traceback
 
-AGENT_PROTOCOL = 1
+from .protocol import PROTOCOL, ProtocolError, parse_task
 
 # kind -> module in this package exposing run(task) -> (result dict, warnings list)
 TASKS = {
@@ -53,13 +53,14 @@ def _emit(channel: int, document: dict) -> None:
         view = view[written:]
 
 
-def run_task(task: dict) -> dict:
-    kind = task.get("kind")
-    if kind not in TASKS:
-        raise TaskError("usage", f"unknown task kind {kind!r}")
-    module = importlib.import_module(f"{__package__}.{TASKS[kind]}")
-    result, warnings = module.run(task)
-    return {"ok": True, "protocol": AGENT_PROTOCOL, "kind": kind, "result": result, "warnings": warnings}
+def run_task(document: dict) -> dict:
+    try:
+        task = parse_task(document)
+    except ProtocolError as exc:
+        raise TaskError("usage", str(exc)) from None
+    module = importlib.import_module(f"{__package__}.{TASKS[task.KIND]}")
+    result, warnings = module.run(task.to_dict())
+    return {"ok": True, "protocol": PROTOCOL, "kind": task.KIND, "result": result, "warnings": warnings}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,12 +77,12 @@ def main(argv: list[str] | None = None) -> int:
         document = run_task(task)
         code = 0
     except TaskError as exc:
-        document = {"ok": False, "protocol": AGENT_PROTOCOL, "error": {"type": exc.kind, "message": str(exc)}}
+        document = {"ok": False, "protocol": PROTOCOL, "error": {"type": exc.kind, "message": str(exc)}}
         code = 3
     except Exception as exc:  # noqa: BLE001 - everything becomes data for the host
         traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}"
-        document = {"ok": False, "protocol": AGENT_PROTOCOL, "error": {"type": "crash", "message": message}}
+        document = {"ok": False, "protocol": PROTOCOL, "error": {"type": "crash", "message": message}}
         code = 3
     _emit(channel, document)
     return code

@@ -4,8 +4,9 @@ For each dtype and thread count, square sizes are swept (doubling) until the rat
 least up to `min_top`; then model-shaped skinny GEMMs (M = 1, decode-style) are measured. Every
 configuration is built once, its output checked against float64 dot products of sampled entries (so a
 runtime cannot skip the work and a wrong kernel is caught), warmed up, calibrated so one trial lasts at
-least `min_trial_s` (small GEMMs repeat inside a trial), and timed for `trials` trials. The agent returns
-the per-call time of every trial; the host turns them into TOPS (2·M·N·K operations per call) and stats.
+least `min_trial_seconds` (small GEMMs repeat inside a trial), and timed for `trials` trials. The agent
+returns the per-call time of every trial; the host turns them into TOPS (2·M·N·K operations per call) and
+stats.
 
 Operand conventions: C[M, N] = A[M, K] · B[K, N]; B is a constant (a weight) where the backend can treat it
 so (onnxruntime initializer, MNN const), as in a model layer. int8 uses uint8 activations x int8 weights:
@@ -44,8 +45,8 @@ class MatmulPolicy:
     """How hard to look: sizes, trials, and the time budget of this agent call."""
 
     trials: int = 7
-    warmup_s: float = 0.2
-    min_trial_s: float = 0.05
+    warmup_seconds: float = 0.2
+    min_trial_seconds: float = 0.05
     start: int = 128
     min_top: int = 2048
     max_size: int = 8192
@@ -89,17 +90,17 @@ def measure(step: Callable[[], Any], policy: MatmulPolicy) -> tuple[list[float],
     start = time.perf_counter()
     estimate = time_calls(step, 1)[0]
     warm = 1
-    while time.perf_counter() - start < policy.warmup_s:
+    while time.perf_counter() - start < policy.warmup_seconds:
         estimate = min(estimate, time_calls(step, 1)[0])
         warm += 1
-    calls = max(1, math.ceil(policy.min_trial_s / max(estimate, 1e-9)))
+    calls = max(1, math.ceil(policy.min_trial_seconds / max(estimate, 1e-9)))
     timed = [time_calls(step, calls) for _ in range(policy.trials)]
     return [w * 1e3 for w, _ in timed], [c * 1e3 for _, c in timed], calls, warm
 
 
 def estimated_seconds(call_s: float, policy: MatmulPolicy) -> float:
     """What measuring one configuration costs when one call takes `call_s`."""
-    return max(policy.warmup_s, 2 * call_s) + policy.trials * max(policy.min_trial_s, call_s)
+    return max(policy.warmup_seconds, 2 * call_s) + policy.trials * max(policy.min_trial_seconds, call_s)
 
 
 def square_sweep(
@@ -719,7 +720,16 @@ class Run:
 
 
 def policy_from(task: dict[str, Any]) -> MatmulPolicy:
-    fields = ("trials", "warmup_s", "min_trial_s", "start", "min_top", "max_size", "growth", "budget_s")
+    fields = (
+        "trials",
+        "warmup_seconds",
+        "min_trial_seconds",
+        "start",
+        "min_top",
+        "max_size",
+        "growth",
+        "budget_s",
+    )
     kinds: dict[str, type] = {"trials": int, "start": int, "min_top": int, "max_size": int}
     values: dict[str, Any] = {f: kinds.get(f, float)(task[f]) for f in fields if task.get(f) is not None}
     return MatmulPolicy(**values)

@@ -70,9 +70,9 @@ def prepare_model(task: dict, warnings: list[str]) -> tuple[Callable[[], object]
     except Exception as exc:  # noqa: BLE001 - the runtime's own errors carry the reason
         raise TaskError("model", f"inference failed: {str(exc).strip().splitlines()[0]}") from None
     policy = TimingPolicy(
-        warmup_runs=int(task.get("warmup_runs", 1)),
-        warmup_s=float(task.get("warmup_s", 0.5)),
-        max_s=max(1.0, float(task.get("warmup_s", 0.5)) * 4),
+        warmup=int(task.get("warmup", 1)),
+        warmup_seconds=float(task.get("warmup_seconds", 0.5)),
+        max_seconds=max(1.0, float(task.get("warmup_seconds", 0.5)) * 4),
     )
     calls, seconds = warm_up(step, policy)
     return step, {
@@ -80,8 +80,8 @@ def prepare_model(task: dict, warnings: list[str]) -> tuple[Callable[[], object]
         "runtime_version": session.version,
         "load_ms": load_ms,
         "first_inference_ms": first_ms,
-        "warmup_runs": calls,
-        "warmup_s": seconds,
+        "warmup": calls,
+        "warmup_seconds": seconds,
         "threads": int(task.get("threads", 0)),
     }
 

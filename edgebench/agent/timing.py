@@ -13,11 +13,13 @@ from dataclasses import dataclass
 
 @dataclass
 class TimingPolicy:
-    warmup_runs: int = 1
-    warmup_s: float = 0.5
+    """Warm-up by count and time, then samples until `runs` and `min_seconds`, stopping at `max_seconds`."""
+
+    warmup: int = 1
+    warmup_seconds: float = 0.5
     runs: int = 100
-    min_s: float = 1.0
-    max_s: float = 60.0
+    min_seconds: float = 1.0
+    max_seconds: float = 60.0
 
 
 def time_once(step: Callable[[], object]) -> float:
@@ -28,26 +30,26 @@ def time_once(step: Callable[[], object]) -> float:
 
 
 def warm_up(step: Callable[[], object], policy: TimingPolicy) -> tuple[int, float]:
-    """At least `warmup_runs` calls and `warmup_s` seconds (bounded by max_s); returns (calls, seconds)."""
+    """At least `warmup` calls and `warmup_seconds` (bounded by max_seconds); returns (calls, seconds)."""
     start = time.perf_counter()
     calls = 0
-    while calls < policy.warmup_runs or time.perf_counter() - start < policy.warmup_s:
+    while calls < policy.warmup or time.perf_counter() - start < policy.warmup_seconds:
         step()
         calls += 1
-        if time.perf_counter() - start > policy.max_s:
+        if time.perf_counter() - start > policy.max_seconds:
             break
     return calls, time.perf_counter() - start
 
 
 def sample(step: Callable[[], object], policy: TimingPolicy) -> tuple[list[float], bool]:
-    """Time calls until at least `runs` samples and `min_s` seconds; stop at `max_s`.
+    """Time calls until at least `runs` samples and `min_seconds`; stop at `max_seconds`.
 
-    Returns the samples in ms and whether max_s cut the run short of `runs`.
+    Returns the samples in ms and whether max_seconds cut the run short of `runs`.
     """
     samples: list[float] = []
     clock = time.perf_counter_ns
     start = clock()
-    max_ns, min_ns = policy.max_s * 1e9, policy.min_s * 1e9
+    max_ns, min_ns = policy.max_seconds * 1e9, policy.min_seconds * 1e9
     while True:
         t0 = clock()
         step()

@@ -35,7 +35,6 @@ predictions.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import defaultdict
@@ -304,7 +303,6 @@ class Observation:
         return (self.device, self.runtime)
 
 
-_NOT_CONFIG = ("stat", "rss_before_load_mb")
 # What the calibration fits: the fastest sample, the model's cost with the least interference. Another
 # process on the device can double a p50; it rarely moves the minimum. Percentiles are then the target's
 # typical ratio to it (p50 / min, p99 / min over its measured models).
@@ -319,8 +317,9 @@ def base_latency(o: Observation) -> float:
 MEASURING_PROBES = ("bench", "threads")
 
 
-def config_key(params: Mapping[str, Any]) -> str:
-    return json.dumps({k: v for k, v in params.items() if k not in _NOT_CONFIG}, sort_keys=True, default=str)
+def config_key(r: Record | Samples) -> str:
+    """A configuration is what `Record.key()` pairs on, minus the statistic."""
+    return r.probe + r.key().series().params
 
 
 def observations(
@@ -336,13 +335,13 @@ def observations(
     for r in records:
         if r.probe not in MEASURING_PROBES or r.model is None or r.value is None:
             continue
-        key = (r.run_id, r.device, r.runtime, r.model, r.probe + config_key(r.params))
+        key = (r.run_id, r.device, r.runtime, r.model, config_key(r))
         g = groups.setdefault(
             key,
             {
                 "latency": {},
                 "ts": r.ts,
-                "config": {k: v for k, v in r.params.items() if k not in _NOT_CONFIG},
+                "config": r.key().series().param_dict(),
             },
         )
         if r.metric == "latency_ms" and r.params.get("stat") in STATS:
@@ -350,7 +349,7 @@ def observations(
         elif r.metric in ("peak_rss_mb", "load_ms", "samples_n"):
             g[r.metric] = r.value
     raw = {
-        (s.run_id, s.device, s.runtime, s.model, s.probe + config_key(s.params)): s.values
+        (s.run_id, s.device, s.runtime, s.model, config_key(s)): s.values
         for s in samples
         if s.probe in MEASURING_PROBES and s.metric == "latency_ms"
     }

@@ -34,33 +34,12 @@ import numpy as np
 from scipy import stats as sps
 
 from ..errors import ConfigError, UserError
-from ..records import Record, Samples, params_key
+from ..records import Record, Samples
 from .stats import MIN_SAMPLES_FOR_P90, MIN_SAMPLES_FOR_P99
 
 PASS, FAIL, NOISY, MISSING, IMPROVED = "PASS", "FAIL", "NOISY", "MISSING", "IMPROVED"
 VERDICTS = (FAIL, MISSING, NOISY, IMPROVED, PASS)
 
-# Params that say how a measurement was taken, not what was measured: pairs ignore them, so a candidate
-# run with more --runs still pairs with its baseline. `stat` is its own key field.
-NON_IDENTITY_PARAMS = frozenset(
-    {
-        "stat",
-        "runs",
-        "warmup",
-        "warmup_seconds",
-        "min_seconds",
-        "max_seconds",
-        "seed",
-        "rss_before_load_mb",
-    }
-)
-# Per probe: counts that only say how much was measured (the native runner's `n` and `sample` follow its
-# runs); elsewhere `n` can be identity (matmul's matrix size), so these are not dropped globally.
-NON_IDENTITY_BY_PROBE = {
-    "bench": frozenset({"n", "sample", "aggregated_by"}),
-    # Power records say how many sensor samples and inferences went into them: counts, not identity.
-    "power": frozenset({"samples_idle", "samples_active", "sample_rate_hz", "inferences", "active_s"}),
-}
 LOCATION_STATS = ("p50", "mean")
 DEFAULT_STAT = "p50"
 
@@ -225,22 +204,14 @@ class PairKey:
         return d
 
 
-def identity_params(params: dict[str, Any], probe: str = "") -> dict[str, Any]:
-    """The params that make a measurement what it is (see NON_IDENTITY_PARAMS)."""
-    drop = NON_IDENTITY_PARAMS | NON_IDENTITY_BY_PROBE.get(probe, frozenset())
-    return {k: v for k, v in params.items() if k not in drop}
-
-
 def record_key(r: Record | Samples, stat: str | None = None) -> PairKey:
-    st = stat if stat is not None else str(r.params.get("stat", ""))
+    """The pair a record (or samples) belongs to: `Record.key()`, with its statistic held apart so that
+    samples (which have none) pair with every statistic of their records."""
+    key = r.key()
+    series = key.series()
+    st = stat if stat is not None else key.stat
     return PairKey(
-        r.device,
-        r.model or "-",
-        r.runtime or "-",
-        r.probe,
-        r.metric,
-        st,
-        params_key(identity_params(r.params, r.probe)),
+        series.device, series.model, series.runtime, series.probe, series.metric, st, series.params
     )
 
 

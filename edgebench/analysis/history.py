@@ -25,8 +25,7 @@ import numpy as np
 from scipy import stats as sps
 
 from ..errors import UserError
-from ..records import Record, params_key
-from .gate import identity_params
+from ..records import Record
 
 DEFAULT_ALPHA = 0.01
 DEFAULT_MIN_CHANGE = 0.02
@@ -180,11 +179,9 @@ def build_series(records: Sequence[Record], stat: str | None = "p50") -> list[Se
         rstat = r.params.get("stat")
         if rstat is not None and stat is not None and rstat != stat:
             continue
-        ident = identity_params(r.params, r.probe)
-        key = (r.device, r.model, r.runtime, r.probe, r.metric, rstat, params_key(ident))
-        groups[key][r.run_id].append(r)
+        groups[(r.key(), rstat)][r.run_id].append(r)
     out = []
-    for (device, model, runtime, probe, metric, rstat, _), runs in groups.items():
+    for (key, rstat), runs in groups.items():
         points = sorted(
             (
                 Point(run_id, min(r.ts for r in recs), float(np.median([r.value for r in recs])))
@@ -195,13 +192,13 @@ def build_series(records: Sequence[Record], stat: str | None = "p50") -> list[Se
         first = next(iter(runs.values()))[0]
         out.append(
             Series(
-                device,
-                model,
-                runtime,
-                probe,
-                metric,
+                first.device,
+                first.model,
+                first.runtime,
+                first.probe,
+                first.metric,
                 rstat,
-                identity_params(first.params, probe),
+                key.series().param_dict(),
                 first.unit,
                 tuple(points),
             )

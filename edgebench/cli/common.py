@@ -48,19 +48,14 @@ def _finite(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_shapes(values: list[str] | None) -> dict[str, list[int]]:
-    """--shape NAME=1x3x224x224 (repeatable)."""
-    shapes: dict[str, list[int]] = {}
-    for value in values or []:
-        name, sep, dims = value.partition("=")
-        try:
-            if not sep or not name:
-                raise ValueError
-            shapes[name] = [int(d) for d in dims.lower().split("x")]
-            if any(d <= 0 for d in shapes[name]):
-                raise ValueError
-        except ValueError:
-            raise UserError(f"--shape {value!r}: expected NAME=DIMS like input=1x3x224x224") from None
-    return shapes
+    """--shape NAME=1x3x224x224 (repeatable), checked as every probe's `shapes` is."""
+    from ..probes.params import ParamError, Spec, convert
+
+    try:
+        shapes = convert("shapes", list(values or []), Spec("shapes", "identity", "")) if values else None
+    except ParamError as exc:
+        raise UserError(f"--shape: {exc.reason}") from None
+    return {k: list(v) for k, v in (shapes or {}).items()}
 
 
 def parse_cpus(value: str | None) -> list[int] | None:

@@ -10,6 +10,7 @@ from ..errors import UserError
 from ..execution.jobs import Job
 from ..execution.oneshot import run_now
 from ..models.refs import resolve_model
+from ..probes.registry import BenchParams
 from ..records import Record
 from .common import (
     JSON_OPT,
@@ -17,13 +18,12 @@ from .common import (
     STORE_OPT,
     note,
     open_lab,
-    parse_cpus,
-    parse_shapes,
     print_json,
     records_json,
     render_table,
     warn,
 )
+from .params import probe_flags, refuse_native_only
 
 
 def register(app: typer.Typer) -> None:
@@ -79,26 +79,11 @@ def devices(
     return 0
 
 
+@probe_flags("bench")
 def bench(
     model: str = typer.Argument(..., help="Model file (.onnx, .mnn) or builtin:NAME."),
     device: str = typer.Option("local", "--device", "-d"),
     runtime: str = typer.Option("onnxruntime", "--runtime", help="onnxruntime or mnn."),
-    threads: int = typer.Option(0, "--threads", help="Intra-op threads (0 = the runtime's default)."),
-    affinity: str = typer.Option(None, "--affinity", help="Pin the agent to CPUs, e.g. 4-7."),
-    shape: list[str] = typer.Option(None, "--shape", help="NAME=DIMS for dynamic inputs (repeatable)."),
-    inputs: Path = typer.Option(None, "--inputs", help=".npz with one array per model input."),
-    runs: int = typer.Option(100, "--runs", min=1, help="At least this many timed runs."),
-    warmup: int = typer.Option(1, "--warmup", min=0, help="At least this many warm-up runs (and 0.5 s)."),
-    min_seconds: float = typer.Option(1.0, "--min-seconds", min=0.0),
-    max_seconds: float = typer.Option(60.0, "--max-seconds", min=0.01),
-    seed: int = typer.Option(0, "--seed"),
-    delegate: str = typer.Option(
-        None, "--delegate", help="Native runners: delegate or execution provider (nnapi, gpu, qnn...)."
-    ),
-    precision: str = typer.Option(None, "--precision", help="Native runners: fp32, fp16 or low."),
-    invocations: int = typer.Option(
-        1, "--invocations", min=1, help="Native runners: repeat the tool N times for a distribution."
-    ),
     timeout: float = typer.Option(
         None, "--timeout", help="Bound on every remote call (default: descriptor)."
     ),
@@ -106,37 +91,17 @@ def bench(
     no_store: bool = typer.Option(False, "--no-store", help="Do not keep the results."),
     lab: Path = LAB_OPT,
     as_json: bool = JSON_OPT,
+    params: BenchParams = BenchParams(),
 ) -> int:
     """Benchmark a model's latency, load time and memory on a device."""
     the_lab = open_lab(lab)
     spec = the_lab.get(device)
     ref = resolve_model(model)
-    if inputs is not None and not inputs.is_file():
-        raise UserError(f"{inputs}: inputs file not found")
-    params = {
-        "threads": threads,
-        "runs": runs,
-        "warmup": warmup,
-        "min_seconds": min_seconds,
-        "max_seconds": max_seconds,
-        "seed": seed,
-    }
-    if affinity:
-        params["affinity"] = parse_cpus(affinity)
-    if shape:
-        params["shapes"] = parse_shapes(shape)
-    if inputs:
-        params["inputs"] = str(inputs)
-    repeat = invocations if invocations > 1 else None
-    native = {"delegate": delegate, "precision": precision, "invocations": repeat}
-    given = {k: v for k, v in native.items() if v is not None}
-    if given and spec.agent != "native":
-        raise UserError(
-            f"--{sorted(given)[0]} applies to native runners; {spec.name} runs the Python agent "
-            f"({spec.source})"
-        )
-    params.update(given)
-    job = Job(device=spec.name, probe="bench", model=ref, runtime=runtime, params=params, timeout_s=timeout)
+    check_inputs(params.inputs)
+    refuse_native_only(params, spec.agent, spec.name, spec.source)
+    job = Job(
+        device=spec.name, probe="bench", model=ref, runtime=runtime, params=params.given(), timeout_s=timeout
+    )
     note(f"edgebench: bench {ref.name} on {spec.name} ({runtime})")
     shot = run_now(spec, [job], None if no_store else store, "bench")
     for o in shot.outcomes:
@@ -147,6 +112,12 @@ def bench(
     else:
         show_records(shot.records, f"bench {ref.name} on {spec.name} (run {shot.run_id})")
     return 0
+
+
+def check_inputs(inputs: str | None) -> None:
+    """An --inputs file that does not exist is a usage error before any device is touched."""
+    if inputs is not None and not Path(inputs).is_file():
+        raise UserError(f"{inputs}: inputs file not found")
 
 
 def show_records(records: list[Record], title: str) -> None:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from ..errors import UserError
 from ..execution.jobs import Job, JobOutcome
 from ..execution.oneshot import OneShot, run_now
 from ..models.refs import resolve_model
+from ..probes.registry import AccuracyParams, ProfileParams, SensitivityParams
 from ..records import Record
 from .common import (
     JSON_OPT,
@@ -18,13 +19,14 @@ from .common import (
     STORE_OPT,
     note,
     open_lab,
-    parse_cpus,
     parse_shapes,
     print_json,
     records_json,
     render_table,
     warn,
 )
+from .core import check_inputs
+from .params import probe_flags
 
 DEVICE_OPT = typer.Option("local", "--device", "-d", help="Device name from the lab.")
 SHAPE_OPT = typer.Option(None, "--shape", help="NAME=DIMS for dynamic inputs, e.g. x=1x3x224 (repeatable).")
@@ -163,17 +165,7 @@ def _finish(shot: OneShot) -> int:
     return 1 if failed else 0
 
 
-def _base_params(threads: int, shape: list[str] | None, inputs: Path | None, seed: int) -> dict[str, Any]:
-    params: dict[str, Any] = {"threads": threads, "seed": seed}
-    if shape:
-        params["shapes"] = parse_shapes(shape)
-    if inputs is not None:
-        if not inputs.is_file():
-            raise UserError(f"{inputs}: inputs file not found")
-        params["inputs"] = str(inputs)
-    return params
-
-
+@probe_flags("accuracy")
 def accuracy(
     variant: list[str] = VARIANTS_ARG,
     reference: str = typer.Option(..., "--reference", "-r", help="The fp32 reference model."),
@@ -183,30 +175,24 @@ def accuracy(
         "--runtime",
         help="Runtime for ONNX variants (default onnxruntime; .mnn files always run on mnn).",
     ),
-    reference_runtime: str = typer.Option(None, "--reference-runtime", help="Runtime for the reference."),
-    inputs: Path = INPUTS_OPT,
-    shape: list[str] = SHAPE_OPT,
-    threads: int = THREADS_OPT,
-    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs (without --inputs)."),
     timeout: float = TIMEOUT_OPT,
     store: Path = STORE_OPT,
     no_store: bool = NO_STORE_OPT,
     lab: Path = LAB_OPT,
     as_json: bool = JSON_OPT,
+    params: AccuracyParams = AccuracyParams(),
 ) -> int:
     """Compare variants' outputs with the fp32 reference on a device: max/mean abs error, cosine, SNR."""
     ref = resolve_model(reference)
-    params = _base_params(threads, shape, inputs, seed)
-    params["reference"] = str(ref.path)
-    if reference_runtime:
-        params["reference_runtime"] = reference_runtime
+    check_inputs(params.inputs)
+    params = dataclasses.replace(params, reference=str(ref.path))
     jobs = [
         Job(
             device=device,
             probe="accuracy",
             model=resolve_model(v),
             runtime=runtime,
-            params=dict(params),
+            params=params.given(),
             timeout_s=timeout,
         )
         for v in variant
@@ -245,31 +231,25 @@ def _errors(shot: OneShot) -> list[dict[str, Any]]:
     return [o.error_dict() for o in shot.outcomes if not o.ok]
 
 
+@probe_flags("profile")
 def profile(
     model: str = typer.Argument(..., help="Model file (.onnx, .mnn) or builtin:NAME."),
     device: str = DEVICE_OPT,
     runtime: str = typer.Option(None, "--runtime", help="onnxruntime or mnn (.mnn files: mnn)."),
-    threads: int = THREADS_OPT,
-    runs: int = typer.Option(20, "--runs", min=1, help="Profiled runs (after the warm-up)."),
-    warmup: int = typer.Option(3, "--warmup", min=0),
-    affinity: str = typer.Option(None, "--affinity", help="Pin the agent to CPUs, e.g. 4-7."),
-    shape: list[str] = SHAPE_OPT,
-    inputs: Path = INPUTS_OPT,
-    seed: int = typer.Option(0, "--seed"),
     top: int = typer.Option(15, "--top", min=1, help="Ops shown in the summary."),
     timeout: float = TIMEOUT_OPT,
     store: Path = STORE_OPT,
     no_store: bool = NO_STORE_OPT,
     lab: Path = LAB_OPT,
     as_json: bool = JSON_OPT,
+    params: ProfileParams = ProfileParams(),
 ) -> int:
     """Per-op times on a device (onnxruntime's profiler or MNN's per-op callbacks) against the latency."""
     ref = resolve_model(model)
-    params = _base_params(threads, shape, inputs, seed)
-    params.update(runs=runs, warmup=warmup)
-    if affinity:
-        params["affinity"] = parse_cpus(affinity)
-    job = Job(device=device, probe="profile", model=ref, runtime=runtime, params=params, timeout_s=timeout)
+    check_inputs(params.inputs)
+    job = Job(
+        device=device, probe="profile", model=ref, runtime=runtime, params=params.given(), timeout_s=timeout
+    )
     note(f"edgebench: profile {ref.name} on {device}")
     shot = _run_jobs(lab, device, [job], store, no_store, "profile")
     shot.raise_first_error()
@@ -334,30 +314,25 @@ def profile_summary(records: list[Record], top: int) -> dict[str, Any]:
     }
 
 
+@probe_flags("sensitivity")
 def sensitivity(
     model: str = typer.Argument(..., help="fp32 ONNX model file or builtin:NAME."),
-    bits: int = typer.Option(8, "--bits", help="Weight bits of the fake quantization (8 or 4; 2..8)."),
     device: str = DEVICE_OPT,
-    inputs: Path = INPUTS_OPT,
-    shape: list[str] = SHAPE_OPT,
-    threads: int = THREADS_OPT,
-    seed: int = typer.Option(0, "--seed"),
     top: int = typer.Option(20, "--top", min=1, help="Layers shown in the table."),
     timeout: float = TIMEOUT_OPT,
     store: Path = STORE_OPT,
     no_store: bool = NO_STORE_OPT,
     lab: Path = LAB_OPT,
     as_json: bool = JSON_OPT,
+    params: SensitivityParams = SensitivityParams(),
 ) -> int:
     """Per-layer quantization sensitivity: each weight layer fake-quantized alone, cosine vs fp32."""
-    from ..probes.sensitivity import bits_of
-
     ref = resolve_model(model)
-    params = _base_params(threads, shape, inputs, seed)
-    params["bits"] = bits
-    job = Job(device=device, probe="sensitivity", model=ref, runtime=None, params=params, timeout_s=timeout)
-    bits_of(job)  # a bad --bits is a usage error before any device is opened
-    note(f"edgebench: sensitivity of {ref.name} at {bits} bits on {device}")
+    check_inputs(params.inputs)
+    job = Job(
+        device=device, probe="sensitivity", model=ref, runtime=None, params=params.given(), timeout_s=timeout
+    )
+    note(f"edgebench: sensitivity of {ref.name} at {params.bits} bits on {device}")
     shot = _run_jobs(lab, device, [job], store, no_store, "sensitivity")
     shot.raise_first_error()
     records = shot.records
@@ -365,18 +340,18 @@ def sensitivity(
         print_json(records_json(records, run_id=shot.run_id))
     else:
         cos = [r for r in records if r.metric == "cosine"]
-        snr = {r.params["rank"]: r.value for r in records if r.metric == "snr_db"}
+        snr = {r.annotations["rank"]: r.value for r in records if r.metric == "snr_db"}
         render_table(
-            f"most sensitive layers of {ref.name} at int{bits} ({len(cos)} layers, run {shot.run_id})",
+            f"most sensitive layers of {ref.name} at int{params.bits} ({len(cos)} layers, run {shot.run_id})",
             ["rank", "node", "op_type", "weight", "cosine", "snr_db"],
             [
                 [
-                    r.params["rank"],
+                    r.annotations["rank"],
                     r.params["node"],
                     r.params["op_type"],
                     r.params["weight"],
                     r.value,
-                    snr.get(r.params["rank"]),
+                    snr.get(r.annotations["rank"]),
                 ]
                 for r in cos[:top]
             ],

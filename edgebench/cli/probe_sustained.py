@@ -7,10 +7,10 @@ from typing import Any
 
 import typer
 
-from ..errors import UserError
 from ..execution.jobs import Job
 from ..execution.oneshot import run_now
 from ..models.refs import resolve_model
+from ..probes.registry import PowerParams, ThermalParams
 from ..records import Record
 from .common import (
     JSON_OPT,
@@ -18,25 +18,17 @@ from .common import (
     STORE_OPT,
     note,
     open_lab,
-    parse_cpus,
-    parse_shapes,
     print_json,
     records_json,
     render_table,
     warn,
 )
+from .core import check_inputs
+from .params import probe_flags, refuse_native_only
 
 MODEL_OPT = typer.Option(..., "--model", "-m", help="Model file (.onnx, .mnn) or builtin:NAME.")
 DEVICE_OPT = typer.Option("local", "--device", "-d")
 RUNTIME_OPT = typer.Option("onnxruntime", "--runtime", help="onnxruntime or mnn.")
-THREADS_OPT = typer.Option(0, "--threads", help="Intra-op threads (0 = the runtime's default).")
-AFFINITY_OPT = typer.Option(None, "--affinity", help="Pin the agent to CPUs, e.g. 4-7.")
-SHAPE_OPT = typer.Option(None, "--shape", help="NAME=DIMS for dynamic inputs (repeatable).")
-INPUTS_OPT = typer.Option(None, "--inputs", help=".npz with one array per model input.")
-RATE_OPT = typer.Option(
-    0.0, "--rate", min=0.0, help="Inferences per second with idle gaps (0: back-to-back)."
-)
-PERIOD_OPT = typer.Option(0.25, "--period", min=0.01, help="Sensor sampling period, s.")
 TIMEOUT_OPT = typer.Option(
     None, "--timeout", help="Extra bound on remote calls beyond the run (default: descriptor)."
 )
@@ -48,110 +40,40 @@ def register(probe_app: typer.Typer) -> None:
     probe_app.command("power")(power)
 
 
-def _common_params(
-    threads: int, affinity: str | None, shape: list[str] | None, inputs: Path | None
-) -> dict[str, Any]:
-    params: dict[str, Any] = {"threads": threads}
-    if affinity:
-        params["affinity"] = parse_cpus(affinity)
-    if shape:
-        params["shapes"] = parse_shapes(shape)
-    if inputs is not None:
-        if not inputs.is_file():
-            raise UserError(f"{inputs}: inputs file not found")
-        params["inputs"] = str(inputs)
-    return params
-
-
+@probe_flags("thermal")
 def thermal(
     model: str = MODEL_OPT,
     device: str = DEVICE_OPT,
     runtime: str = RUNTIME_OPT,
-    threads: int = THREADS_OPT,
-    affinity: str = AFFINITY_OPT,
-    shape: list[str] = SHAPE_OPT,
-    inputs: Path = INPUTS_OPT,
-    duration: float = typer.Option(1200.0, "--duration", min=0.1, help="Sustained run length, s (20 min)."),
-    rate: float = RATE_OPT,
-    window: float = typer.Option(
-        None, "--window", min=0.01, help="Window length, s (default: 10 s, or duration/10 for short runs)."
-    ),
-    margin: float = typer.Option(
-        0.10, "--margin", min=0.0, help="Throttled = latency above initial x (1 + margin)."
-    ),
-    period: float = PERIOD_OPT,
-    cooldown_timeout: float = typer.Option(
-        600.0,
-        "--cooldown-timeout",
-        min=0.0,
-        help="Wait at most this long for the device to cool first (0: don't).",
-    ),
-    cooldown_margin: float = typer.Option(
-        2.0, "--cooldown-margin", min=0.0, help="Cool = within this many °C of idle."
-    ),
-    idle_temp: float = typer.Option(
-        None,
-        "--idle-temp",
-        help="The device's known idle temperature, °C (default: estimated while cooling).",
-    ),
     timeout: float = TIMEOUT_OPT,
     store: Path = STORE_OPT,
     no_store: bool = NO_STORE_OPT,
     lab: Path = LAB_OPT,
     as_json: bool = JSON_OPT,
+    params: ThermalParams = ThermalParams(),
 ) -> int:
     """Sustained run: throttle onset, sustained ratio, stability; latency, temperature, clocks over time."""
-    if window is not None and window > duration:
-        raise UserError(f"--window {window:g} is longer than --duration {duration:g}")
-    params = {
-        **_common_params(threads, affinity, shape, inputs),
-        "duration_s": duration,
-        "margin": margin,
-        "period_s": period,
-        "cooldown_timeout_s": cooldown_timeout,
-        "cooldown_margin_c": cooldown_margin,
-    }
-    if rate:
-        params["rate_hz"] = rate
-    if window is not None:
-        params["window_s"] = window
-    if idle_temp is not None:
-        params["idle_c"] = idle_temp
-    records = _run(model, device, runtime, params, timeout, store, no_store, lab, "thermal")
+    run_id, records = _run(model, device, runtime, params, timeout, store, no_store, lab, "thermal")
     if as_json:
-        print_json(records_json(records[1], run_id=records[0], summary=_summary(records[1])))
+        print_json(records_json(records, run_id=run_id, summary=_summary(records)))
     else:
-        _show_thermal(records[1], records[0])
+        _show_thermal(records, run_id)
     return 0
 
 
+@probe_flags("power")
 def power(
     model: str = MODEL_OPT,
     device: str = DEVICE_OPT,
     runtime: str = RUNTIME_OPT,
-    threads: int = THREADS_OPT,
-    affinity: str = AFFINITY_OPT,
-    shape: list[str] = SHAPE_OPT,
-    inputs: Path = INPUTS_OPT,
-    duration: float = typer.Option(60.0, "--duration", min=0.1, help="Active phase length, s."),
-    idle: float = typer.Option(10.0, "--idle", min=0.1, help="Idle baseline before and after, s each."),
-    rate: float = RATE_OPT,
-    period: float = PERIOD_OPT,
     timeout: float = TIMEOUT_OPT,
     store: Path = STORE_OPT,
     no_store: bool = NO_STORE_OPT,
     lab: Path = LAB_OPT,
     as_json: bool = JSON_OPT,
+    params: PowerParams = PowerParams(),
 ) -> int:
     """Power net of idle and energy per inference (battery fuel gauge, hwmon rail or external monitor)."""
-    params = {
-        **_common_params(threads, affinity, shape, inputs),
-        "duration_s": duration,
-        "idle_s": idle,
-        "period_s": period,
-    }
-    if rate:
-        params["rate_hz"] = rate
     run_id, records = _run(model, device, runtime, params, timeout, store, no_store, lab, "power")
     if as_json:
         print_json(records_json(records, run_id=run_id, summary=_summary(records)))
@@ -164,7 +86,7 @@ def _run(
     model: str,
     device: str,
     runtime: str,
-    params: dict[str, Any],
+    params: ThermalParams | PowerParams,
     timeout: float | None,
     store: Path,
     no_store: bool,
@@ -174,8 +96,12 @@ def _run(
     the_lab = open_lab(lab)
     spec = the_lab.get(device)
     ref = resolve_model(model)
-    job = Job(device=spec.name, probe=kind, model=ref, runtime=runtime, params=params, timeout_s=timeout)
-    note(f"edgebench: {kind} {ref.name} on {spec.name} ({runtime}, {params['duration_s']:g} s)")
+    check_inputs(params.inputs)
+    refuse_native_only(params, spec.agent, spec.name, spec.source)
+    job = Job(
+        device=spec.name, probe=kind, model=ref, runtime=runtime, params=params.given(), timeout_s=timeout
+    )
+    note(f"edgebench: {kind} {ref.name} on {spec.name} ({runtime}, {params.duration_s:g} s)")
     shot = run_now(spec, [job], None if no_store else store, kind)
     for o in shot.outcomes:
         warn(o.warnings, f"{o.job.device}: ")
@@ -214,7 +140,7 @@ def _show_thermal(records: list[Record], run_id: str) -> None:
 
 
 def _table(title: str, records: list[Record]) -> None:
-    hidden = ("threads", "samples_idle", "samples_active")
+    hidden = ("threads",)
     render_table(
         title,
         ["metric", "value", "unit", "params"],

@@ -15,6 +15,7 @@ from ..errors import UserError
 from ..execution.jobs import Job
 from ..execution.oneshot import run_now
 from ..models.refs import resolve_model
+from ..probes.registry import RooflineParams
 from ..probes.roofline import roofline_records
 from ..records import RecordContext, new_run_id
 from ..results.store import Store
@@ -106,8 +107,14 @@ def roofline(
         params["values"] = values
     if measured is not None and not bench:
         params["measured"] = measured.to_params()
+    checked = RooflineParams.parse(params, origin="code").given()
     job = Job(
-        device=spec.name, probe="roofline", model=ref, runtime="onnxruntime", params=params, timeout_s=timeout
+        device=spec.name,
+        probe="roofline",
+        model=ref,
+        runtime="onnxruntime",
+        params=checked,
+        timeout_s=timeout,
     )
     shot = run_now(spec, [job], None if no_store else store, "roofline")
     for o in shot.outcomes:

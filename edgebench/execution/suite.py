@@ -32,24 +32,22 @@ A list value in `params` is a grid axis; to pass a list as one value (an affinit
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, EdgebenchError, one_line
+from ..errors import ConfigError, EdgebenchError
 from ..lab.descriptors import Lab
 from ..models.refs import BUILTIN_PREFIX, ModelRef, resolve_model
+from ..probes.params import ParamError
+from ..probes.registry import KINDS, RUNTIMES, ProbeKind
 from ..tomlread import TableReader, load_toml
 from .jobs import Job
 
-# Probes that measure the chip, not a model: they run once per device. A probe module may say so itself
-# with `NEEDS_MODEL = False` (or True); these are the defaults when it does not.
-MODEL_FREE_PROBES = frozenset({"matmul", "bandwidth"})
-# Params naming host files; relative paths resolve against the suite file, like models.
-PATH_PARAMS = ("inputs", "reference", "calibration")
+# Params naming host files (kind "path" in the probe registry) resolve against the suite file, like models.
+PATH_PARAMS = ("inputs", "reference")
 # The budgets `fit` and the report judge by (edgebench.analysis.fit.make_budget).
 _BUDGET_KEY = re.compile(r"^(latency_(p50|p90|p99|mean|min|max)_ms|memory_mb|energy_mj|load_ms)$")
 _GATE_THRESHOLDS = ("max_slowdown", "max_increase", "max_drop")
@@ -258,12 +256,12 @@ def _probes(r: TableReader, path: Path, models: list[ModelRef], devices: tuple[s
 
 
 def _probe(t: TableReader, path: Path, models: list[ModelRef], devices: tuple[str, ...]) -> ProbeSpec:
-    kind = t.get("kind", str)
-    implementations = _probe_modules(kind)
-    if not implementations:
-        raise t.error("kind", f"unknown probe '{kind}' (known: {', '.join(sorted(_probe_kinds()))})")
-    needs_model = any(bool(getattr(m, "NEEDS_MODEL", kind not in MODEL_FREE_PROBES)) for m in implementations)
-    grid = _grid(t, path, _accepted_params(implementations), {m.name: m for m in models})
+    kind_name = t.get("kind", str)
+    kind = KINDS.get(kind_name)
+    if kind is None:
+        raise t.error("kind", f"unknown probe '{kind_name}' (known: {', '.join(sorted(KINDS))})")
+    needs_model = kind.needs_model
+    grid = _grid(t, path, kind, {m.name: m for m in models})
     model_names: tuple[str, ...] | None = None
     if t.has("models"):
         model_names = t.str_list("models")
@@ -272,9 +270,11 @@ def _probe(t: TableReader, path: Path, models: list[ModelRef], devices: tuple[st
             if n not in known:
                 raise t.error(f"models[{j}]", f"not a model of this suite: '{n}' (known: {', '.join(known)})")
         if not needs_model and model_names:
-            raise t.error("models", f"probe '{kind}' measures the device and takes no model")
+            raise t.error("models", f"probe '{kind_name}' measures the device and takes no model")
     elif needs_model and not models:
-        raise t.error("kind", f"probe '{kind}' needs models but the suite lists none (add `models = [...]`)")
+        raise t.error(
+            "kind", f"probe '{kind_name}' needs models but the suite lists none (add `models = [...]`)"
+        )
     probe_devices: tuple[str, ...] | None = None
     if t.has("devices"):
         probe_devices = _device_list(t, "devices")
@@ -283,73 +283,31 @@ def _probe(t: TableReader, path: Path, models: list[ModelRef], devices: tuple[st
                 raise t.error(f"devices[{j}]", f"'{n}' is not one of the suite's devices")
     timeout = _positive(t, "timeout", None)
     t.done()
-    spec = ProbeSpec(
-        kind=kind,
+    return ProbeSpec(
+        kind=kind_name,
         grid=grid,
         models=model_names,
         devices=probe_devices,
         timeout_s=timeout,
         needs_model=needs_model,
     )
-    _check_values(t, spec, implementations)
-    return spec
-
-
-def _check_values(t: TableReader, spec: ProbeSpec, modules: list[Any]) -> None:
-    """A probe module's own `check_params(params)` refuses bad values now, not as error records later."""
-    for module in modules:
-        check = getattr(module, "check_params", None)
-        if check is None:
-            continue
-        for point in spec.points():
-            try:
-                check({k: v for k, v in point.items() if k != "runtime"})
-            except EdgebenchError as exc:
-                raise t.error("params", one_line(exc)) from None
-
-
-def _probe_registries() -> list[dict[str, str]]:
-    """Probe kinds -> "module:function": for Python agents, and for native runners (no Python)."""
-    from .. import probes
-
-    return [probes.PROBES, getattr(probes, "NATIVE_PROBES", {})]
-
-
-def _probe_kinds() -> set[str]:
-    return {kind for registry in _probe_registries() for kind in registry}
-
-
-def _probe_modules(kind: str) -> list[Any]:
-    from .. import probes
-
-    names = {registry[kind].split(":")[0] for registry in _probe_registries() if kind in registry}
-    return [importlib.import_module(f"{probes.__name__}.{name}") for name in sorted(names)]
-
-
-def _accepted_params(modules: list[Any]) -> frozenset[str] | None:
-    """The param names a probe takes, when every module implementing it declares `PARAMS`; else None."""
-    declared: list[frozenset[str] | None] = [getattr(m, "PARAMS", None) for m in modules]
-    known = [frozenset(d) for d in declared if d is not None]
-    if not declared or len(known) != len(declared):
-        return None
-    return frozenset().union(*known)
 
 
 def _grid(
-    t: TableReader, path: Path, accepted: Any, models: dict[str, ModelRef]
+    t: TableReader, path: Path, kind: ProbeKind, models: dict[str, ModelRef]
 ) -> dict[str, tuple[Any, ...]]:
+    """The params table as grid axes, every point checked by the probe's typed params now (exit 2 naming
+    the suite file, probe and key), not as error records once the run is under way."""
     params = t.table("params")
     grid: dict[str, tuple[Any, ...]] = {}
     for key, value in params._data.items():  # noqa: SLF001 - every key is a param name, taken on purpose
         params.raw(key)
-        if key != "runtime" and accepted is not None and key not in accepted:
-            raise params.error(key, f"unknown param (known: {', '.join(sorted(accepted))})")
         values = tuple(value) if isinstance(value, list) else (value,)
         if not values:
             raise params.error(key, "an empty list gives no jobs")
         if key == "runtime":
             _check_runtimes(params, values)
-        if key in PATH_PARAMS:
+        elif key in PATH_PARAMS:
             # A suite model's name stands for its file (`reference = "enc"`); other values are paths.
             values = tuple(
                 str(models[v].path) if isinstance(v, str) and v in models else _suite_relative(v, path)
@@ -357,13 +315,16 @@ def _grid(
             )
         grid[key] = values
     params.done()
+    for point in ProbeSpec(kind.name, grid).points():
+        try:
+            kind.params.parse({k: v for k, v in point.items() if k != "runtime"})
+        except ParamError as exc:
+            raise params.error(exc.key, exc.reason) from None
     return grid
 
 
 def _check_runtimes(t: TableReader, values: tuple[Any, ...]) -> None:
-    from ..probes import common
-
-    known = tuple(getattr(common, "RUNTIMES", ()))
+    known = RUNTIMES
     for v in values:
         if not isinstance(v, str) or (known and v not in known):
             raise t.error("runtime", f"unknown runtime {v!r} (known: {', '.join(known)})")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..agent.protocol import PROTOCOL, InfoTask, Task, parse_task
 from ..errors import (
     CommandError,
     LabError,
@@ -143,10 +144,13 @@ class Device:
     def agent_path(self, timeout: float) -> str:
         return self.ensure_files([build_agent(self._agent_dir)], timeout)[0]
 
-    def run_agent(self, task: dict[str, Any], timeout: float) -> AgentReply:
-        """Run one agent task on the device and return its result; failures become typed errors."""
+    def run_agent(self, task: Task | dict[str, Any], timeout: float) -> AgentReply:
+        """Run one agent task on the device and return its result; failures become typed errors.
+
+        A dict is checked against the task's declaration first (`agent.protocol.parse_task`)."""
+        typed = task if isinstance(task, Task) else parse_task(task)
         agent = self.agent_path(timeout)
-        argv = [self.spec.python, agent, "--task", json.dumps(task, separators=(",", ":"))]
+        argv = [self.spec.python, agent, "--task", typed.to_json()]
         res = self.transport.run(argv, timeout=timeout, env=self.spec.env or None)
         document = _last_json(res.stdout)
         if document is None:
@@ -163,6 +167,11 @@ class Device:
                 device=self.name,
                 message=f"agent gave no result: {_tail(res.stderr or res.stdout)}",
             )
+        if document.get("protocol") != PROTOCOL:
+            raise LabError(
+                f"{self.name}: the agent speaks protocol {document.get('protocol')}, this edgebench speaks "
+                f"{PROTOCOL} (a stale or foreign agent at {agent}; remove it from {self.cache_dir})"
+            )
         if not document.get("ok"):
             raise agent_error(self.name, document.get("error") or {})
         return AgentReply(document.get("result") or {}, list(document.get("warnings") or []), res.duration_s)
@@ -173,7 +182,7 @@ class Device:
             if self.spec.agent == "native":
                 self._fingerprint = self._shell_fingerprint(timeout)
             else:
-                self._fingerprint = self.run_agent({"kind": "info"}, timeout).result
+                self._fingerprint = self.run_agent(InfoTask(), timeout).result
         return self._fingerprint
 
     def _shell_fingerprint(self, timeout: float) -> dict[str, Any]:

@@ -22,32 +22,29 @@ from ..lab.descriptors import builtin_local
 from ..lab.device import Device
 from ..models.refs import ModelRef, resolve_model
 from ..records import ProbeResult, RecordContext
-from .common import identity_params, job_timeout, require_model
+from .common import job_timeout, require_model
 from .numerics import DeviceOutputs, device_outputs, pull, remove_remote, runtime_for, scratch_dir
+from .registry import AccuracyParams
 
-NEEDS_MODEL = True
-PARAMS = frozenset({"reference", "reference_runtime", "inputs", "shapes", "seed", "threads"})
 METRICS = (("max_abs_err", ""), ("mean_abs_err", ""), ("cosine", "ratio"), ("snr_db", "dB"))
 
 
-def reference_of(job: Job) -> ModelRef:
-    ref = job.params.get("reference")
-    if not ref:
+def reference_of(params: AccuracyParams) -> ModelRef:
+    if not params.reference:
         raise UserError("probe 'accuracy' needs a reference model (param `reference`, or --reference)")
-    if isinstance(ref, ModelRef):
-        return ref
-    return resolve_model(str(ref))
+    return resolve_model(params.reference)
 
 
 def run_accuracy(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
+    params = AccuracyParams.of(job)
     variant = require_model(job)
-    reference = reference_of(job)
+    reference = reference_of(params)
     runtime = runtime_for(variant, job.runtime)
-    ref_runtime = runtime_for(reference, job.params.get("reference_runtime"))
+    ref_runtime = runtime_for(reference, params.reference_runtime)
     ctx.runtime = runtime
     timeout = job_timeout(device, job)
     result = ProbeResult()
-    user_inputs = job.params.get("inputs")
+    user_inputs = params.inputs
     with scratch_dir() as tmp:
         workdir = Path(tmp)
         remote_inputs = _push_inputs(device, user_inputs, timeout)
@@ -60,13 +57,13 @@ def run_accuracy(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
             remove_remote(device, scratch, timeout)
     result.warnings += out.warnings
     ctx.base_params = {
-        **identity_params(job),
+        **{k: v for k, v in params.identity().items() if k not in ("reference", "reference_runtime")},
         "variant": variant.name,
         "reference": reference.name,
         "reference_device": where,
     }
     if not user_inputs:
-        ctx.base_params.update(inputs="random", seed=int(job.params.get("seed", 0)))
+        ctx.base_params.update(inputs="random", seed=params.seed)
     _compare(ctx, ref, out, result)
     return result
 
@@ -125,7 +122,7 @@ def _reference_on_host(
     with Device(builtin_local()) as host:
         host_inputs = None
         if remote_inputs is not None:
-            host_inputs = host.ensure_files([Path(job.params["inputs"])], timeout)[0]
+            host_inputs = host.ensure_files([Path(str(AccuracyParams.of(job).inputs))], timeout)[0]
         try:
             ref = device_outputs(host, reference, runtime, job, host_inputs, host_inputs is None, workdir)
         except EdgebenchError as exc:

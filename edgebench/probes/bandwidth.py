@@ -11,62 +11,42 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from ..agent.protocol import BandwidthTask
 from ..execution.jobs import Job
 from ..lab.device import Device
 from ..records import ProbeResult, RecordContext
 from .common import job_timeout
-from .knobs import as_list, choices, device_cpus, number, thread_counts
+from .knobs import device_cpus, thread_counts
+from .registry import BANDWIDTH_KERNELS, BandwidthParams
 
-KERNELS = ("read", "copy", "triad")
-DEFAULT_BUDGET_S = 600.0
-PARAMS = frozenset({
-    "kernel", "kernels", "threads", "affinity", "trials", "llc_bytes", "llc_mb", "array_bytes", "array_mb",
-    "block_bytes", "max_seconds",
-})  # fmt: skip
 MIB = 2**20
 
 
-def bandwidth_task(device: Device, job: Job, threads: list[int], budget_s: float) -> dict[str, Any]:
-    p = job.params
-    task: dict[str, Any] = {
-        "kind": "bandwidth",
-        "threads": threads,
-        "budget_s": budget_s,
-        "kernels": choices(p, "kernel", KERNELS, aliases=("kernels",)) or list(KERNELS),
-        "affinity": [int(c) for c in as_list(p.get("affinity"))] or None,
-        "trials": int(number(p, "trials", 10, minimum=1)),
-    }
-    llc = (
-        p.get("llc_bytes")
-        or (number(p, "llc_mb", 0) * MIB if p.get("llc_mb") else None)
-        or device.spec.spec.llc_bytes
+def bandwidth_task(
+    device: Device, params: BandwidthParams, threads: list[int], budget_s: float
+) -> BandwidthTask:
+    llc_mb = params.llc_mb
+    llc = int(llc_mb * MIB) if llc_mb else device.spec.spec.llc_bytes
+    return BandwidthTask(
+        threads=threads,
+        budget_s=budget_s,
+        kernels=list(params.kernel or BANDWIDTH_KERNELS),
+        affinity=list(params.affinity) if params.affinity else None,
+        trials=params.trials,
+        llc_bytes=int(llc) if llc else None,
+        array_bytes=int(params.array_mb * MIB) if params.array_mb else None,
+        block_bytes=int(params.block_kb * 1024) if params.block_kb else None,
     )
-    if llc:
-        task["llc_bytes"] = int(llc)
-    if p.get("array_bytes") or p.get("array_mb"):
-        task["array_bytes"] = int(p.get("array_bytes") or number(p, "array_mb", 0, minimum=1) * MIB)
-    if p.get("block_bytes"):
-        task["block_bytes"] = int(number(p, "block_bytes", 0, minimum=1024))
-    return task
-
-
-def check_params(params: dict[str, Any]) -> None:
-    """Refuse bad params before any device is touched (the CLI calls this first)."""
-    choices(params, "kernel", KERNELS, aliases=("kernels",))
-    thread_counts(params, 1)
-    for key in ("trials", "array_mb", "llc_mb", "max_seconds"):
-        if params.get(key) is not None:
-            number(params, key, 0, minimum=1e-9)
 
 
 def run_bandwidth(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
-    p = job.params
+    params = BandwidthParams.of(job)
     timeout = job_timeout(device, job)
-    budget = min(number(p, "max_seconds", DEFAULT_BUDGET_S, minimum=1.0), max(10.0, 0.8 * timeout - 10.0))
-    threads = thread_counts(p, len(device_cpus(device, p)))
-    task = bandwidth_task(device, job, threads, budget)
-    if task["affinity"]:
-        ctx.base_params = {**ctx.base_params, "affinity": task["affinity"]}
+    budget = min(params.max_seconds, max(10.0, 0.8 * timeout - 10.0))
+    threads = thread_counts(params.threads, len(device_cpus(device, params.affinity)))
+    task = bandwidth_task(device, params, threads, budget)
+    if task.affinity:
+        ctx.base_params = {**ctx.base_params, "affinity": task.affinity}
     reply = device.run_agent(task, timeout)
     return bandwidth_records(ctx, reply.result, reply.warnings, device.spec.spec.memory_bandwidth_gbps)
 
@@ -87,29 +67,18 @@ def bandwidth_records(
     for r in result.get("results", []):
         warm = int(r.get("warmup_trials", 1))
         timed = [float(t) for t in r["trial_ms"][warm:]] or [float(t) for t in r["trial_ms"]]
-        params = {
-            "kernel": r["kernel"],
-            "threads": r["threads"],
-            "bytes": r["bytes"],
-            "array_bytes": result.get("array_bytes"),
-            "llc_bytes": result.get("llc_bytes"),
-        }
-        rec = ctx.record("bandwidth_gbps", gbps(r["bytes"], min(timed)), "GB/s", **params, stat="best")
+        params = {"kernel": r["kernel"], "threads": r["threads"], "array_bytes": result.get("array_bytes")}
+        notes = {"bytes": r["bytes"], "llc_bytes": result.get("llc_bytes")}
+        best_gbps, median_gbps = gbps(r["bytes"], min(timed)), gbps(r["bytes"], statistics.median(timed))
+        rec = ctx.record("bandwidth_gbps", best_gbps, "GB/s", notes, **params, stat="best")
         out.records.append(rec)
-        out.records.append(
-            ctx.record(
-                "bandwidth_gbps", gbps(r["bytes"], statistics.median(timed)), "GB/s", **params, stat="median"
-            )
-        )
-        out.samples.append(ctx.samples("trial_ms", "ms", r["trial_ms"], **params))
+        out.records.append(ctx.record("bandwidth_gbps", median_gbps, "GB/s", notes, **params, stat="median"))
+        out.samples.append(ctx.samples("trial_ms", "ms", r["trial_ms"], notes, **params))
         if r["kernel"] not in best or rec.value > best[r["kernel"]].value:
             best[r["kernel"]] = rec
     if nominal_gbps:
         for rec in best.values():
             params = {k: v for k, v in rec.params.items() if k != "stat"}
-            out.records.append(
-                ctx.record(
-                    "efficiency", rec.value / nominal_gbps, "ratio", **params, nominal_gbps=nominal_gbps
-                )
-            )
+            notes = {**rec.annotations, "nominal_gbps": nominal_gbps}
+            out.records.append(ctx.record("efficiency", rec.value / nominal_gbps, "ratio", notes, **params))
     return out

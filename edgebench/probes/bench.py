@@ -2,54 +2,41 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from ..agent.protocol import BenchTask
 from ..analysis.stats import OUTLIER_Z, summarize
 from ..execution.jobs import Job
 from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, RecordContext
-from .common import identity_params, job_timeout, push_model_and_inputs, shapes_param
-
-POLICY_KEYS = {
-    "runs": "runs",
-    "warmup": "warmup_runs",
-    "warmup_seconds": "warmup_s",
-    "min_seconds": "min_s",
-    "max_seconds": "max_s",
-}
-DEFAULTS: dict[str, Any] = {
-    "runs": 100,
-    "warmup": 1,
-    "warmup_seconds": 0.5,
-    "min_seconds": 1.0,
-    "max_seconds": 60.0,
-}
+from .common import job_timeout, push_model_and_inputs, shape_lists
+from .registry import BenchParams
 
 
-def bench_task(job: Job, runtime: str, remote_model: str, remote_inputs: str | None) -> dict[str, Any]:
-    p = job.params
-    task: dict[str, Any] = {
-        "kind": "bench",
-        "runtime": runtime,
-        "model": remote_model,
-        "threads": int(p.get("threads") or 0),
-        "shapes": shapes_param(job),
-        "seed": int(p.get("seed", 0)),
-        "inputs": remote_inputs,
-        "affinity": p.get("affinity"),
-    }
-    for key, agent_key in POLICY_KEYS.items():
-        task[agent_key] = (
-            float(p.get(key, DEFAULTS[key])) if "seconds" in key else int(p.get(key, DEFAULTS[key]))
-        )
-    return task
+def bench_task(params: BenchParams, runtime: str, remote_model: str, remote_inputs: str | None) -> BenchTask:
+    """The agent task of one bench (a thread sweep's points are benches too)."""
+    return BenchTask(
+        model=remote_model,
+        runtime=runtime,
+        threads=params.threads,
+        shapes=shape_lists(params.shapes),
+        seed=params.seed,
+        inputs=remote_inputs,
+        affinity=list(params.affinity) if params.affinity else None,
+        warmup=params.warmup,
+        warmup_seconds=params.warmup_seconds,
+        runs=params.runs,
+        min_seconds=params.min_seconds,
+        max_seconds=params.max_seconds,
+    )
 
 
 def run_bench(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
+    params = BenchParams.of(job)
     runtime = job.runtime or "onnxruntime"
-    ctx.base_params = identity_params(job)
-    remote_model, remote_inputs = push_model_and_inputs(device, job, runtime)
-    reply = device.run_agent(bench_task(job, runtime, remote_model, remote_inputs), job_timeout(device, job))
+    ctx.base_params = params.identity()
+    remote_model, remote_inputs = push_model_and_inputs(device, job, runtime, params.inputs)
+    reply = device.run_agent(
+        bench_task(params, runtime, remote_model, remote_inputs), job_timeout(device, job)
+    )
     return bench_records(ctx, reply)
 
 
@@ -72,7 +59,12 @@ def bench_records(ctx: RecordContext, reply: AgentReply) -> ProbeResult:
     out.records.append(ctx.record("load_ms", r["load_ms"], "ms"))
     out.records.append(ctx.record("first_inference_ms", r["first_inference_ms"], "ms"))
     out.records.append(
-        ctx.record("peak_rss_mb", r["peak_rss_mb"], "MB", rss_before_load_mb=r.get("rss_before_load_mb"))
+        ctx.record(
+            "peak_rss_mb",
+            r["peak_rss_mb"],
+            "MB",
+            annotations={"rss_before_load_mb": r.get("rss_before_load_mb")},
+        )
     )
     out.samples.append(ctx.samples("latency_ms", "ms", samples))
     return out

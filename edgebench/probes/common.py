@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from ..errors import ModelError, UserError
 from ..execution.jobs import Job
 from ..lab.device import Device
 from ..models.refs import ModelRef
-
-RUNTIMES = ("onnxruntime", "mnn")
+from .registry import RUNTIMES
 
 
 def job_timeout(device: Device, job: Job) -> float:
@@ -36,11 +35,12 @@ def require_model(job: Job) -> ModelRef:
     return job.model
 
 
-def push_model_and_inputs(device: Device, job: Job, runtime: str) -> tuple[str, str | None]:
+def push_model_and_inputs(
+    device: Device, job: Job, runtime: str, inputs: str | None
+) -> tuple[str, str | None]:
     """Push the runtime's model file and the optional inputs .npz; return their remote paths."""
     model = require_model(job)
     local = [model_file_for(model, runtime)]
-    inputs = job.params.get("inputs")
     if inputs:
         path = Path(inputs)
         if not path.is_file():
@@ -50,19 +50,6 @@ def push_model_and_inputs(device: Device, job: Job, runtime: str) -> tuple[str, 
     return remote[0], remote[1] if inputs else None
 
 
-def shapes_param(job: Job) -> dict[str, list[int]]:
-    return {k: list(v) for k, v in (job.params.get("shapes") or {}).items()}
-
-
-def identity_params(
-    job: Job, keys: tuple[str, ...] = ("threads", "affinity", "shapes", "inputs")
-) -> dict[str, Any]:
-    """The params that make a measurement what it is (paired on by gates); policy knobs stay out."""
-    out: dict[str, Any] = {}
-    for key in keys:
-        value = job.params.get(key)
-        if key == "threads":
-            out["threads"] = int(value or 0)
-        elif value:
-            out[key] = Path(value).name if key == "inputs" else value
-    return out
+def shape_lists(shapes: Mapping[str, Sequence[int]] | None) -> dict[str, list[int]]:
+    """Typed params' shapes as the agent takes them: {input: [dims]}."""
+    return {k: list(v) for k, v in (shapes or {}).items()}

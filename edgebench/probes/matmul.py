@@ -13,84 +13,55 @@ import dataclasses
 import statistics
 from typing import Any
 
+from ..agent.protocol import MatmulTask
 from ..errors import EdgebenchError, LabError, MeasurementError, UserError
 from ..execution.jobs import Job
 from ..lab.device import Device
 from ..records import ProbeResult, RecordContext
 from .common import job_timeout
-from .knobs import as_list, choices, device_cpus, int_list, number, shape_triples, thread_counts
+from .knobs import device_cpus, thread_counts
+from .registry import DTYPES, MATMUL_BACKENDS, MatmulParams
 
-DTYPES = ("fp32", "fp16", "int8")
-BACKENDS = ("numpy", "onnxruntime", "mnn")
-ORT_OPS = ("MatMul", "MatMulInteger", "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulInteger:u8u8")
-DEFAULT_BUDGET_S = 600.0
 BUSY_SHARE = 0.7  # a best trial with less CPU than this share of its threads ran on a busy device
-# The params a suite may give (checked when the suite loads).
-PARAMS = frozenset({
-    "dtype", "dtypes", "backend", "backends", "ops", "threads", "affinity", "sizes", "skinny", "square",
-    "trials", "min_top", "max_size", "start", "warmup_seconds", "min_trial_seconds", "max_seconds", "seed",
-})  # fmt: skip
 # What each backend is as a `runtime` in the records.
 RUNTIME_OF = {"numpy": "numpy", "onnxruntime": "onnxruntime", "mnn": "mnn"}
 
 
-def matmul_task(job: Job, backend: str, threads: list[int], budget_s: float) -> dict[str, Any]:
-    """The agent task for one backend, from the job's params (validated here, not on the device)."""
-    p = job.params
-    task: dict[str, Any] = {
-        "kind": "matmul",
-        "backend": backend,
-        "threads": threads,
-        "budget_s": budget_s,
-        "dtypes": choices(p, "dtype", DTYPES, aliases=("dtypes",)) or list(DTYPES),
-        "seed": int(p.get("seed", 0)),
-        "affinity": [int(c) for c in as_list(p.get("affinity"))] or None,
-    }
-    sizes = int_list(p, "sizes", minimum=2)
-    if sizes:
-        task["sizes"] = sizes
-    if "skinny" in p:
-        task["skinny"] = [list(s) for s in shape_triples(p["skinny"])]
-    if p.get("square") is False:
-        task["skip_square"] = True
-    ops = choices(p, "ops", ORT_OPS)
-    if ops:
-        task["ops"] = ops
-    for key, agent_key in (
-        ("trials", "trials"),
-        ("min_top", "min_top"),
-        ("max_size", "max_size"),
-        ("start", "start"),
-    ):
-        if p.get(key) is not None:
-            task[agent_key] = int(number(p, key, 0, minimum=1))
-    for key, agent_key in (("warmup_seconds", "warmup_s"), ("min_trial_seconds", "min_trial_s")):
-        if p.get(key) is not None:
-            task[agent_key] = number(p, key, 0.0)
-    return task
-
-
-def check_params(params: dict[str, Any]) -> None:
-    """Refuse bad params before any device is touched (the CLI calls this first)."""
-    choices(params, "backend", BACKENDS, aliases=("backends",))
-    thread_counts(params, 1)
-    matmul_task(Job(device="-", probe="matmul", params=params), "numpy", [1], 1.0)
+def matmul_task(params: MatmulParams, backend: str, threads: list[int], budget_s: float) -> MatmulTask:
+    """The agent task for one backend, from the job's typed params."""
+    return MatmulTask(
+        backend=backend,
+        threads=threads,
+        budget_s=budget_s,
+        dtypes=list(params.dtype or DTYPES),
+        seed=params.seed,
+        affinity=list(params.affinity) if params.affinity else None,
+        sizes=list(params.sizes) if params.sizes else None,
+        skinny=None if params.skinny is None else [list(s) for s in params.skinny or ()],
+        skip_square=not params.square,
+        ops=list(params.ops) if params.ops else None,
+        trials=params.trials,
+        start=params.start,
+        min_top=params.min_top,
+        max_size=params.max_size,
+        warmup_seconds=params.warmup_seconds,
+        min_trial_seconds=params.min_trial_seconds,
+    )
 
 
 def run_matmul(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     """Measure every requested backend; a backend that fails becomes a warning unless all of them fail."""
-    p = job.params
-    backends = choices(p, "backend", BACKENDS, aliases=("backends",)) or list(BACKENDS)
+    params = MatmulParams.of(job)
+    backends = list(params.backend or MATMUL_BACKENDS)
     timeout = job_timeout(device, job)
-    budget = min(number(p, "max_seconds", DEFAULT_BUDGET_S, minimum=1.0), max(10.0, 0.8 * timeout - 10.0))
-    threads = thread_counts(p, len(device_cpus(device, p)))
-    base = matmul_task(job, backends[0], threads, budget)  # validates params before anything runs
-    if base["affinity"]:
-        ctx.base_params = {**ctx.base_params, "affinity": base["affinity"]}
+    budget = min(params.max_seconds, max(10.0, 0.8 * timeout - 10.0))
+    threads = thread_counts(params.threads, len(device_cpus(device, params.affinity)))
+    if params.affinity:
+        ctx.base_params = {**ctx.base_params, "affinity": list(params.affinity)}
     out = ProbeResult()
     failures: list[str] = []
     for backend in backends:
-        task = {**base, "backend": backend}
+        task = matmul_task(params, backend, threads, budget)
         try:
             reply = device.run_agent(task, timeout)
         except (UserError, LabError):
@@ -125,17 +96,13 @@ def backend_records(ctx: RecordContext, result: dict[str, Any], warnings: list[s
         out.warnings.append(f"{backend}: {what} not measured: {skip['reason']}")
     out.warnings += [f"{backend}: stopped early: {why}" for why in result.get("cut_short", [])]
     for r in result.get("results", []):
-        params = measurement_params(backend, r, result)
+        params = measurement_params(backend, r)
+        notes = {"emulated": r["emulated"]} if r.get("emulated") else {}
         trials = [float(t) for t in r["trial_ms"]]
         m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
-        out.records.append(
-            bctx.record("effective_tops", tops(m, n, k, min(trials)), "TOPS", **params, stat="best")
-        )
-        out.records.append(
-            bctx.record(
-                "effective_tops", tops(m, n, k, statistics.median(trials)), "TOPS", **params, stat="median"
-            )
-        )
+        best, median = tops(m, n, k, min(trials)), tops(m, n, k, statistics.median(trials))
+        out.records.append(bctx.record("effective_tops", best, "TOPS", notes, **params, stat="best"))
+        out.records.append(bctx.record("effective_tops", median, "TOPS", notes, **params, stat="median"))
         out.samples.append(bctx.samples("trial_ms", "ms", trials, **params))
         cpu = [float(c) for c in r.get("trial_cpu_ms") or []]
         if cpu:
@@ -159,8 +126,9 @@ def cpu_share(wall_ms: list[float], cpu_ms: list[float], threads: int) -> float:
     return cpu_ms[best] / (wall_ms[best] * max(threads, 1))
 
 
-def measurement_params(backend: str, r: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
-    params: dict[str, Any] = {
+def measurement_params(backend: str, r: dict[str, Any]) -> dict[str, Any]:
+    """What one measured configuration is: backend, op, dtype, GEMM shape, threads, operand types."""
+    return {
         "backend": backend,
         "op": r["op"],
         "dtype": r["dtype"],
@@ -171,9 +139,6 @@ def measurement_params(backend: str, r: dict[str, Any], result: dict[str, Any]) 
         "shape": r["shape"],
         "operands": r["operands"],
     }
-    if r.get("emulated"):
-        params["emulated"] = r["emulated"]
-    return params
 
 
 def efficiency_records(ctx: RecordContext, measured: ProbeResult, peak_tops: dict[str, float]) -> ProbeResult:
@@ -191,7 +156,6 @@ def efficiency_records(ctx: RecordContext, measured: ProbeResult, peak_tops: dic
         if nominal:
             params = {k: v for k, v in r.params.items() if k != "stat"}
             rctx = dataclasses.replace(ctx, runtime=r.runtime)
-            out.records.append(
-                rctx.record("efficiency", r.value / nominal, "ratio", **params, nominal_tops=nominal)
-            )
+            notes = {**r.annotations, "nominal_tops": nominal}
+            out.records.append(rctx.record("efficiency", r.value / nominal, "ratio", notes, **params))
     return out

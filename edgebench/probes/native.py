@@ -26,6 +26,7 @@ from ..models.refs import ModelRef
 from ..native import ADAPTERS, RUNNER_FOR_RUNTIME, NativeOptions, NativeResult, NativeToolError, RunnerAdapter
 from ..records import ProbeResult, RecordContext
 from .common import job_timeout, model_file_for, require_model
+from .registry import BandwidthParams, BenchParams, MatmulParams, PowerParams, ThermalParams
 
 _NEEDED = {"p90": MIN_SAMPLES_FOR_P90, "p95": MIN_SAMPLES_FOR_P90, "p99": MIN_SAMPLES_FOR_P99, "p999": 1000}
 
@@ -36,8 +37,10 @@ def runtime_for(model: ModelRef, job: Job) -> str:
     return {".tflite": "tflite", ".mnn": "mnn"}.get(model.path.suffix.lower(), "onnxruntime")
 
 
-def adapter_and_runner(device: Device, runtime: str, job: Job) -> tuple[RunnerAdapter, RunnerSpec]:
-    name = job.params.get("runner") or RUNNER_FOR_RUNTIME.get(runtime)
+def adapter_and_runner(
+    device: Device, runtime: str, runner_name: str | None
+) -> tuple[RunnerAdapter, RunnerSpec]:
+    name = runner_name or RUNNER_FOR_RUNTIME.get(runtime)
     if name not in ADAPTERS:
         raise UserError(f"no native runner for runtime '{runtime}' (known runners: {', '.join(ADAPTERS)})")
     runner = device.spec.runners.get(name)
@@ -49,18 +52,31 @@ def adapter_and_runner(device: Device, runtime: str, job: Job) -> tuple[RunnerAd
     return ADAPTERS[name](), runner
 
 
-def native_options(job: Job) -> NativeOptions:
-    p = job.params
+def native_options(
+    params: BenchParams | ThermalParams | PowerParams, default_runs: int = 100
+) -> NativeOptions:
+    """The runner's options from a job's typed params (bench, or a sustained run's runner settings)."""
+    runs = params.runs if isinstance(params.runs, int) else default_runs
     return NativeOptions(
-        threads=int(p.get("threads") or 0),
-        warmup=int(p.get("warmup", 1)),
-        runs=int(p.get("runs", 50)),
-        min_seconds=float(p.get("min_seconds", 1.0)),
-        max_seconds=float(p.get("max_seconds", 150.0)),
-        delegate=p.get("delegate"),
-        precision=p.get("precision"),
-        profile=bool(p.get("profile", False)),
+        threads=params.threads,
+        warmup=params.warmup,
+        runs=runs,
+        min_seconds=getattr(params, "min_seconds", 0.0),
+        max_seconds=getattr(params, "max_seconds", 150.0),
+        delegate=params.delegate,
+        precision=params.precision,
+        profile=getattr(params, "profile", False),
     )
+
+
+def native_identity(params: BenchParams | ThermalParams | PowerParams, runner: str) -> dict[str, Any]:
+    """What a runner's records are: threads, the runner, and the delegate and precision asked for."""
+    out: dict[str, Any] = {"threads": params.threads, "runner": runner}
+    if params.delegate:
+        out["delegate"] = params.delegate
+    if params.precision:
+        out["precision"] = params.precision
+    return out
 
 
 def install_runner(device: Device, runner: RunnerSpec, timeout: float) -> tuple[str, dict[str, str]]:
@@ -127,19 +143,19 @@ def invoke(
 def run_tool(
     device: Device,
     job: Job,
+    params: BenchParams,
     model_file: Path,
     model_name: str,
     runtime: str,
-    opts: NativeOptions | None = None,
 ) -> tuple[list[NativeResult], RunnerAdapter, NativeOptions]:
     """Run the runner once, or `invocations` times for a distribution; returns each parsed output."""
     timeout = job_timeout(device, job)
-    adapter, runner = adapter_and_runner(device, runtime, job)
-    opts = opts or native_options(job)
+    adapter, runner = adapter_and_runner(device, runtime, params.runner)
+    opts = native_options(params)
     binary, env = install_runner(device, runner, timeout)
     staged = stage_model(device, adapter, model_file, model_name, timeout)
     argv = adapter.argv(binary, staged, opts)
-    invocations = max(1, int(job.params.get("invocations", 1)))
+    invocations = params.invocations
     return [invoke(device, adapter, argv, env, opts, timeout) for _ in range(invocations)], adapter, opts
 
 
@@ -147,9 +163,11 @@ def run_native_bench(device: Device, job: Job, ctx: RecordContext) -> ProbeResul
     model = require_model(job)
     runtime = runtime_for(model, job)
     model_file = model.path if runtime == "tflite" else model_file_for(model, runtime)
-    results, adapter, opts = run_tool(device, job, model_file, model.name, runtime)
+    params = BenchParams.of(job)
+    results, adapter, opts = run_tool(device, job, params, model_file, model.name, runtime)
     ctx.runtime = runtime
-    ctx.base_params = {"threads": opts.threads, "runner": adapter.name, "path": results[0].path}
+    ctx.base_params = native_identity(params, adapter.name)
+    ctx.base_annotations = {"path": results[0].path}
     return native_records(ctx, results, opts)
 
 
@@ -168,13 +186,13 @@ def native_records(ctx: RecordContext, results: list[NativeResult], opts: Native
         ("peak_rss_mb", first.peak_memory_mb, "MB"),
     ):
         if value is not None:
-            out.records.append(ctx.record(metric, value, unit, aggregated_by="tool"))
+            out.records.append(ctx.record(metric, value, unit, annotations={"aggregated_by": "tool"}))
     totals: dict[tuple[str, str], float] = {}
     for node, op_type, ms in first.ops:
         totals[(node, op_type)] = totals.get((node, op_type), 0.0) + ms
     for (node, op_type), ms in totals.items():
         out.records.append(
-            ctx.record("op_time_ms", ms, "ms", node=node, op_type=op_type, aggregated_by="tool")
+            ctx.record("op_time_ms", ms, "ms", {"aggregated_by": "tool"}, node=node, op_type=op_type)
         )
     return out
 
@@ -188,10 +206,8 @@ def tool_records(ctx: RecordContext, result: NativeResult, out: ProbeResult) -> 
             out.warnings.append(f"the tool printed {stat} from {n} runs; dropped ({stat} needs {need})")
             continue
         metric = "latency_std_ms" if stat == "std" else "latency_ms"
-        params: dict[str, Any] = {"aggregated_by": "tool", "n": n}
-        if metric == "latency_ms":
-            params["stat"] = stat
-        out.records.append(ctx.record(metric, value, "ms", **params))
+        params: dict[str, Any] = {"stat": stat} if metric == "latency_ms" else {}
+        out.records.append(ctx.record(metric, value, "ms", {"aggregated_by": "tool", "n": n}, **params))
     if not any(s.startswith("p") for s in result.aggregates):
         out.warnings.append(
             f"{ctx.device}: the tool prints only {', '.join(sorted(result.aggregates))}; "
@@ -207,11 +223,10 @@ def invocation_records(
     s = summarize(values)
     what = "single inference" if opts.runs == 1 else f"mean of {opts.runs} inferences"
     for stat, value in {**s.percentiles, "mean": s.mean, "min": s.min, "max": s.max}.items():
-        out.records.append(
-            ctx.record("latency_ms", value, "ms", stat=stat, aggregated_by="edgebench", sample=what, n=s.n)
-        )
+        notes = {"aggregated_by": "edgebench", "sample": what, "n": s.n}
+        out.records.append(ctx.record("latency_ms", value, "ms", notes, stat=stat))
     out.warnings += [f"{why} (invocations)" for why in s.refused.values()]
-    out.samples.append(ctx.samples("latency_ms", "ms", values, sample=what))
+    out.samples.append(ctx.samples("latency_ms", "ms", values, {"sample": what}))
 
 
 # ---- ceilings through the product's runtime ----------------------------------------------------------------
@@ -256,51 +271,53 @@ def _probe_model_file(model: onnx.ModelProto, name: str) -> ModelRef:
     return ModelRef(name, path)
 
 
-def _ceiling_run(device: Device, job: Job, ctx: RecordContext, model: ModelRef) -> tuple[float, str, str]:
+def _ceiling_run(
+    device: Device, job: Job, ctx: RecordContext, model: ModelRef, threads: int
+) -> tuple[float, str, str]:
     runtime = job.runtime or "onnxruntime"
-    results, adapter, opts = run_tool(device, job, model_file_for(model, runtime), model.name, runtime)
+    bench = BenchParams(threads=threads)
+    results, adapter, _ = run_tool(device, job, bench, model_file_for(model, runtime), model.name, runtime)
     ctx.runtime = runtime
     best = min(r.aggregates.get("min", r.aggregates["mean"]) for r in results)
     return best, adapter.name, results[0].path
 
 
+def first_threads(threads: tuple[int, ...] | str | None) -> int:
+    """A runner takes one thread count: the first asked for (0 = the tool's default)."""
+    return threads[0] if isinstance(threads, tuple) and threads else 0
+
+
 def run_native_matmul(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
-    n = int(job.params.get("n", 1024))
-    best_ms, runner, path = _ceiling_run(device, job, ctx, _probe_model_file(matmul_model(n), f"matmul{n}"))
-    tops = 2 * n**3 / (best_ms / 1e3) / 1e12
-    params = {
-        "dtype": "fp32",
-        "n": n,
-        "threads": int(job.params.get("threads") or 0),
-        "runner": runner,
-        "path": path,
-        "backend": runner,
-        "stat": "best",
-    }
-    out = ProbeResult(records=[ctx.record("effective_tops", tops, "TOPS", **params)])
-    peak = device.spec.spec.peak_tops.get("fp32")
-    if peak:
-        out.records.append(ctx.record("efficiency", tops / peak, "ratio", **params))
+    params = MatmulParams.of(job)
+    threads = first_threads(params.threads)
+    out = ProbeResult()
+    for n in params.sizes or (1024,):
+        model = _probe_model_file(matmul_model(n), f"matmul{n}")
+        best_ms, runner, path = _ceiling_run(device, job, ctx, model, threads)
+        tops = 2 * n**3 / (best_ms / 1e3) / 1e12
+        ident = {"dtype": "fp32", "n": n, "threads": threads, "runner": runner, "backend": runner}
+        out.records.append(ctx.record("effective_tops", tops, "TOPS", {"path": path}, **ident, stat="best"))
+        peak = device.spec.spec.peak_tops.get("fp32")
+        if peak:
+            notes = {"path": path, "nominal_tops": peak}
+            out.records.append(ctx.record("efficiency", tops / peak, "ratio", notes, **ident, stat="best"))
     return out
 
 
 def run_native_bandwidth(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
-    elements = int(job.params.get("elements", 32 * 2**20))
-    best_ms, runner, path = _ceiling_run(
-        device, job, ctx, _probe_model_file(bandwidth_model(elements), f"stream_add{elements}")
-    )
+    params = BandwidthParams.of(job)
+    threads = first_threads(params.threads)
+    elements = int(params.array_mb * 2**20 / 4) if params.array_mb else 32 * 2**20
+    model = _probe_model_file(bandwidth_model(elements), f"stream_add{elements}")
+    best_ms, runner, path = _ceiling_run(device, job, ctx, model, threads)
     moved = 2 * 4 * elements  # read x, write y; write-allocate not counted (STREAM convention)
     gbps = moved / (best_ms / 1e3) / 1e9
-    params = {
-        "kernel": "add",
-        "bytes": moved,
-        "threads": int(job.params.get("threads") or 0),
-        "runner": runner,
-        "path": path,
-    }
-    out = ProbeResult(records=[ctx.record("bandwidth_gbps", gbps, "GB/s", **params)])
-    if device.spec.spec.memory_bandwidth_gbps:
+    ident = {"kernel": "add", "threads": threads, "runner": runner, "array_bytes": 4 * elements}
+    notes = {"bytes": moved, "path": path}
+    out = ProbeResult(records=[ctx.record("bandwidth_gbps", gbps, "GB/s", notes, **ident)])
+    nominal = device.spec.spec.memory_bandwidth_gbps
+    if nominal:
         out.records.append(
-            ctx.record("efficiency", gbps / device.spec.spec.memory_bandwidth_gbps, "ratio", **params)
+            ctx.record("efficiency", gbps / nominal, "ratio", {**notes, "nominal_gbps": nominal}, **ident)
         )
     return out

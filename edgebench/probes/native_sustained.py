@@ -8,7 +8,6 @@ analysis and records are those of `probe thermal` on a Python device.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
 
@@ -22,39 +21,46 @@ from ..native.shell_sampler import parse_sampler_output, sensor_log, start_sampl
 from ..records import ProbeResult, RecordContext
 from . import power
 from .common import job_timeout, model_file_for, require_model
-from .native import adapter_and_runner, install_runner, invoke, native_options, runtime_for, stage_model
+from .native import (
+    adapter_and_runner,
+    install_runner,
+    invoke,
+    native_identity,
+    native_options,
+    runtime_for,
+    stage_model,
+)
 from .power import CHARGING_HINT, ChargingError
-from .sensing import DEFAULT_PERIOD_S, parse_sensor_log, sensors_config
-from .thermal import DEFAULT_DURATION_S, DEFAULT_MARGIN, analyze_thermal, check_params, thermal_records
+from .registry import PowerParams, ThermalParams
+from .sensing import parse_sensor_log, sensors_config
+from .thermal import analyze_thermal, thermal_records
 
 # Prints the device clock, then becomes the runner: one round trip per invocation.
 _STAMPED = 'read -r up _ < /proc/uptime; echo "EDGEBENCH_T0 $up"; exec "$@"'
 
 
 def stamped_runner(
-    device: Device, job: Job, ctx: RecordContext, default_runs: int
+    device: Device, job: Job, ctx: RecordContext, params: ThermalParams | PowerParams, default_runs: int
 ) -> tuple[RunnerAdapter, list[str], dict[str, str], NativeOptions]:
     """The runner installed and the model staged; argv that stamps the device clock before each run."""
     timeout = job_timeout(device, job)
     model = require_model(job)
     runtime = runtime_for(model, job)
     model_file = model.path if runtime == "tflite" else model_file_for(model, runtime)
-    adapter, runner = adapter_and_runner(device, runtime, job)
-    opts = native_options(dataclasses.replace(job, params={"runs": default_runs, "warmup": 1, **job.params}))
+    adapter, runner = adapter_and_runner(device, runtime, params.runner)
+    opts = native_options(params, default_runs)
     binary, env = install_runner(device, runner, timeout)
     staged = stage_model(device, adapter, model_file, model.name, timeout)
     ctx.runtime = runtime
-    ctx.base_params = {"threads": opts.threads, "runner": adapter.name}
+    ctx.base_params = {**params.identity(), **native_identity(params, adapter.name)}
     return adapter, ["sh", "-c", _STAMPED, "sh", *adapter.argv(binary, staged, opts)], env, opts
 
 
 def run_native_thermal(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
-    check_params(job.params)
-    p = job.params
-    duration = float(p.get("duration_s", DEFAULT_DURATION_S))
-    period = float(p.get("period_s", DEFAULT_PERIOD_S))
+    params = ThermalParams.of(job)
+    duration, period = params.duration_s, params.period_s
     timeout = job_timeout(device, job)
-    adapter, argv, env, opts = stamped_runner(device, job, ctx, default_runs=10)
+    adapter, argv, env, opts = stamped_runner(device, job, ctx, params, default_runs=10)
     sampler = start_sampler(device, period, duration + timeout, timeout)
     starts, lats, results = [], [], []
     try:
@@ -71,8 +77,7 @@ def run_native_thermal(device: Device, job: Job, ctx: RecordContext) -> ProbeRes
     data = sensor_log(trace, sensors_config(device.spec, period), period)
     log = parse_sensor_log(data)
     rel = [s - log.origin for s in starts]
-    margin = float(p.get("margin", DEFAULT_MARGIN))
-    analysis = analyze_thermal(rel, lats, log, duration, p.get("window_s"), margin, p.get("hold_s"))
+    analysis = analyze_thermal(rel, lats, log, duration, params.window_s, params.margin, params.hold_s)
     r = {
         "inferences": {"t": rel, "latencies_ms": lats},
         "duration_s": duration,
@@ -120,14 +125,11 @@ def refuse_charging_now(log: dict[str, Any], source: dict[str, Any]) -> None:
 
 def run_native_power(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     """Idle, then the runner back to back, then idle again, with the shell sampler throughout."""
-    power.check_params(job.params)
-    p = job.params
-    duration = float(p.get("duration_s", power.DEFAULT_DURATION_S))
-    idle = float(p.get("idle_s", power.DEFAULT_IDLE_S))
-    idle_after = float(p.get("idle_after_s", idle))
-    period = float(p.get("period_s", DEFAULT_PERIOD_S))
+    params = PowerParams.of(job)
+    duration, idle, period = params.duration_s, params.idle_s, params.period_s
+    idle_after = idle if params.idle_after_s is None else params.idle_after_s
     timeout = job_timeout(device, job)
-    adapter, argv, env, opts = stamped_runner(device, job, ctx, default_runs=100)
+    adapter, argv, env, opts = stamped_runner(device, job, ctx, params, default_runs=100)
     config = sensors_config(device.spec, period)
     sampler = start_sampler(device, period, idle + duration + idle_after + timeout, timeout)
     phases: dict[str, list[float]] = {}
@@ -156,7 +158,7 @@ def run_native_power(device: Device, job: Job, ctx: RecordContext) -> ProbeResul
         trace = stop_sampler(device, sampler, timeout)
     log = parse_sensor_log(sensor_log(trace, config, period))
     phases = {name: [a - log.origin, b - log.origin] for name, (a, b) in phases.items()}
-    trim = float(p.get("trim_s", power.default_trim(period)))
+    trim = power.default_trim(period) if params.trim_s is None else params.trim_s
     with power.named_errors(device.name):
         power.refuse_charging_seen(log, source)
         if source["kind"] == "rail":

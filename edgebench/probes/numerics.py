@@ -19,7 +19,8 @@ from ..errors import ModelError, TransferError, UserError
 from ..execution.jobs import Job
 from ..lab.device import Device
 from ..models.refs import ModelRef
-from .common import RUNTIMES, job_timeout, model_file_for
+from .common import RUNTIMES, job_timeout, model_file_for, shape_lists
+from .registry import AccuracyParams
 
 _EPOCH = (2020, 1, 1, 0, 0, 0)
 
@@ -108,6 +109,7 @@ def device_outputs(
     workdir: Path,
 ) -> DeviceOutputs:
     """Push the model, run it once on the device, pull its outputs .npz."""
+    params = AccuracyParams.of(job)
     timeout = job_timeout(device, job)
     remote_model = device.ensure_files([model_file_for(model, runtime)], timeout)[0]
     out = remote_tmp(device, ".npz")
@@ -116,9 +118,9 @@ def device_outputs(
         "kind": "outputs",
         "runtime": runtime,
         "model": remote_model,
-        "threads": int(job.params.get("threads") or 0),
-        "shapes": shapes_of(job),
-        "seed": int(job.params.get("seed", 0)),
+        "threads": params.threads,
+        "shapes": shape_lists(params.shapes),
+        "seed": params.seed,
         "inputs": remote_inputs,
         "out": out,
         "inputs_out": inputs_out,
@@ -138,10 +140,6 @@ def device_outputs(
         list(reply.warnings),
         inputs_out,
     )
-
-
-def shapes_of(job: Job) -> dict[str, list[int]]:
-    return {k: [int(d) for d in v] for k, v in (job.params.get("shapes") or {}).items()}
 
 
 def scratch_dir() -> tempfile.TemporaryDirectory:

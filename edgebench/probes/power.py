@@ -30,45 +30,27 @@ from typing import Any
 
 import numpy as np
 
+from ..agent.protocol import PowerTask
 from ..errors import LabError, MeasurementError, UserError
 from ..execution.jobs import Job
 from ..lab.device import Device
 from ..records import ProbeResult, RecordContext
 from .common import job_timeout
+from .registry import PowerParams
 from .sensing import (
-    DEFAULT_PERIOD_S,
     SensorLog,
-    number_param,
     parse_sensor_log,
     sensor_samples,
     start_sustained_run,
-    sustained_task,
+    sustained_fields,
 )
 
-DEFAULT_DURATION_S = 60.0
-DEFAULT_IDLE_S = 10.0
 CHARGING_STATUSES = ("Charging", "Full", "Not charging")
 CHARGING_HINT = (
     "cut the device's USB power (a switchable hub; adb over Wi-Fi) or measure with an external "
     "power monitor (sensors.power.monitor in the descriptor)"
 )
 PHASES = ("idle_before", "active", "idle_after")
-PARAMS = frozenset({
-    "threads", "affinity", "shapes", "inputs", "seed", "warmup", "warmup_seconds", "duration_s", "idle_s",
-    "idle_after_s", "rate_hz", "period_s", "trim_s",
-})  # fmt: skip
-
-
-def check_params(params: dict[str, Any]) -> None:
-    """Refuse bad numbers before anything reaches the device."""
-    number_param(params, "duration_s", DEFAULT_DURATION_S, probe="power", positive=True)
-    number_param(params, "idle_s", DEFAULT_IDLE_S, probe="power", positive=True)
-    if params.get("idle_after_s") is not None:
-        number_param(params, "idle_after_s", DEFAULT_IDLE_S, probe="power")
-    if params.get("period_s") is not None:
-        number_param(params, "period_s", DEFAULT_PERIOD_S, probe="power", positive=True)
-    for key in ("rate_hz", "trim_s"):
-        number_param(params, key, 0.0, probe="power")
 
 
 class ChargingError(LabError):
@@ -549,24 +531,23 @@ def default_trim(period_s: float) -> float:
 
 # ---- the probe -----------------------------------------------------------------------------------
 def power_task(
-    job: Job, device: Device, runtime: str, model: str, inputs: str | None, monitor: bool
-) -> dict[str, Any]:
-    idle = float(job.params.get("idle_s", DEFAULT_IDLE_S))
-    task = sustained_task("power", job, device, runtime, model, inputs, DEFAULT_DURATION_S)
-    return {
-        **task,
-        "idle_s": idle,
-        "idle_after_s": float(job.params.get("idle_after_s", idle)),
-        "monitor": monitor,
-    }
+    params: PowerParams, device: Device, runtime: str, model: str, inputs: str | None, monitor: bool
+) -> PowerTask:
+    idle_after = params.idle_s if params.idle_after_s is None else params.idle_after_s
+    return PowerTask(
+        **sustained_fields(params, device, runtime, model, inputs),
+        idle_s=params.idle_s,
+        idle_after_s=idle_after,
+        monitor=monitor,
+    )
 
 
 def run_power(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
-    check_params(job.params)
-    runtime, remote_model, remote_inputs = start_sustained_run(device, job, ctx, "power")
+    params = PowerParams.of(job)
+    runtime, remote_model, remote_inputs = start_sustained_run(device, job, ctx, params)
     monitor = device.spec.sensors.power.monitor
-    task = power_task(job, device, runtime, remote_model, remote_inputs, bool(monitor))
-    timeout = task["duration_s"] + task["idle_s"] + task["idle_after_s"] + job_timeout(device, job)
+    task = power_task(params, device, runtime, remote_model, remote_inputs, bool(monitor))
+    timeout = task.duration_s + task.idle_s + task.idle_after_s + job_timeout(device, job)
     device.agent_path(timeout)  # pushed now, so the timed call below is the agent's run and nothing else
     lines: list[tuple[float, str]] = []
     if monitor:
@@ -582,7 +563,7 @@ def run_power(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     r = reply.result
     log = parse_sensor_log(r["sensors"])
     phases = {k: list(v) for k, v in r["phases"].items()}
-    trim = float(job.params.get("trim_s", default_trim(log.period_s)))
+    trim = default_trim(log.period_s) if params.trim_s is None else params.trim_s
     with named_errors(device.name):
         refuse_charging_seen(log, r["source"])
         if monitor:
@@ -613,7 +594,7 @@ def named_errors(device: str) -> Iterator[None]:
         raise UserError(f"{device}: {exc}") from None
 
 
-def _run_power_agent(device: Device, task: dict[str, Any], timeout: float):  # type: ignore[no-untyped-def]
+def _run_power_agent(device: Device, task: PowerTask, timeout: float):  # type: ignore[no-untyped-def]
     try:
         return device.run_agent(task, timeout)
     except MeasurementError as exc:
@@ -660,17 +641,10 @@ def power_records(
         "samples_active": a.counts.get("active", 0),
         "sample_rate_hz": round(a.sample_rate_hz, 3),
     }
-    common = {"source": a.source, **counts}
-    out.records.append(ctx.record("power_mw", a.net_mw, "mW", idle_subtracted=True, **common))
+    out.records.append(ctx.record("power_mw", a.net_mw, "mW", counts, idle_subtracted=True, source=a.source))
+    runs = {**counts, "inferences": a.inferences, "active_s": round(a.active_s, 4)}
     out.records.append(
-        ctx.record(
-            "energy_mj_per_inference",
-            a.energy_mj_per_inference,
-            "mJ",
-            inferences=a.inferences,
-            active_s=round(a.active_s, 4),
-            **common,
-        )
+        ctx.record("energy_mj_per_inference", a.energy_mj_per_inference, "mJ", runs, source=a.source)
     )
     out.records.append(ctx.record("idle_power_mw", a.idle_mw, "mW", phase="mean", source=a.source))
     for name, value in (("before", a.idle_before_mw), ("after", a.idle_after_mw)):
@@ -683,10 +657,9 @@ def power_records(
                 "current_ma",
                 a.net_current_ma,
                 "mA",
+                {"sign": a.sign, "sign_calibration": a.sign_method},
                 idle_subtracted=True,
                 source=a.source,
-                sign=a.sign,
-                sign_calibration=a.sign_method,
             )
         )
     if a.voltage_v is not None:
@@ -702,8 +675,8 @@ def power_records(
             "inference_t_s",
             "s",
             r["inferences"]["t"],
+            {"origin_monotonic_s": r["clock"]["origin"]},
             series="inference",
-            origin_monotonic_s=r["clock"]["origin"],
         )
     )
     out.samples.append(
@@ -711,9 +684,9 @@ def power_records(
             "power_t_s",
             "s",
             series.t.tolist(),
+            {"origin_monotonic_s": r["clock"]["origin"]},
             series="power",
             source=series.source,
-            origin_monotonic_s=r["clock"]["origin"],
         )
     )
     out.samples.append(
@@ -724,9 +697,9 @@ def power_records(
             "phase_bounds_s",
             "s",
             [v for p in PHASES for v in phases.get(p, [])],
+            {"origin_monotonic_s": r["clock"]["origin"]},
             series="phases",
             phases=[p for p in PHASES if p in phases],
-            origin_monotonic_s=r["clock"]["origin"],
         )
     )
     out.samples += sensor_samples(ctx, log)

@@ -31,18 +31,17 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ..agent.protocol import ProfileTask
 from ..analysis.stats import summarize
 from ..errors import MeasurementError
 from ..execution.jobs import Job
 from ..lab.device import AgentReply, Device
 from ..models.refs import models_cache_dir
 from ..records import ProbeResult, RecordContext
-from .common import identity_params, job_timeout, push_model_and_inputs, shapes_param
+from .common import job_timeout, push_model_and_inputs, shape_lists
 from .numerics import pull, remote_tmp_dir, remove_remote, runtime_for, scratch_dir
+from .registry import ProfileParams
 
-NEEDS_MODEL = True
-PARAMS = frozenset({"threads", "runs", "warmup", "shapes", "inputs", "seed", "affinity"})
-DEFAULT_RUNS, DEFAULT_WARMUP = 20, 3
 CALIBRATION_NODES = 200
 CALIBRATION_REVISION = 1
 COVERAGE_BAND = (0.7, 1.3)
@@ -127,42 +126,41 @@ def calibration_model() -> Path:
 
 
 def profile_task(
-    job: Job,
+    params: ProfileParams,
     runtime: str,
     remote_model: str,
     remote_inputs: str | None,
     profile_dir: str,
     calibration: str | None,
-) -> dict[str, Any]:
-    p = job.params
-    return {
-        "kind": "profile",
-        "runtime": runtime,
-        "model": remote_model,
-        "threads": int(p.get("threads") or 0),
-        "shapes": shapes_param(job),
-        "seed": int(p.get("seed", 0)),
-        "inputs": remote_inputs,
-        "affinity": p.get("affinity"),
-        "runs": int(p.get("runs", DEFAULT_RUNS)),
-        "warmup": int(p.get("warmup", DEFAULT_WARMUP)),
-        "profile_dir": profile_dir,
-        "calibration_model": calibration,
-        "token": secrets.token_hex(6),
-    }
+) -> ProfileTask:
+    return ProfileTask(
+        runtime=runtime,
+        model=remote_model,
+        threads=params.threads,
+        shapes=shape_lists(params.shapes),
+        seed=params.seed,
+        inputs=remote_inputs,
+        affinity=list(params.affinity) if params.affinity else None,
+        runs=params.runs,
+        warmup=params.warmup,
+        profile_dir=profile_dir,
+        calibration_model=calibration,
+        token=secrets.token_hex(6),
+    )
 
 
 def run_profile(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
+    params = ProfileParams.of(job)
     model = job.model
     runtime = runtime_for(model, job.runtime) if model is not None else (job.runtime or "onnxruntime")
     ctx.runtime = runtime
-    ctx.base_params = identity_params(job)
+    ctx.base_params = params.identity()
     timeout = job_timeout(device, job)
-    remote_model, remote_inputs = push_model_and_inputs(device, job, runtime)
+    remote_model, remote_inputs = push_model_and_inputs(device, job, runtime, params.inputs)
     calibration = None
     if runtime == "onnxruntime":
         calibration = device.ensure_files([calibration_model()], timeout)[0]
-    task = profile_task(job, runtime, remote_model, remote_inputs, remote_tmp_dir(device), calibration)
+    task = profile_task(params, runtime, remote_model, remote_inputs, remote_tmp_dir(device), calibration)
     reply = device.run_agent(task, timeout)
     if runtime == "mnn":
         profile = mnn_profile(reply.result["mnn"])
@@ -328,10 +326,8 @@ def profile_records(ctx: RecordContext, reply: AgentReply, profile: OpProfile) -
     out.samples.append(ctx.samples("latency_ms", "ms", latencies))
     ops = sorted(profile.ops, key=lambda o: o.ms, reverse=True)
     for op in ops:
-        extra: dict[str, Any] = {"node": op.node, "op_type": op.op_type}
-        if op.calls != 1:
-            extra["calls"] = op.calls
-        out.records.append(ctx.record("op_time_ms", op.ms, "ms", **extra))
+        calls = {"calls": op.calls} if op.calls != 1 else {}
+        out.records.append(ctx.record("op_time_ms", op.ms, "ms", calls, node=op.node, op_type=op.op_type))
     by_type: dict[str, float] = {}
     for op in ops:
         by_type[op.op_type] = by_type.get(op.op_type, 0.0) + op.ms
@@ -339,11 +335,11 @@ def profile_records(ctx: RecordContext, reply: AgentReply, profile: OpProfile) -
         out.records.append(ctx.record("op_type_time_ms", ms, "ms", op_type=op_type))
     total = sum(op.ms for op in ops)
     p50 = s.percentiles["p50"]
-    out.records.append(ctx.record("op_time_total_ms", total, "ms", ops=len(ops), runs=profile.runs))
+    out.records.append(ctx.record("op_time_total_ms", total, "ms", {"ops": len(ops), "runs": profile.runs}))
     coverage = total / p50 if p50 else None
     out.records.append(ctx.record("op_time_coverage", coverage, "ratio", against="latency p50"))
     out.records.append(
-        ctx.record("profiler_overhead_us", profile.overhead_us, "us", correction=profile.correction)
+        ctx.record("profiler_overhead_us", profile.overhead_us, "us", {"correction": profile.correction})
     )
     if not ops:
         out.warnings.append("the profile holds no op events")

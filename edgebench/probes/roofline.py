@@ -18,42 +18,43 @@ from ..errors import MeasurementError, UserError
 from ..execution.jobs import Job
 from ..lab.device import Device
 from ..records import ProbeResult, RecordContext
-from .common import require_model, shapes_param
+from .common import require_model, shape_lists
+from .registry import BenchParams, RooflineParams
 
 BENCH_DEFAULTS = {"runs": 50, "min_seconds": 1.0}
-PARAMS = frozenset(
-    {"shapes", "values", "ceilings", "measured", "bench", "matmul", "bandwidth", "threads", "affinity"}
-)
 
 
 def run_roofline(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
+    params = RooflineParams.of(job)
     model = require_model(job)
     if model.format != "onnx":
         raise UserError(f"{model.path}: roofline analyses ONNX models (got {model.format})")
-    shapes = shapes_param(job)
-    cost = analyze(model.path, shapes, job.params.get("values") or {})
+    shapes = shape_lists(params.shapes)
+    cost = analyze(model.path, shapes, params.values or {})
     out = ProbeResult()
-    ceilings = job.params.get("ceilings")
-    found = Ceilings.from_params(ceilings) if ceilings else measure_here(device, job, ctx, cost, out)
-    measured = job.params.get("measured")
+    found = (
+        Ceilings.from_params(params.ceilings)
+        if params.ceilings
+        else measure_here(device, job, params, cost, out, ctx)
+    )
     result = (
-        Measured.from_params(measured)
-        if measured
-        else (bench_here(device, job, ctx, out) if job.params.get("bench", True) else None)
+        Measured.from_params(params.measured)
+        if params.measured
+        else (bench_here(device, job, params, ctx, out) if params.bench else None)
     )
     out.extend(roofline_records(ctx, cost, found, result, shapes))
     return out
 
 
-def measure_here(device: Device, job: Job, ctx: RecordContext, cost: ModelCost, out: ProbeResult) -> Ceilings:
+def measure_here(
+    device: Device, job: Job, params: RooflineParams, cost: ModelCost, out: ProbeResult, ctx: RecordContext
+) -> Ceilings:
     """Measure the ceilings on this device; their records join the result under their own probe names."""
     from . import probe_function
 
     dtypes = sorted({d for d in cost.floor_flops_by_dtype if d in ("fp32", "fp16", "int8")} | {"fp32"})
     records = []
-    overrides = {
-        k: dict(job.params[k]) for k in ("matmul", "bandwidth") if isinstance(job.params.get(k), dict)
-    }
+    overrides = {k: v for k, v in (("matmul", params.matmul), ("bandwidth", params.bandwidth)) if v}
     for sub in ceiling_jobs(device.name, dtypes, overrides):
         sub = dataclasses.replace(sub, timeout_s=job.timeout_s)
         sctx = dataclasses.replace(ctx, probe=sub.probe, model=None, runtime=None, base_params={})
@@ -70,14 +71,15 @@ def measure_here(device: Device, job: Job, ctx: RecordContext, cost: ModelCost, 
     return found
 
 
-def bench_here(device: Device, job: Job, ctx: RecordContext, out: ProbeResult) -> Measured | None:
+def bench_here(
+    device: Device, job: Job, params: RooflineParams, ctx: RecordContext, out: ProbeResult
+) -> Measured | None:
     from .bench import run_bench
 
-    params = {
-        **BENCH_DEFAULTS,
-        **{k: v for k, v in job.params.items() if k in ("shapes", "threads", "affinity")},
-    }
-    sub = dataclasses.replace(job, probe="bench", params=params)
+    bench = BenchParams.parse(
+        {**BENCH_DEFAULTS, "shapes": params.shapes, "threads": params.threads, "affinity": params.affinity}
+    )
+    sub = dataclasses.replace(job, probe="bench", params=bench.given())
     bctx = dataclasses.replace(ctx, probe="bench", runtime=job.runtime or "onnxruntime", base_params={})
     result = run_bench(device, sub, bctx)
     out.extend(result)
@@ -106,25 +108,27 @@ def roofline_records(
             "flops",
             cost.flops,
             "FLOP",
-            branch_choice=cost.branch_choice,
-            by_dtype=cost.flops_by_dtype,
+            {"branch_choice": cost.branch_choice, "by_dtype": cost.flops_by_dtype},
         ),
-        rctx.record("weight_bytes", cost.weight_bytes, "B", stored_weight_bytes=cost.stored_weight_bytes),
+        rctx.record(
+            "weight_bytes", cost.weight_bytes, "B", {"stored_weight_bytes": cost.stored_weight_bytes}
+        ),
         rctx.record(
             "activation_bytes",
             cost.activation_bytes,
             "B",
-            input_bytes=cost.input_bytes,
-            output_bytes=cost.output_bytes,
+            {"input_bytes": cost.input_bytes, "output_bytes": cost.output_bytes},
         ),
-        rctx.record("arithmetic_intensity", cost.intensity, "FLOP/B", floor_bytes=cost.floor_bytes),
+        rctx.record("arithmetic_intensity", cost.intensity, "FLOP/B", {"floor_bytes": cost.floor_bytes}),
     ]
     out.records += [rctx.record("op_flops", v, "FLOP", op_type=op) for op, v in cost.flops_by_op.items() if v]
     if ceilings is None:
         return out
     fl = floor(cost, ceilings.peak_tops, ceilings.bandwidth_gbps)
     out.warnings += list(fl.notes)
-    out.records.append(rctx.record("floor_ms", fl.floor_ms, "ms", **floor_params(fl, ceilings, cost)))
+    out.records.append(
+        rctx.record("floor_ms", fl.floor_ms, "ms", floor_notes(fl, ceilings, cost), bound=fl.bound)
+    )
     if measured is not None and measured.p50_ms > 0:
         eff, problem = efficiency_check(fl.floor_ms, measured.p50_ms)
         if problem:
@@ -134,20 +138,22 @@ def roofline_records(
                 "efficiency",
                 eff,
                 "ratio",
+                {
+                    "floor_ms": fl.floor_ms,
+                    "measured_p50_ms": measured.p50_ms,
+                    "bench_run": measured.run_id,
+                    "bench_params": measured.params,
+                    "ceiling_suspect": problem is not None,
+                },
                 bound=fl.bound,
-                floor_ms=fl.floor_ms,
-                measured_p50_ms=measured.p50_ms,
-                bench_run=measured.run_id,
-                bench_params=measured.params,
-                ceiling_suspect=problem is not None,
             )
         )
     return out
 
 
-def floor_params(fl: Floor, ceilings: Ceilings, cost: ModelCost) -> dict[str, Any]:
+def floor_notes(fl: Floor, ceilings: Ceilings, cost: ModelCost) -> dict[str, Any]:
+    """How the floor was found: both floors, the ceilings used and the runs they came from."""
     return {
-        "bound": fl.bound,
         "compute_ms": fl.compute_ms,
         "memory_ms": fl.memory_ms,
         "peak_tops": fl.peak_tops,

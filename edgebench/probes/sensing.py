@@ -15,7 +15,8 @@ from ..execution.jobs import Job
 from ..lab.descriptors import DeviceSpec
 from ..lab.device import Device
 from ..records import RecordContext, Samples
-from .common import identity_params, push_model_and_inputs
+from .common import push_model_and_inputs, shape_lists
+from .registry import PowerParams, ThermalParams
 
 DEFAULT_PERIOD_S = 0.25
 
@@ -33,38 +34,35 @@ def sensors_config(spec: DeviceSpec, period_s: float = DEFAULT_PERIOD_S) -> dict
     }
 
 
-def sustained_task(
-    kind: str, job: Job, device: Device, runtime: str, model: str, inputs: str | None, duration_s: float
+def sustained_fields(
+    params: ThermalParams | PowerParams, device: Device, runtime: str, model: str, inputs: str | None
 ) -> dict[str, Any]:
     """The fields every sustained agent task (thermal, power) shares: model, inputs, load and sensors."""
-    p = job.params
     return {
-        "kind": kind,
         "runtime": runtime,
         "model": model,
         "inputs": inputs,
-        "shapes": {k: list(v) for k, v in (p.get("shapes") or {}).items()},
-        "threads": int(p.get("threads") or 0),
-        "seed": int(p.get("seed", 0)),
-        "affinity": p.get("affinity"),
-        "duration_s": float(p.get("duration_s", duration_s)),
-        "rate_hz": float(p.get("rate_hz") or 0),
-        "warmup_runs": int(p.get("warmup", 1)),
-        "warmup_s": float(p.get("warmup_seconds", 0.5)),
-        "sensors": sensors_config(device.spec, float(p.get("period_s", DEFAULT_PERIOD_S))),
+        "shapes": shape_lists(params.shapes),
+        "threads": params.threads,
+        "seed": params.seed,
+        "affinity": list(params.affinity) if params.affinity else None,
+        "duration_s": params.duration_s,
+        "rate_hz": params.rate_hz,
+        "warmup": params.warmup,
+        "warmup_seconds": params.warmup_seconds,
+        "sensors": sensors_config(device.spec, params.period_s),
     }
 
 
 def start_sustained_run(
-    device: Device, job: Job, ctx: RecordContext, probe: str
+    device: Device, job: Job, ctx: RecordContext, params: ThermalParams | PowerParams
 ) -> tuple[str, str, str | None]:
-    """What thermal and power runs share before their task: a Python agent, the identity params (plus the
-    paced rate, which changes what is measured) and the model pushed. Returns (runtime, model, inputs)."""
-    require_python_agent(device, probe)
+    """What thermal and power runs share before their task: a Python agent, the identity params (the paced
+    rate among them: it changes what is measured) and the model pushed. Returns (runtime, model, inputs)."""
+    require_python_agent(device, job.probe)
     runtime = job.runtime or "onnxruntime"
-    rate = float(job.params.get("rate_hz") or 0)
-    ctx.base_params = {**identity_params(job), **({"rate_hz": rate} if rate else {})}
-    return (runtime, *push_model_and_inputs(device, job, runtime))
+    ctx.base_params = params.identity()
+    return (runtime, *push_model_and_inputs(device, job, runtime, params.inputs))
 
 
 def require_python_agent(device: Device, probe: str) -> None:

@@ -20,12 +20,11 @@ from typing import Any
 
 import onnx
 
+from ..agent.protocol import SensitivityTask
 from ..errors import MeasurementError, ModelError, UserError
 from ..execution.jobs import Job
 from ..lab.device import Device
 from ..models.quantize import (
-    MAX_BITS,
-    MIN_BITS,
     WeightLayer,
     fake_quantize,
     overridable_weights,
@@ -33,25 +32,12 @@ from ..models.quantize import (
 )
 from ..models.refs import ModelRef, models_cache_dir
 from ..records import ProbeResult, RecordContext
-from .common import identity_params, job_timeout, require_model, shapes_param
+from .common import job_timeout, require_model, shape_lists
 from .numerics import write_npz
+from .registry import SensitivityParams
 
-NEEDS_MODEL = True
-PARAMS = frozenset({"bits", "threads", "shapes", "inputs", "seed"})
-DEFAULT_BITS = 8
+DEFAULT_BITS = SensitivityParams.bits
 PREPARE_REVISION = 2  # bump when the overridable model or the weight files change, so caches regenerate
-
-
-def bits_of(job: Job) -> int:
-    try:
-        bits = int(job.params.get("bits", DEFAULT_BITS))
-    except (TypeError, ValueError):
-        raise UserError(
-            f"bits {job.params.get('bits')!r}: expected an integer {MIN_BITS}..{MAX_BITS}"
-        ) from None
-    if not MIN_BITS <= bits <= MAX_BITS:
-        raise UserError(f"bits {bits}: expected {MIN_BITS}..{MAX_BITS} (8 or 4 are the usual)")
-    return bits
 
 
 def prepare(model: ModelRef, bits: int) -> tuple[Path, Path, list[WeightLayer]]:
@@ -86,32 +72,32 @@ def prepare(model: ModelRef, bits: int) -> tuple[Path, Path, list[WeightLayer]]:
 
 
 def run_sensitivity(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
+    params = SensitivityParams.of(job)
     model = require_model(job)
-    bits = bits_of(job)
+    bits = params.bits
     if job.runtime not in (None, "onnxruntime"):
         raise UserError("sensitivity runs on onnxruntime (the fp32 ONNX model); drop --runtime")
     ctx.runtime = "onnxruntime"
-    ctx.base_params = {**identity_params(job), "bits": bits}
+    ctx.base_params = {**params.identity(), "bits": bits}
     timeout = job_timeout(device, job)
     model_path, weights_path, layers = prepare(model, bits)
     files = [model_path, weights_path]
-    inputs = job.params.get("inputs")
+    inputs = params.inputs
     if inputs:
         if not Path(inputs).is_file():
             raise UserError(f"{inputs}: inputs file not found")
         files.append(Path(inputs))
     remote = device.ensure_files(files, timeout)
-    task: dict[str, Any] = {
-        "kind": "sensitivity",
-        "runtime": "onnxruntime",
-        "model": remote[0],
-        "weights": remote[1],
-        "layers": [[layer.key, layer.input_name] for layer in layers],
-        "threads": int(job.params.get("threads") or 0),
-        "shapes": shapes_param(job),
-        "seed": int(job.params.get("seed", 0)),
-        "inputs": remote[2] if inputs else None,
-    }
+    task = SensitivityTask(
+        runtime="onnxruntime",
+        model=remote[0],
+        weights=remote[1],
+        layers=[[layer.key, layer.input_name] for layer in layers],
+        threads=params.threads,
+        shapes=shape_lists(params.shapes),
+        seed=params.seed,
+        inputs=remote[2] if inputs else None,
+    )
     reply = device.run_agent(task, timeout)
     return sensitivity_records(ctx, layers, reply.result, list(reply.warnings))
 
@@ -145,7 +131,6 @@ def sensitivity_records(
             "node": layer.node,
             "op_type": layer.op_type,
             "weight": layer.weight,
-            "rank": rank,
             "output": output,
             "shape": list(layer.shape),
             "per_channel": layer.axis is not None,
@@ -154,6 +139,6 @@ def sensitivity_records(
             params["shared_by"] = list(layer.nodes)
         if layer.scope:
             params["scope"] = layer.scope
-        out.records.append(ctx.record("cosine", cosine, "ratio", **params))
-        out.records.append(ctx.record("snr_db", snr, "dB", **params))
+        out.records.append(ctx.record("cosine", cosine, "ratio", {"rank": rank}, **params))
+        out.records.append(ctx.record("snr_db", snr, "dB", {"rank": rank}, **params))
     return out

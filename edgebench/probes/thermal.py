@@ -18,47 +18,27 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UserError
+from ..agent.protocol import ThermalTask
 from ..execution.cooldown import CooldownPolicy, CooldownResult, wait_for_cooldown
 from ..execution.jobs import Job
 from ..lab.device import Device
 from ..records import ProbeResult, RecordContext
 from .common import job_timeout
+from .registry import ThermalParams
 from .sensing import (
     SensorLog,
-    number_param,
     parse_sensor_log,
     sensor_samples,
     start_sustained_run,
-    sustained_task,
+    sustained_fields,
     window_mean,
 )
 
-DEFAULT_DURATION_S = 1200.0
-DEFAULT_MARGIN = 0.10
+DEFAULT_MARGIN = ThermalParams.margin
 STABILITY_PASS = 0.97
 MAX_WINDOW_S = 10.0
 MIN_WINDOWS = 10
 CAP_DROP = 0.01  # a cap 1% under its starting value is a drop, not rounding
-PARAMS = frozenset({
-    "threads", "affinity", "shapes", "inputs", "seed", "warmup", "warmup_seconds", "duration_s", "rate_hz",
-    "window_s", "margin", "hold_s", "period_s", "cooldown", "cooldown_timeout_s", "cooldown_margin_c",
-    "cooldown_period_s", "cooldown_observe_s", "idle_c",
-})  # fmt: skip
-
-
-def check_params(params: dict[str, Any]) -> None:
-    """Refuse bad numbers before anything reaches the device."""
-    duration = number_param(params, "duration_s", DEFAULT_DURATION_S, probe="thermal", positive=True)
-    for key in ("window_s", "period_s", "hold_s"):
-        if params.get(key) is not None:
-            number_param(params, key, 1.0, probe="thermal", positive=True)
-    for key in ("rate_hz", "margin", "cooldown_timeout_s", "cooldown_margin_c"):
-        number_param(params, key, 0.0, probe="thermal")
-    if params.get("window_s") is not None and float(params["window_s"]) > duration:
-        raise UserError(
-            f"probe thermal: window_s {params['window_s']} is longer than duration_s {duration:g}"
-        )
 
 
 @dataclass(frozen=True)
@@ -297,41 +277,41 @@ def _thermal_warnings(log: SensorLog, caps: dict[str, np.ndarray]) -> list[str]:
 
 
 # ---- the probe -----------------------------------------------------------------------------------
-def thermal_task(job: Job, device: Device, runtime: str, model: str, inputs: str | None) -> dict[str, Any]:
-    return sustained_task("thermal", job, device, runtime, model, inputs, DEFAULT_DURATION_S)
+def thermal_task(
+    params: ThermalParams, device: Device, runtime: str, model: str, inputs: str | None
+) -> ThermalTask:
+    return ThermalTask(**sustained_fields(params, device, runtime, model, inputs))
 
 
-def cooldown_policy(job: Job) -> CooldownPolicy | None:
+def cooldown_policy(params: ThermalParams) -> CooldownPolicy | None:
     """None when the job turns the guard off (cooldown_timeout_s = 0 or cooldown = false)."""
-    p = job.params
-    timeout = float(p.get("cooldown_timeout_s", CooldownPolicy.timeout_s))
-    if p.get("cooldown") is False or timeout <= 0:
+    if not params.cooldown or params.cooldown_timeout_s <= 0:
         return None
     return CooldownPolicy(
-        margin_c=float(p.get("cooldown_margin_c", CooldownPolicy.margin_c)),
-        timeout_s=timeout,
-        period_s=float(p.get("cooldown_period_s", CooldownPolicy.period_s)),
-        min_observe_s=float(p.get("cooldown_observe_s", CooldownPolicy.min_observe_s)),
+        margin_c=params.cooldown_margin_c,
+        timeout_s=params.cooldown_timeout_s,
+        period_s=params.cooldown_period_s,
+        min_observe_s=params.cooldown_observe_s,
     )
 
 
-def guard(device: Device, job: Job, out: ProbeResult) -> CooldownResult | None:
-    policy = cooldown_policy(job)
+def guard(device: Device, params: ThermalParams, out: ProbeResult) -> CooldownResult | None:
+    policy = cooldown_policy(params)
     if policy is None:
         return None
-    result = wait_for_cooldown(device, policy, job.params.get("idle_c"))
+    result = wait_for_cooldown(device, policy, params.idle_c)
     if not result.cooled:
         out.warnings.append(result.describe())
     return result
 
 
 def run_thermal(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
-    check_params(job.params)
-    runtime, remote_model, remote_inputs = start_sustained_run(device, job, ctx, "thermal")
+    params = ThermalParams.of(job)
+    runtime, remote_model, remote_inputs = start_sustained_run(device, job, ctx, params)
     out = ProbeResult()
-    cool = guard(device, job, out)
-    task = thermal_task(job, device, runtime, remote_model, remote_inputs)
-    reply = device.run_agent(task, timeout=task["duration_s"] + job_timeout(device, job))
+    cool = guard(device, params, out)
+    task = thermal_task(params, device, runtime, remote_model, remote_inputs)
+    reply = device.run_agent(task, timeout=task.duration_s + job_timeout(device, job))
     out.warnings += reply.warnings
     r = reply.result
     log = parse_sensor_log(r["sensors"])
@@ -340,10 +320,10 @@ def run_thermal(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
         inf["t"],
         inf["latencies_ms"],
         log,
-        task["duration_s"],
-        job.params.get("window_s"),
-        float(job.params.get("margin", DEFAULT_MARGIN)),
-        job.params.get("hold_s"),
+        task.duration_s,
+        params.window_s,
+        params.margin,
+        params.hold_s,
     )
     out.extend(thermal_records(ctx, analysis, r, log, cool))
     return out
@@ -390,14 +370,20 @@ def thermal_records(
     for stat, value in (("start", a.start_temp_c), ("end", a.end_temp_c), ("max", a.max_temp_c)):
         if value is not None:
             out.records.append(ctx.record("temp_c", value, "C", zone="max", stat=stat))
-    out.records.append(ctx.record("samples_n", len(inf["latencies_ms"]), "count", duration_s=r["duration_s"]))
+    ran = {"duration_s": r["duration_s"]}
+    out.records.append(ctx.record("samples_n", len(inf["latencies_ms"]), "count", annotations=ran))
     out.records.append(ctx.record("load_ms", r["load_ms"], "ms"))
     if cool is not None:
-        out.records.append(ctx.record("cooldown_s", cool.waited_s, "s", margin_c=cool.margin_c))
+        margin = {"margin_c": cool.margin_c}
+        out.records.append(ctx.record("cooldown_s", cool.waited_s, "s", annotations=margin))
     out.samples.append(ctx.samples("latency_ms", "ms", inf["latencies_ms"], series="inference"))
     out.samples.append(
         ctx.samples(
-            "inference_t_s", "s", inf["t"], series="inference", origin_monotonic_s=r["clock"]["origin"]
+            "inference_t_s",
+            "s",
+            inf["t"],
+            annotations={"origin_monotonic_s": r["clock"]["origin"]},
+            series="inference",
         )
     )
     out.samples += sensor_samples(ctx, log)

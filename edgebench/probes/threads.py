@@ -17,15 +17,11 @@ from ..execution.jobs import Job
 from ..lab.device import Device
 from ..records import ProbeResult, RecordContext
 from .bench import bench_records, bench_task
-from .common import identity_params, job_timeout, push_model_and_inputs
-from .knobs import as_list, device_cpus, int_list, number
+from .common import job_timeout, push_model_and_inputs
+from .knobs import device_cpus
+from .registry import BenchParams, ThreadsParams
 
 ALL = "all"
-PARAMS = frozenset({
-    "threads", "affinity", "clusters", "per_cluster", "slower_margin", "shapes", "inputs", "seed", "runs",
-    "warmup", "warmup_seconds", "min_seconds", "max_seconds",
-})  # fmt: skip
-DEFAULT_MARGIN = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,14 +33,13 @@ class Group:
     pinned: bool
 
 
-def groups(device: Device, job: Job) -> list[Group]:
+def groups(device: Device, params: ThreadsParams) -> list[Group]:
     """The whole device, plus each descriptor cluster unless the job names clusters or turns them off."""
-    p = job.params
-    cpus = tuple(device_cpus(device, p))
-    out = [Group(ALL, cpus, bool(p.get("affinity")))]
+    cpus = tuple(device_cpus(device, params.affinity))
+    out = [Group(ALL, cpus, bool(params.affinity))]
     clusters = device.spec.spec.cpu_clusters
-    wanted = [str(c) for c in as_list(p.get("clusters"))]
-    if p.get("per_cluster", True) and clusters:
+    wanted = list(params.clusters or ())
+    if params.per_cluster and clusters:
         for name, members in clusters.items():
             if wanted and name not in wanted:
                 continue
@@ -54,21 +49,27 @@ def groups(device: Device, job: Job) -> list[Group]:
     return out
 
 
+def point_params(params: ThreadsParams, threads: int, cpus: tuple[int, ...] | None) -> BenchParams:
+    """One point of the sweep, as the bench it is."""
+    shared = {f: getattr(params, f) for f in BenchParams.names() if f in ThreadsParams.names()}
+    return dataclasses.replace(BenchParams(), **{**shared, "threads": threads, "affinity": cpus})
+
+
 def run_threads(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
+    params = ThreadsParams.of(job)
     runtime = job.runtime or "onnxruntime"
-    remote_model, remote_inputs = push_model_and_inputs(device, job, runtime)
+    remote_model, remote_inputs = push_model_and_inputs(device, job, runtime, params.inputs)
     timeout = job_timeout(device, job)
-    margin = number(job.params, "slower_margin", DEFAULT_MARGIN)
     out = ProbeResult()
-    for group in groups(device, job):
-        counts = [t for t in int_list(job.params, "threads") if t <= len(group.cpus)] or list(
-            range(1, len(group.cpus) + 1)
-        )
+    wanted = params.threads if isinstance(params.threads, tuple) else ()
+    for group in groups(device, params):
+        counts = [t for t in wanted if t <= len(group.cpus)] or list(range(1, len(group.cpus) + 1))
+        if params.threads == "max":
+            counts = [len(group.cpus)]
         p50: dict[int, float] = {}
         for t in counts:
-            params = {**job.params, "threads": t, "affinity": list(group.cpus) if group.pinned else None}
-            point = dataclasses.replace(job, params=params)
-            pctx = dataclasses.replace(ctx, base_params={**identity_params(point), "cluster": group.name})
+            point = point_params(params, t, group.cpus if group.pinned else None)
+            pctx = dataclasses.replace(ctx, base_params={**point.identity(), "cluster": group.name})
             reply = device.run_agent(bench_task(point, runtime, remote_model, remote_inputs), timeout)
             result = bench_records(pctx, reply)
             out.extend(result)
@@ -77,7 +78,7 @@ def run_threads(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
                 for r in result.records
                 if r.metric == "latency_ms" and r.params.get("stat") == "p50"
             )
-        out.extend(sweep_records(ctx, group, p50, margin))
+        out.extend(sweep_records(ctx, group, p50, params.slower_margin))
     return out
 
 
@@ -103,7 +104,12 @@ def sweep_records(ctx: RecordContext, group: Group, p50: dict[int, float], margi
             slower_at.append(t)
         out.records.append(
             ctx.record(
-                "thread_slowdown", ratio, "ratio", **base, threads=t, versus_threads=fewer, slower=slower
+                "thread_slowdown",
+                ratio,
+                "ratio",
+                annotations={"versus_threads": fewer, "slower": slower},
+                **base,
+                threads=t,
             )
         )
     best = min(counts, key=lambda c: p50[c])
@@ -112,11 +118,9 @@ def sweep_records(ctx: RecordContext, group: Group, p50: dict[int, float], margi
             "best_threads",
             best,
             "threads",
+            annotations={"p50_ms": p50[best], "more_threads_slower": bool(slower_at), "slower_at": slower_at},
             **base,
-            p50_ms=p50[best],
             max_threads=counts[-1],
-            more_threads_slower=bool(slower_at),
-            slower_at=slower_at,
         )
     )
     if slower_at:

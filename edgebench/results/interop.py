@@ -16,6 +16,7 @@ Records carry the file's `datetime`, so `history` orders imports by when they we
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import math
@@ -26,10 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis.gate import identity_params
 from ..analysis.stats import summarize
 from ..errors import UserError
-from ..records import Record, Samples, new_run_id, params_key, utc_now
+from ..records import Record, Samples, new_run_id, utc_now
 
 FORMAT_VERSION = "5.1.0"  # the pytest-benchmark JSON layout written and read here
 _TIME_SCALE = {"ms": 1e-3, "s": 1.0, "us": 1e-6, "ns": 1e-9}
@@ -155,14 +155,7 @@ def export_run(store: Any, run_id: str, include_data: bool = True) -> dict[str, 
     samples = store.samples([run_id])
 
     def key(r: Record | Samples) -> tuple[Any, ...]:
-        return (
-            r.device,
-            r.model or "-",
-            r.runtime or "-",
-            r.probe,
-            r.metric,
-            params_key(identity_params(r.params, r.probe)),
-        )
+        return dataclasses.astuple(r.key().series())
 
     by_measurement: dict[tuple[Any, ...], dict[str, Any]] = defaultdict(dict)
     stat_records: dict[tuple[Any, ...], dict[str, float]] = defaultdict(dict)

@@ -1,7 +1,12 @@
 """The result store: SQLite (WAL), append-only results, one transaction per finished job.
 
-Schema versions: 1 — runs, devices, jobs, records, samples. Older stores migrate through
-explicit `_update_to_N`; a store written by a newer edgebench is refused.
+Schema versions (each older store migrates through an explicit `_update_to_N`, in one transaction; a
+store written by a newer edgebench is refused):
+  1 — runs, devices, jobs, records, samples.
+  2 — records and samples gain `annotations`: what is known about a measurement but does not identify it
+      (sample counts, effective values, sizes, paths). Version 1 kept those in `params`; the migration
+      moves each probe's annotation keys (`edgebench.probes.registry.annotation_keys`) out of them, so
+      v1 and v2 records pair by the same `Record.key()`.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from ..errors import UserError
 from ..execution.jobs import JobOutcome
 from ..records import Record, Samples, utc_now
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -115,6 +120,8 @@ class Store:
             )
         if version < 1:
             self._update_to_1()
+        if version < 2:
+            self._update_to_2()
 
     def _update_to_1(self) -> None:
         with self._tx():
@@ -122,6 +129,28 @@ class Store:
                 if stmt.strip():
                     self.db.execute(stmt)
             self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', '1')")
+
+    def _update_to_2(self) -> None:
+        from ..probes.registry import v1_annotation_keys
+
+        with self._tx():
+            if self._schema_version() >= 2:
+                return  # another controller migrated it while this one waited for the lock
+            for table in ("records", "samples"):
+                self.db.execute(f"ALTER TABLE {table} ADD COLUMN annotations TEXT NOT NULL DEFAULT '{{}}'")
+                rows = self.db.execute(f"SELECT id, probe, params FROM {table}").fetchall()
+                updates = []
+                for row_id, probe, params_text in rows:
+                    params = json.loads(params_text)
+                    moved = {k: params.pop(k) for k in sorted(v1_annotation_keys(probe)) if k in params}
+                    if moved:
+                        updates.append((_dumps(params), _dumps(moved), row_id))
+                self.db.executemany(f"UPDATE {table} SET params=?, annotations=? WHERE id=?", updates)
+            self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', '2')")
+
+    def _schema_version(self) -> int:
+        row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        return int(row[0]) if row else 0
 
     def _tx(self) -> _Tx:
         return _Tx(self.db)
@@ -194,8 +223,8 @@ class Store:
             job_id = cur.lastrowid
             self.db.executemany(
                 "INSERT INTO records(job_id, run_id, device, probe, model, runtime, metric, value, unit,"
-                " params, ts)"
-                " VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+                " params, ts, annotations)"
+                " VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
                 [
                     (
                         job_id,
@@ -209,14 +238,15 @@ class Store:
                         r.unit,
                         _dumps(r.params),
                         r.ts,
+                        _dumps(r.annotations),
                     )
                     for r in outcome.records
                 ],
             )
             self.db.executemany(
                 "INSERT INTO samples(job_id, run_id, device, probe, model, runtime, metric, unit, params,"
-                " vals, ts)"
-                " VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+                " vals, ts, annotations)"
+                " VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
                 [
                     (
                         job_id,
@@ -230,6 +260,7 @@ class Store:
                         _dumps(s.params),
                         json.dumps(list(s.values)),
                         s.ts,
+                        _dumps(s.annotations),
                     )
                     for s in outcome.samples
                 ],
@@ -285,23 +316,37 @@ class Store:
 
     def records(self, run_ids: Iterable[str] | None = None, **where: Any) -> list[Record]:
         sql, args = _select(
-            "SELECT run_id, device, probe, model, runtime, metric, value, unit, params, ts FROM records",
+            "SELECT run_id, device, probe, model, runtime, metric, value, unit, params, ts, annotations"
+            " FROM records",
             run_ids,
             where,
         )
         return [
-            Record(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], json.loads(r[8]), r[9])
+            Record(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], json.loads(r[8]), r[9], json.loads(r[10]))
             for r in self.db.execute(sql + " ORDER BY id", args)
         ]
 
     def samples(self, run_ids: Iterable[str] | None = None, **where: Any) -> list[Samples]:
         sql, args = _select(
-            "SELECT run_id, device, probe, model, runtime, metric, unit, vals, params, ts FROM samples",
+            "SELECT run_id, device, probe, model, runtime, metric, unit, vals, params, ts, annotations"
+            " FROM samples",
             run_ids,
             where,
         )
         return [
-            Samples(r[0], r[1], r[2], r[3], r[4], r[5], r[6], tuple(json.loads(r[7])), json.loads(r[8]), r[9])
+            Samples(
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                r[6],
+                tuple(json.loads(r[7])),
+                json.loads(r[8]),
+                r[9],
+                json.loads(r[10]),
+            )  # fmt: skip
             for r in self.db.execute(sql + " ORDER BY id", args)
         ]
 

@@ -104,7 +104,8 @@ def bench_records(
             "peak_rss_mb",
             rss,
             "MB",
-            {"threads": threads, "rss_before_load_mb": 30.0},
+            {"threads": threads},
+            annotations={"rss_before_load_mb": 30.0},
         )
     )
     out.append(Record(run_id, device, "bench", model, runtime, "load_ms", 12.0, "ms", {"threads": threads}))

@@ -178,16 +178,16 @@ def test_false_discovery_correction_across_pairs() -> None:
     assert all(q >= p for p, q in ps.values() if p is not None and q is not None)
 
 
-def test_pairing_ignores_policy_params_and_attaches_samples() -> None:
+def test_pairing_is_on_identity_and_attaches_samples() -> None:
     ctx = RecordContext("r1", "phone", "bench", "m", "onnxruntime", {"threads": 2})
     records = [
-        ctx.record("latency_ms", 10.0, "ms", stat="p50", runs=100, seed=1),
-        ctx.record("peak_rss_mb", 50.0, "MB", rss_before_load_mb=20.0),
+        ctx.record("latency_ms", 10.0, "ms", {"runs": 100, "seed": 1}, stat="p50"),
+        ctx.record("peak_rss_mb", 50.0, "MB", {"rss_before_load_mb": 20.0}),
     ]
-    samples = [ctx.samples("latency_ms", "ms", [9.0, 10.0, 11.0], runs=100, seed=1)]
+    samples = [ctx.samples("latency_ms", "ms", [9.0, 10.0, 11.0], {"runs": 100})]
     side = collect_side(records, samples)
     ctx2 = RecordContext("r2", "phone", "bench", "m", "onnxruntime", {"threads": 2})
-    other = collect_side([ctx2.record("latency_ms", 12.0, "ms", stat="p50", runs=300)], [])
+    other = collect_side([ctx2.record("latency_ms", 12.0, "ms", {"runs": 300}, stat="p50")], [])
     assert set(other) <= set(side)
     lat = next(v for k, v in side.items() if k.metric == "latency_ms")
     assert lat.samples == (9.0, 10.0, 11.0)
@@ -294,19 +294,12 @@ def test_gate_runs_from_a_store_and_renderers(tmp_path: Path) -> None:
 
 
 def test_records_with_extra_side_values_pair() -> None:
-    # records made by other probes carry values that are not identity (rss_before_load_mb): still paired
+    # records carry values that are not identity (rss_before_load_mb) as annotations: still paired
     def rss(run: str, before: int) -> Record:
         return Record(
-            run,
-            "d",
-            "bench",
-            "m",
-            "ort",
-            "peak_rss_mb",
-            10.0,
-            "MB",
-            {"threads": 1, "rss_before_load_mb": before},
-        )
+            run, "d", "bench", "m", "ort", "peak_rss_mb", 10.0, "MB", {"threads": 1},
+            annotations={"rss_before_load_mb": before},
+        )  # fmt: skip
 
     a, b = rss("a", 3), rss("b", 4)
     assert set(collect_side([a], [])) == set(collect_side([b], []))
@@ -316,16 +309,9 @@ def test_native_runner_records_pair_across_run_counts() -> None:
     def side(run: str, runs: int, values: list[float]) -> dict[PairKey, Side]:
         ctx = RecordContext(run, "phone", "bench", "m", "mnn", {"threads": 4, "runner": "benchmark.out"})
         what = f"mean of {runs} inferences"
-        rec = ctx.record(
-            "latency_ms",
-            float(np.median(values)),
-            "ms",
-            stat="p50",
-            aggregated_by="edgebench",
-            sample=what,
-            n=len(values),
-        )
-        return collect_side([rec], [ctx.samples("latency_ms", "ms", values, sample=what)])
+        notes = {"aggregated_by": "edgebench", "sample": what, "n": len(values)}
+        rec = ctx.record("latency_ms", float(np.median(values)), "ms", notes, stat="p50")
+        return collect_side([rec], [ctx.samples("latency_ms", "ms", values, {"sample": what})])
 
     a = side("a", 10, [5.0, 5.1, 5.2])
     b = side("b", 50, [5.0, 5.1, 5.2, 5.3])
@@ -336,23 +322,12 @@ def test_native_runner_records_pair_across_run_counts() -> None:
 def test_power_records_pair_across_sample_counts() -> None:
     def side(run: str, samples: int, inferences: int) -> dict[PairKey, Side]:
         ctx = RecordContext(run, "phone", "power", "m", "onnxruntime", {"threads": 0})
-        counts = {
-            "source": "battery",
-            "samples_idle": samples,
-            "samples_active": samples * 2,
-            "sample_rate_hz": 4.0 + samples / 100,
-        }
+        counts = {"samples_idle": samples, "samples_active": samples * 2, "sample_rate_hz": 4.0 + samples / 100}
+        runs = {**counts, "inferences": inferences, "active_s": inferences / 10}
         return collect_side(
             [
-                ctx.record(
-                    "energy_mj_per_inference",
-                    2.0,
-                    "mJ",
-                    inferences=inferences,
-                    active_s=inferences / 10,
-                    **counts,
-                ),
-                ctx.record("power_mw", 900.0, "mW", idle_subtracted=True, **counts),
+                ctx.record("energy_mj_per_inference", 2.0, "mJ", runs, source="battery"),
+                ctx.record("power_mw", 900.0, "mW", counts, idle_subtracted=True, source="battery"),
             ],
             [],
         )

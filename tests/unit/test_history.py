@@ -89,8 +89,9 @@ def _records(values: np.ndarray, model: str = "enc") -> list[Record]:
                     "latency_ms",
                     float(v * factor),
                     "ms",
-                    {"threads": 4, "runs": 200, "stat": stat},
+                    {"threads": 4, "stat": stat},
                     ts,
+                    {"runs": 200},
                 )
             )
     return out

@@ -42,7 +42,7 @@ def bench_run(store: Store, run_id: str, latencies: list[float], model: str = "e
         ctx.record("latency_ms", float(np.median(latencies)), "ms", stat="p50"),
         ctx.record("latency_ms", float(np.mean(latencies)), "ms", stat="mean"),
         ctx.record("load_ms", 40.0, "ms"),
-        ctx.record("peak_rss_mb", 61.5, "MB", rss_before_load_mb=30.0),
+        ctx.record("peak_rss_mb", 61.5, "MB", {"rss_before_load_mb": 30.0}),
     ]
     store.begin_run(run_id, "bench", {"git_commit": "abc123", "python": "3.11.7"})
     store.save_device(run_id, "local", {"kernel": "6.1"}, {"name": "local"})

@@ -19,7 +19,9 @@ from edgebench.analysis.ceilings import Ceilings, find_ceilings, measured_latenc
 from edgebench.errors import UserError
 from edgebench.execution.jobs import Job, JobOutcome
 from edgebench.probes.bandwidth import bandwidth_records
-from edgebench.probes.knobs import int_list, shape_triples, thread_counts
+from edgebench.probes.knobs import thread_counts
+from edgebench.probes.params import ParamError
+from edgebench.probes.registry import MatmulParams
 from edgebench.probes.matmul import backend_records, efficiency_records, tops
 from edgebench.probes.threads import Group, sweep_records
 from edgebench.records import RecordContext, utc_now
@@ -113,7 +115,7 @@ def test_sweep_respects_budget_and_memory() -> None:
 
 
 def test_measure_calibrates_calls_per_trial() -> None:
-    policy = agent_mm.MatmulPolicy(trials=3, warmup_s=0.01, min_trial_s=0.02)
+    policy = agent_mm.MatmulPolicy(trials=3, warmup_seconds=0.01, min_trial_seconds=0.02)
     trials, cpu, calls, warm = agent_mm.measure(lambda: time.sleep(0.002), policy)
     assert len(trials) == 3 == len(cpu) and calls >= 5 and warm >= 1
     assert all(1.5 < t < 50 for t in trials)  # per-call ms
@@ -159,7 +161,8 @@ def test_matmul_records_best_median_samples_and_efficiency() -> None:
     assert best[0].value == pytest.approx(tops(256, 256, 256, 1.0))
     assert median[0].value == pytest.approx(tops(256, 256, 256, 2.0))
     assert best[0].runtime == "onnxruntime" and best[0].params["backend"] == "onnxruntime"
-    assert best[1].params["emulated"].startswith("emulated") and "emulated" not in best[0].params
+    assert best[1].annotations["emulated"].startswith("emulated") and "emulated" not in best[0].annotations
+    assert "emulated" not in best[1].params  # how it ran, not what was measured: fp16 pairs with fp16
     assert out.samples[0].values == (2.0, 1.0, 4.0) and out.samples[0].unit == "ms"
     assert {k: v for k, v in best[0].params.items() if k != "stat"} == out.samples[0].params
     assert any("QLinearMatMul not measured: no kernel" in w for w in out.warnings)
@@ -169,7 +172,7 @@ def test_matmul_records_best_median_samples_and_efficiency() -> None:
     assert any("the device was busy" in w and "30%" in w for w in out.warnings)
     eff = efficiency_records(ctx(), out, {"fp32": 0.01})
     assert len(eff.records) == 1 and eff.records[0].value == pytest.approx(best[0].value / 0.01)
-    assert eff.records[0].params["nominal_tops"] == 0.01
+    assert eff.records[0].annotations["nominal_tops"] == 0.01
     unavailable = backend_records(
         ctx(), {"backend": "mnn", "available": False, "reason": "not installed"}, []
     )
@@ -194,7 +197,8 @@ def test_bandwidth_records_skip_the_first_trial_and_count_stream_bytes() -> None
     best = next(r for r in out.records if r.params.get("stat") == "best")
     assert best.value == pytest.approx(240e6 / 0.020 / 1e9)  # 12 GB/s: the 1 ms first trial is left out
     eff = next(r for r in out.records if r.metric == "efficiency")
-    assert eff.value == pytest.approx(0.5) and eff.params["nominal_gbps"] == 24.0
+    assert eff.value == pytest.approx(0.5) and eff.annotations["nominal_gbps"] == 24.0
+    assert best.params["array_bytes"] == 80_000_000 and best.annotations["bytes"] == 240_000_000
     assert out.samples[0].values == (1.0, 30.0, 20.0, 40.0)
     assert agent_bw.BYTES_PER_ELEMENT == {"read": 8, "copy": 16, "triad": 24}
 
@@ -246,16 +250,16 @@ def test_thread_sweep_flags_more_threads_slower() -> None:
         ctx("threads"), Group("big", (4, 5, 6, 7), True), {1: 10.0, 2: 6.0, 3: 6.1, 4: 9.0}, 0.05
     )
     best = next(r for r in out.records if r.metric == "best_threads")
-    assert best.value == 2 and best.params["more_threads_slower"] and best.params["slower_at"] == [4]
+    assert best.value == 2 and best.annotations["more_threads_slower"] and best.annotations["slower_at"] == [4]
     assert best.params["affinity"] == [4, 5, 6, 7] and best.params["cluster"] == "big"
     speed = {r.params["threads"]: r.value for r in out.records if r.metric == "thread_speedup"}
     assert speed[2] == pytest.approx(10 / 6) and speed[1] == 1.0
-    slow = {r.params["threads"]: r.params["slower"] for r in out.records if r.metric == "thread_slowdown"}
+    slow = {r.params["threads"]: r.annotations["slower"] for r in out.records if r.metric == "thread_slowdown"}
     assert slow == {2: False, 3: False, 4: True}
     assert out.warnings and "threads=4" in out.warnings[0]
     clean = sweep_records(ctx("threads"), Group("all", (0, 1), False), {1: 10.0, 2: 5.0}, 0.05)
     best = next(r for r in clean.records if r.metric == "best_threads")
-    assert not best.params["more_threads_slower"] and "affinity" not in best.params and not clean.warnings
+    assert not best.annotations["more_threads_slower"] and "affinity" not in best.params and not clean.warnings
 
 
 # ---- ceilings from the store ---------------------------------------------------------------------------
@@ -321,14 +325,14 @@ def test_ceilings_come_from_the_latest_runs(tmp_path: Path) -> None:
 
 # ---- parameters ----------------------------------------------------------------------------------------
 def test_params_parse_and_reject_bad_values() -> None:
-    assert int_list({"threads": "1-3,6"}, "threads") == [1, 2, 3, 6]
-    assert int_list({"sizes": [512, "256"]}, "sizes") == [256, 512]
-    assert thread_counts({}, 4) == [1, 2, 3, 4]
-    assert thread_counts({"threads": "max"}, 4) == [4]
-    assert thread_counts({"threads": 2}, 4) == [2]
-    assert shape_triples(["1x4096x4096", [2, 3, 4]]) == [(1, 4096, 4096), (2, 3, 4)]
-    assert shape_triples(False) == []
-    with pytest.raises(UserError, match="threads"):
-        int_list({"threads": "two"}, "threads")
-    with pytest.raises(UserError, match="GEMM shape"):
-        shape_triples(["1x2"])
+    assert MatmulParams.parse({"threads": "1-3,6"}).threads == (1, 2, 3, 6)
+    assert MatmulParams.parse({"sizes": [512, "256"]}).sizes == (256, 512)
+    assert thread_counts(None, 4) == [1, 2, 3, 4]
+    assert thread_counts(MatmulParams.parse({"threads": "max"}).threads, 4) == [4]
+    assert thread_counts(MatmulParams.parse({"threads": 2}).threads, 4) == [2]
+    assert MatmulParams.parse({"skinny": ["1x4096x4096", [2, 3, 4]]}).skinny == ((1, 4096, 4096), (2, 3, 4))
+    assert MatmulParams.parse({"skinny": False}).skinny is False
+    with pytest.raises(ParamError, match="threads"):
+        MatmulParams.parse({"threads": "two"})
+    with pytest.raises(ParamError, match="GEMM shape"):
+        MatmulParams.parse({"skinny": ["1x2"]})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import base64
 import io
 import json
@@ -48,7 +50,8 @@ def bench(run: str, device: str, model: str, p50: float, rss: float, slow: float
             "max": p50 * 1.6,
         }.items()
     ]
-    out.append(rec(run, device, "bench", model, "peak_rss_mb", rss, "MB", threads=2, rss_before_load_mb=30.0))
+    memory = rec(run, device, "bench", model, "peak_rss_mb", rss, "MB", threads=2)
+    out.append(dataclasses.replace(memory, annotations={"rss_before_load_mb": 30.0}))
     out.append(rec(run, device, "bench", model, "load_ms", 20.0, "ms", threads=2))
     return out
 

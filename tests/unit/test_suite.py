@@ -118,10 +118,7 @@ def test_job_keys_are_stable_across_loads_and_processes(suite_dir: Path) -> None
     assert [j.key for j in plan(load_suite(path), timeout_s=5)] == keys
 
 
-def test_model_free_probes_run_once_per_device(suite_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from edgebench import probes
-
-    monkeypatch.setitem(probes.PROBES, "bandwidth", "bandwidth:run_bandwidth")
+def test_model_free_probes_run_once_per_device(suite_dir: Path) -> None:
     path = write(
         suite_dir,
         """
@@ -289,7 +286,7 @@ def test_the_shipped_suites_load_and_plan(tmp_path: Path) -> None:
 
 def test_probe_modules_check_their_param_values_at_load(suite_dir: Path) -> None:
     path = write(suite_dir, HEAD + '[[probe]]\nkind = "thermal"\nparams = {duration_s = -5}\n')
-    with pytest.raises(ConfigError, match=r"suite.toml: probe\[0\].params: .*duration_s"):
+    with pytest.raises(ConfigError, match=r"suite.toml: probe\[0\].params.duration_s: must be positive"):
         load_suite(path)
 
 

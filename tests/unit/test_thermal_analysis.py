@@ -150,27 +150,29 @@ def test_records_carry_series_summary_and_raw_samples() -> None:
     assert any("pass line" in w for w in out.warnings)
     raw = {(s.metric, s.params.get("series")): s for s in out.samples}
     assert len(raw[("latency_ms", "inference")].values) == lats.size
-    assert raw[("inference_t_s", "inference")].params["origin_monotonic_s"] == 100.0
+    assert raw[("inference_t_s", "inference")].annotations["origin_monotonic_s"] == 100.0
+    assert "origin_monotonic_s" not in raw[("inference_t_s", "inference")].params
     assert len(raw[("temp_c", "sensor")].values) == log.t.size
 
 
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"duration_s": 0}, "duration_s must be positive"),
-        ({"duration_s": "long"}, "duration_s must be a number"),
-        ({"duration_s": 10, "window_s": 20}, "window_s 20 is longer than duration_s 10"),
-        ({"rate_hz": -1}, "rate_hz must be zero or more"),
+        ({"duration_s": 0}, "duration_s: must be positive"),
+        ({"duration_s": "long"}, "duration_s: expected a number"),
+        ({"duration_s": float("inf")}, "duration_s: must be finite"),
+        ({"duration_s": 10, "window_s": 20}, "window_s: 20 s is longer than duration_s 10 s"),
+        ({"rate_hz": -1}, "rate_hz: must be at least 0"),
     ],
 )
 def test_bad_params_are_refused_before_the_device(params: dict, message: str) -> None:
-    from edgebench.errors import UserError
-    from edgebench.probes import power, thermal
+    from edgebench.probes.params import ParamError
+    from edgebench.probes.registry import PowerParams, ThermalParams
 
-    with pytest.raises(UserError, match=f"probe thermal: {message}"):
-        thermal.check_params(params)
+    with pytest.raises(ParamError, match=message):
+        ThermalParams.parse(params)
     if "window_s" not in params:
-        with pytest.raises(UserError, match=f"probe power: {message}"):
-            power.check_params(params)
-    thermal.check_params({"duration_s": 20, "window_s": 1, "rate_hz": 5, "margin": 0.2})
-    power.check_params({"duration_s": 6, "idle_s": 3, "rate_hz": 0})
+        with pytest.raises(ParamError, match=message):
+            PowerParams.parse(params)
+    ThermalParams.parse({"duration_s": 20, "window_s": 1, "rate_hz": 5, "margin": 0.2})
+    PowerParams.parse({"duration_s": 6, "idle_s": 3, "rate_hz": 0})

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ...analysis.fit import Budget, observations
-from ...records import Record, Samples
+from ...records import Record, RecordKey, Samples
 
 # Metrics where a higher value is better (everything else compared in deltas is better lower).
 HIGHER_IS_BETTER = {
@@ -549,7 +549,7 @@ def history(
 def deltas(records: Sequence[Record], run_order: Sequence[str], threshold: float = 0.05) -> pd.DataFrame:
     """With two or more runs: each measurement in the earliest run that has it vs the latest that has it."""
     order = {rid: i for i, rid in enumerate(run_order)}
-    by_key: dict[tuple, dict[str, float]] = {}
+    by_key: dict[RecordKey, dict[str, float]] = {}
     for r in records:
         if (
             r.metric not in DELTA_METRICS
@@ -559,17 +559,11 @@ def deltas(records: Sequence[Record], run_order: Sequence[str], threshold: float
             or "t_s" in r.params
         ):
             continue
-        key = (
-            r.device,
-            r.model or "",
-            r.runtime or "",
-            r.probe,
-            r.metric,
-            json.dumps(r.params, sort_keys=True, default=str),
-        )
-        by_key.setdefault(key, {})[r.run_id] = r.value
+        by_key.setdefault(r.key(), {})[r.run_id] = r.value  # the one pairing rule, as the gate pairs
     rows = []
-    for (device, model, runtime, probe, metric, params), values in sorted(by_key.items()):
+    for key, values in sorted(by_key.items()):
+        device, probe, metric, params = key.device, key.probe, key.metric, key.params
+        model, runtime = ("" if v == "-" else v for v in (key.model, key.runtime))
         if len(values) < 2:
             continue
         runs = sorted(values, key=order.__getitem__)

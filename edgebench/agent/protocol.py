@@ -1,0 +1,253 @@
+"""The agent protocol: the task the host sends and the document the agent prints, typed and versioned.
+
+Standard library only: the agent runs on devices that have nothing else, and the host imports these same
+definitions to build tasks and read replies, so both sides agree by construction. A task travels as JSON
+(`Task.to_json`); the agent checks it against its dataclass (`parse_task`): an unknown kind, an unknown or
+missing field, or a value of the wrong type is a usage error naming the field. The reply carries
+`PROTOCOL`; the host refuses a reply of another version (a stale or foreign agent) with one line.
+
+Versions:
+  1 — tasks and replies as untyped JSON; timing knobs named warmup_runs, warmup_s, min_s, max_s.
+  2 — typed tasks (unknown fields refused); the timing knobs named as everywhere else: warmup,
+      warmup_seconds, runs, min_seconds, max_seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypedDict
+
+PROTOCOL = 2
+
+
+class ProtocolError(ValueError):
+    """A task that does not match its declaration."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """Base of every task. `KIND` is the value of the `kind` field on the wire."""
+
+    KIND: ClassVar[str] = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.KIND, **dataclasses.asdict(self)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+
+# ---- model tasks ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelTask(Task):
+    """What every task that runs a model carries."""
+
+    model: str = ""
+    runtime: str = "onnxruntime"
+    threads: int = 0
+    shapes: dict[str, list[int]] = field(default_factory=dict)
+    seed: int = 0
+    inputs: str | None = None
+    affinity: list[int] | None = None
+
+
+@dataclass(frozen=True)
+class BenchTask(ModelTask):
+    KIND = "bench"
+    warmup: int = 1
+    warmup_seconds: float = 0.5
+    runs: int = 100
+    min_seconds: float = 1.0
+    max_seconds: float = 60.0
+
+
+@dataclass(frozen=True)
+class OutputsTask(ModelTask):
+    KIND = "outputs"
+    out: str = ""
+    inputs_out: str | None = None
+
+
+@dataclass(frozen=True)
+class ProfileTask(ModelTask):
+    KIND = "profile"
+    runs: int = 20
+    warmup: int = 3
+    profile_dir: str = ""
+    calibration_model: str | None = None
+    token: str = ""
+
+
+@dataclass(frozen=True)
+class SensitivityTask(ModelTask):
+    KIND = "sensitivity"
+    weights: str = ""
+    layers: list[list[str]] = field(default_factory=list)  # [weight key, input name] per layer
+
+
+@dataclass(frozen=True)
+class SustainedTask(ModelTask):
+    """A model run for `duration_s` (back to back, or at `rate_hz`) while the sensors are sampled."""
+
+    duration_s: float = 60.0
+    rate_hz: float = 0.0
+    warmup: int = 1
+    warmup_seconds: float = 0.5
+    sensors: dict[str, Any] = field(default_factory=dict)
+    dumpsys: bool = True
+
+
+@dataclass(frozen=True)
+class ThermalTask(SustainedTask):
+    KIND = "thermal"
+
+
+@dataclass(frozen=True)
+class PowerTask(SustainedTask):
+    KIND = "power"
+    idle_s: float = 10.0
+    idle_after_s: float = 10.0
+    monitor: bool = False
+
+
+# ---- device tasks --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class InfoTask(Task):
+    KIND = "info"
+
+
+@dataclass(frozen=True)
+class IdleTask(Task):
+    KIND = "idle"
+    sensors: dict[str, Any] = field(default_factory=dict)
+    margin_c: float = 2.0
+    timeout_s: float = 600.0
+    period_s: float = 1.0
+    min_observe_s: float = 10.0
+    idle_c: dict[str, float] | float | None = None
+
+
+@dataclass(frozen=True)
+class SampleTask(Task):
+    KIND = "sample"
+    sensors: dict[str, Any] = field(default_factory=dict)
+    duration_s: float = 0.0
+    dumpsys: bool = False
+
+
+@dataclass(frozen=True)
+class MatmulTask(Task):
+    KIND = "matmul"
+    backend: str = "numpy"
+    dtypes: list[str] = field(default_factory=list)
+    ops: list[str] | None = None
+    threads: list[int] = field(default_factory=list)
+    affinity: list[int] | None = None
+    sizes: list[int] | None = None
+    skinny: list[list[int]] | None = None
+    skip_square: bool = False
+    seed: int = 0
+    budget_s: float = 600.0
+    trials: int | None = None
+    start: int | None = None
+    min_top: int | None = None
+    max_size: int | None = None
+    warmup_seconds: float | None = None
+    min_trial_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class BandwidthTask(Task):
+    KIND = "bandwidth"
+    kernels: list[str] = field(default_factory=list)
+    threads: list[int] = field(default_factory=list)
+    affinity: list[int] | None = None
+    trials: int = 10
+    budget_s: float = 600.0
+    llc_bytes: int | None = None
+    array_bytes: int | None = None
+    block_bytes: int | None = None
+
+
+TASKS: dict[str, type[Task]] = {
+    t.KIND: t
+    for t in (
+        InfoTask, BenchTask, OutputsTask, ProfileTask, SensitivityTask, ThermalTask, PowerTask, IdleTask,
+        SampleTask, MatmulTask, BandwidthTask,
+    )
+}  # fmt: skip
+
+
+def parse_task(document: Any) -> Task:
+    """The typed task a JSON document describes; anything off is a ProtocolError naming the field."""
+    if not isinstance(document, dict):
+        raise ProtocolError("a task is a JSON object")
+    kind = document.get("kind")
+    cls = TASKS.get(kind)  # type: ignore[arg-type]
+    if cls is None:
+        raise ProtocolError(f"unknown task kind {kind!r} (known: {', '.join(sorted(TASKS))})")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    values = {k: v for k, v in document.items() if k != "kind"}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ProtocolError(f"task {kind}: unknown field '{unknown[0]}' (protocol {PROTOCOL})")
+    for name, value in values.items():
+        if not _matches(value, hints[name]):
+            raise ProtocolError(f"task {kind}: field '{name}' has the wrong type ({type(value).__name__})")
+    return cls(**values)
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    """A shallow runtime check of a JSON value against a field's annotation."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        return any(_matches(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is Any:
+        return True
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin is list:
+        return isinstance(value, list)
+    if origin is dict:
+        return isinstance(value, dict)
+    return isinstance(value, hint)
+
+
+# ---- replies -------------------------------------------------------------------------------------------
+class ErrorInfo(TypedDict):
+    type: str  # model, input, usage, runtime, charging, crash, ...
+    message: str
+
+
+class Reply(TypedDict, total=False):
+    """The one JSON document the agent prints."""
+
+    ok: bool
+    protocol: int
+    kind: str
+    result: dict[str, Any]
+    warnings: list[str]
+    error: ErrorInfo
+
+
+class BenchResult(TypedDict, total=False):
+    runtime: str
+    runtime_version: str
+    threads: int
+    affinity: list[int] | None
+    load_ms: float
+    first_inference_ms: float
+    warmup: int
+    warmup_seconds: float
+    latencies_ms: list[float]
+    peak_rss_mb: float
+    rss_before_load_mb: float | None
+    inputs: dict[str, Any]

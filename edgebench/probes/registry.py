@@ -1,0 +1,526 @@
+"""The probe registry: every probe kind as one typed object (its params, whether it needs a model, its
+Python-agent and native-runner implementations, and which record params are annotations).
+
+Light on purpose (standard library only): suites, the command line, the store's migrations and the probes
+themselves all read it. Implementations are "module:function" in `edgebench.probes`, imported on use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .params import IDENTITY as ID
+from .params import POLICY as PO
+from .params import ParamError, ProbeParams, param
+
+RUNTIMES = ("onnxruntime", "mnn")
+DTYPES = ("fp32", "fp16", "int8")
+MATMUL_BACKENDS = ("numpy", "onnxruntime", "mnn")
+ORT_OPS = ("MatMul", "MatMulInteger", "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulInteger:u8u8")
+BANDWIDTH_KERNELS = ("read", "copy", "triad")
+PRECISIONS = ("fp32", "fp16", "low")
+MIN_BITS, MAX_BITS = 2, 8
+
+# ---- fields many kinds share (one declaration, one name, one check) ----------------------------------
+_THREADS = ("Intra-op threads (0 = the runtime's default).",)
+_AFFINITY = "Pin the agent to these CPUs, e.g. 4-7 or 0,2."
+_SHAPES = "Input shapes for dynamic dimensions: NAME=DIMS like input=1x3x224x224."
+_INPUTS = ".npz with one array per model input (default: seeded random inputs)."
+_SEED = "Seed of the random inputs."
+
+
+def _threads() -> Any:
+    return param(0, ID, "int", _THREADS[0], minimum=0)
+
+
+def _affinity() -> Any:
+    return param(None, ID, "cpus", _AFFINITY)
+
+
+def _shapes() -> Any:
+    return param(None, ID, "shapes", _SHAPES, flag="--shape")
+
+
+def _inputs() -> Any:
+    return param(None, ID, "path", _INPUTS)
+
+
+def _seed() -> Any:
+    return param(0, PO, "int", _SEED, minimum=0)
+
+
+def _sweep_threads() -> Any:
+    return param(
+        None,
+        ID,
+        "ints",
+        "Thread counts, e.g. 1-4, 1,2,4 or max (default: 1..all).",
+        minimum=1,
+        allow_max=True,
+    )
+
+
+# ---- params of each kind ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BenchParams(ProbeParams):
+    KIND = "bench"
+    threads: int = _threads()
+    affinity: tuple[int, ...] | None = _affinity()
+    shapes: dict[str, tuple[int, ...]] | None = _shapes()
+    inputs: str | None = _inputs()
+    seed: int = _seed()
+    runs: int = param(100, PO, "int", "At least this many timed runs.", minimum=1)
+    warmup: int = param(1, PO, "int", "At least this many warm-up runs (and warmup_seconds).", minimum=0)
+    warmup_seconds: float = param(0.5, PO, "float", "At least this long warming up.", unit="s", minimum=0)
+    min_seconds: float = param(1.0, PO, "float", "Sample for at least this long.", unit="s", minimum=0)
+    max_seconds: float = param(60.0, PO, "float", "Stop sampling after this long.", unit="s", positive=True)
+    delegate: str | None = param(
+        None,
+        ID,
+        "str",
+        "Native runners: delegate or execution provider (nnapi, gpu, qnn, opencl...).",
+        native_only=True,
+    )
+    precision: str | None = param(
+        None, ID, "choice", "Native runners: fp32, fp16 or low.", choices=PRECISIONS, native_only=True
+    )
+    invocations: int = param(
+        1,
+        PO,
+        "int",
+        "Native runners: repeat the tool N times for a distribution.",
+        minimum=1,
+        native_only=True,
+    )
+    runner: str | None = param(
+        None, ID, "str", "Native runners: which runner of the descriptor.", native_only=True, cli=False
+    )
+    profile: bool = param(
+        False, PO, "bool", "Native runners: ask the tool for per-op times.", native_only=True, cli=False
+    )
+
+    def check(self) -> None:
+        if self.max_seconds < self.min_seconds:
+            raise ParamError(
+                "max_seconds", f"{self.max_seconds:g} s is below min_seconds {self.min_seconds:g} s"
+            )
+
+
+@dataclass(frozen=True)
+class MatmulParams(ProbeParams):
+    KIND = "matmul"
+    dtype: tuple[str, ...] | None = param(
+        None, ID, "choices", "fp32, fp16, int8 (default: all).", choices=DTYPES
+    )
+    backend: tuple[str, ...] | None = param(
+        None, ID, "choices", "numpy, onnxruntime, mnn (default: all present).", choices=MATMUL_BACKENDS
+    )
+    ops: tuple[str, ...] | None = param(
+        None, ID, "choices", "onnxruntime ops to try (default: all for the dtype).", choices=ORT_OPS
+    )
+    threads: tuple[int, ...] | str | None = _sweep_threads()
+    affinity: tuple[int, ...] | None = _affinity()
+    sizes: tuple[int, ...] | None = param(
+        None,
+        ID,
+        "ints",
+        "Square sizes, e.g. 512,1024 (default: swept until the rate stops growing).",
+        minimum=2,
+    )
+    skinny: tuple[tuple[int, int, int], ...] | bool | None = param(
+        None,
+        ID,
+        "gemms",
+        "Decode-style GEMMs MxNxK (default 1x1024x1024, 1x4096x4096, 1x11008x4096; false: none).",
+    )
+    square: bool = param(True, ID, "bool", "Measure square sizes (false: only the skinny shapes).")
+    trials: int | None = param(None, PO, "int", "Timed trials per configuration (default 7).", minimum=1)
+    start: int | None = param(None, PO, "int", "First size of the sweep (default 128).", minimum=2)
+    min_top: int | None = param(None, PO, "int", "Sweep at least up to this size (default 2048).", minimum=2)
+    max_size: int | None = param(None, PO, "int", "Never beyond this size (default 8192).", minimum=2)
+    warmup_seconds: float | None = param(None, PO, "float", "Warm-up before each size.", unit="s", minimum=0)
+    min_trial_seconds: float | None = param(
+        None, PO, "float", "Shortest trial (calls are looped up to it).", unit="s", minimum=0
+    )
+    max_seconds: float = param(600.0, PO, "float", "Time budget of each agent call.", unit="s", minimum=1)
+    seed: int = _seed()
+
+    def check(self) -> None:
+        if self.skinny is False and self.square is False:
+            raise ParamError("square", "square = false needs skinny shapes (skinny is false)")
+
+
+@dataclass(frozen=True)
+class BandwidthParams(ProbeParams):
+    KIND = "bandwidth"
+    kernel: tuple[str, ...] | None = param(
+        None, ID, "choices", "read, copy, triad (default: all).", choices=BANDWIDTH_KERNELS
+    )
+    threads: tuple[int, ...] | str | None = _sweep_threads()
+    affinity: tuple[int, ...] | None = _affinity()
+    array_mb: float | None = param(
+        None, ID, "float", "Size of each array (default: 4x the last-level cache).", unit="MiB", positive=True
+    )
+    llc_mb: float | None = param(
+        None,
+        PO,
+        "float",
+        "Last-level cache size to size arrays by (default: sysfs or the descriptor).",
+        unit="MiB",
+        positive=True,
+    )
+    block_kb: float | None = param(None, PO, "float", "Block of the blocked kernels.", unit="KiB", minimum=1)
+    trials: int = param(10, PO, "int", "Timed trials per kernel and thread count.", minimum=1)
+    max_seconds: float = param(600.0, PO, "float", "Time budget of each agent call.", unit="s", minimum=1)
+
+
+@dataclass(frozen=True)
+class ThreadsParams(ProbeParams):
+    KIND = "threads"
+    threads: tuple[int, ...] | str | None = _sweep_threads()
+    affinity: tuple[int, ...] | None = _affinity()
+    clusters: tuple[str, ...] | None = param(None, ID, "strs", "Only these spec.cpu_clusters.")
+    per_cluster: bool = param(True, ID, "bool", "Also sweep each CPU cluster of the descriptor.")
+    shapes: dict[str, tuple[int, ...]] | None = _shapes()
+    inputs: str | None = _inputs()
+    seed: int = _seed()
+    slower_margin: float = param(
+        0.05, PO, "float", "More threads count as slower beyond this margin.", minimum=0
+    )
+    runs: int = param(100, PO, "int", "At least this many timed runs per point.", minimum=1)
+    warmup: int = param(1, PO, "int", "At least this many warm-up runs per point.", minimum=0)
+    warmup_seconds: float = param(0.5, PO, "float", "At least this long warming up.", unit="s", minimum=0)
+    min_seconds: float = param(
+        1.0, PO, "float", "Sample each point for at least this long.", unit="s", minimum=0
+    )
+    max_seconds: float = param(
+        60.0, PO, "float", "Stop sampling a point after this long.", unit="s", positive=True
+    )
+
+
+@dataclass(frozen=True)
+class RooflineParams(ProbeParams):
+    KIND = "roofline"
+    shapes: dict[str, tuple[int, ...]] | None = _shapes()
+    values: dict[str, Any] | None = param(
+        None, ID, "mapping", "Values of inputs that set shapes (NAME = [..]).", cli=False
+    )
+    threads: int = _threads()
+    affinity: tuple[int, ...] | None = _affinity()
+    bench: bool = param(True, PO, "bool", "Bench the model for its efficiency against the floor.")
+    matmul: dict[str, Any] | None = param(
+        None, PO, "table", "Params of the matmul ceiling run.", table="matmul", cli=False
+    )
+    bandwidth: dict[str, Any] | None = param(
+        None, PO, "table", "Params of the bandwidth ceiling run.", table="bandwidth", cli=False
+    )
+    ceilings: dict[str, Any] | None = param(
+        None, PO, "mapping", "Ceilings found in the store.", cli=False, suite=False
+    )
+    measured: dict[str, Any] | None = param(
+        None, PO, "mapping", "Latency found in the store.", cli=False, suite=False
+    )
+
+
+@dataclass(frozen=True)
+class ThermalParams(ProbeParams):
+    KIND = "thermal"
+    threads: int = _threads()
+    affinity: tuple[int, ...] | None = _affinity()
+    shapes: dict[str, tuple[int, ...]] | None = _shapes()
+    inputs: str | None = _inputs()
+    seed: int = _seed()
+    duration_s: float = param(1200.0, ID, "float", "Length of the sustained run.", unit="s", positive=True)
+    rate_hz: float = param(0.0, ID, "float", "Inferences per second (0: back to back).", unit="Hz", minimum=0)
+    window_s: float | None = param(
+        None,
+        ID,
+        "float",
+        "Window of the latency series (default: about 1/100 of the run, at most 10 s).",
+        unit="s",
+        positive=True,
+    )
+    margin: float = param(0.10, PO, "float", "Slowdown that counts as throttling.", minimum=0)
+    hold_s: float | None = param(
+        None, PO, "float", "Throttling must last this long.", unit="s", positive=True
+    )
+    period_s: float = param(0.25, PO, "float", "Sensor sampling period.", unit="s", positive=True)
+    warmup: int = param(1, PO, "int", "At least this many warm-up runs.", minimum=0)
+    warmup_seconds: float = param(0.5, PO, "float", "At least this long warming up.", unit="s", minimum=0)
+    cooldown: bool = param(True, PO, "bool", "Wait for the device to cool down first.")
+    cooldown_timeout_s: float = param(
+        600.0, PO, "float", "Give up waiting for the cool-down after this long.", unit="s", minimum=0
+    )
+    cooldown_margin_c: float = param(2.0, PO, "float", "Cool means within this of idle.", unit="C", minimum=0)
+    cooldown_period_s: float = param(1.0, PO, "float", "Cool-down sensor period.", unit="s", positive=True)
+    cooldown_observe_s: float = param(
+        10.0, PO, "float", "Watch the cooling curve at least this long.", unit="s", minimum=0
+    )
+    idle_c: float | None = param(
+        None, PO, "float", "The device's idle temperature, if known.", unit="C", cli=False
+    )
+
+    def check(self) -> None:
+        if self.window_s is not None and self.window_s > self.duration_s:
+            raise ParamError(
+                "window_s", f"{self.window_s:g} s is longer than duration_s {self.duration_s:g} s"
+            )
+
+
+@dataclass(frozen=True)
+class PowerParams(ProbeParams):
+    KIND = "power"
+    threads: int = _threads()
+    affinity: tuple[int, ...] | None = _affinity()
+    shapes: dict[str, tuple[int, ...]] | None = _shapes()
+    inputs: str | None = _inputs()
+    seed: int = _seed()
+    duration_s: float = param(60.0, PO, "float", "Length of the active phase.", unit="s", positive=True)
+    rate_hz: float = param(0.0, ID, "float", "Inferences per second (0: back to back).", unit="Hz", minimum=0)
+    idle_s: float = param(10.0, PO, "float", "Idle phase before the run.", unit="s", positive=True)
+    idle_after_s: float | None = param(
+        None, PO, "float", "Idle phase after the run (default: idle_s).", unit="s", minimum=0
+    )
+    period_s: float = param(0.25, PO, "float", "Sensor sampling period.", unit="s", positive=True)
+    trim_s: float | None = param(
+        None,
+        PO,
+        "float",
+        "Phase edges left out (default: two sensor periods, at least 0.5 s).",
+        unit="s",
+        minimum=0,
+    )
+    warmup: int = param(1, PO, "int", "At least this many warm-up runs.", minimum=0)
+    warmup_seconds: float = param(0.5, PO, "float", "At least this long warming up.", unit="s", minimum=0)
+    runs: int | None = param(
+        None,
+        PO,
+        "int",
+        "Native runners: inferences per runner invocation (default: 100).",
+        minimum=1,
+        native_only=True,
+    )
+    delegate: str | None = param(
+        None, ID, "str", "Native runners: delegate or execution provider.", native_only=True
+    )
+    precision: str | None = param(
+        None, ID, "choice", "Native runners: fp32, fp16 or low.", choices=PRECISIONS, native_only=True
+    )
+    runner: str | None = param(
+        None, ID, "str", "Native runners: which runner of the descriptor.", native_only=True, cli=False
+    )
+
+
+@dataclass(frozen=True)
+class ProfileParams(ProbeParams):
+    KIND = "profile"
+    threads: int = _threads()
+    affinity: tuple[int, ...] | None = _affinity()
+    shapes: dict[str, tuple[int, ...]] | None = _shapes()
+    inputs: str | None = _inputs()
+    seed: int = _seed()
+    runs: int = param(20, PO, "int", "Profiled runs.", minimum=1)
+    warmup: int = param(3, PO, "int", "Warm-up runs before profiling.", minimum=0)
+
+
+@dataclass(frozen=True)
+class AccuracyParams(ProbeParams):
+    KIND = "accuracy"
+    reference: str | None = param(
+        None,
+        ID,
+        "path",
+        "The fp32 reference model (a file, builtin:NAME or a suite model's name).",
+        cli=False,
+    )
+    reference_runtime: str | None = param(
+        None, ID, "choice", "Runtime of the reference (default: from its file).", choices=RUNTIMES
+    )
+    threads: int = _threads()
+    shapes: dict[str, tuple[int, ...]] | None = _shapes()
+    inputs: str | None = _inputs()
+    seed: int = _seed()
+
+
+@dataclass(frozen=True)
+class SensitivityParams(ProbeParams):
+    KIND = "sensitivity"
+    bits: int = param(
+        8, ID, "int", "Weight bit width of the fake quantization.", minimum=MIN_BITS, maximum=MAX_BITS
+    )
+    threads: int = _threads()
+    shapes: dict[str, tuple[int, ...]] | None = _shapes()
+    inputs: str | None = _inputs()
+    seed: int = _seed()
+
+
+# ---- the kinds ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ProbeKind:
+    """One probe kind: everything the harness knows about it before it runs."""
+
+    name: str
+    params: type[ProbeParams]
+    needs_model: bool
+    python: str  # "module:function" in edgebench.probes, for devices running the Python agent
+    native: str | None = None  # the same for devices with agent = "native" (runner binaries)
+    # Record params that version 1 stores kept in `params` though they describe a measurement rather than
+    # identify it (sample counts, sizes the agent chose, paths, the ceilings used): the v1 -> v2 migration
+    # moves them to `annotations`, where the probes now write them.
+    v1_annotations: frozenset[str] = frozenset()
+    help: str = ""
+
+    def implementation(self, agent: str = "python") -> Callable[..., Any]:
+        target = self.native if agent == "native" else self.python
+        if target is None:
+            raise ParamError("kind", f"probe '{self.name}' has no implementation for {agent} devices")
+        module, func = target.split(":")
+        return getattr(importlib.import_module(f"{__package__}.{module}"), func)
+
+
+# How a measurement was taken, on every kind: version 1 stores kept these in record params.
+_POLICY_IN_V1 = frozenset({"runs", "warmup", "warmup_seconds", "min_seconds", "max_seconds", "seed"})
+
+KINDS: dict[str, ProbeKind] = {
+    k.name: k
+    for k in (
+        ProbeKind(
+            "bench",
+            BenchParams,
+            True,
+            "bench:run_bench",
+            "native:run_native_bench",
+            frozenset({"rss_before_load_mb", "n", "sample", "aggregated_by", "path"}),
+            "Model latency percentiles, load time, first inference, peak memory.",
+        ),
+        ProbeKind(
+            "matmul",
+            MatmulParams,
+            False,
+            "matmul:run_matmul",
+            "native:run_native_matmul",
+            frozenset({"nominal_tops", "path", "emulated", "trial_s"}),
+            "Effective TOPS of GEMM per dtype, backend, size and thread count.",
+        ),
+        ProbeKind(
+            "bandwidth",
+            BandwidthParams,
+            False,
+            "bandwidth:run_bandwidth",
+            "native:run_native_bandwidth",
+            frozenset({"bytes", "llc_bytes", "nominal_gbps", "path"}),
+            "STREAM-style read, copy and triad memory bandwidth.",
+        ),
+        ProbeKind(
+            "threads",
+            ThreadsParams,
+            True,
+            "threads:run_threads",
+            None,
+            frozenset({"rss_before_load_mb"}),
+            "A model's latency for every thread count, per CPU cluster, and the fastest.",
+        ),
+        ProbeKind(
+            "roofline",
+            RooflineParams,
+            True,
+            "roofline:run_roofline",
+            None,
+            frozenset(
+                {
+                    "branch_choice",
+                    "by_dtype",
+                    "stored_weight_bytes",
+                    "input_bytes",
+                    "output_bytes",
+                    "floor_bytes",
+                    "floor_flops",
+                    "bandwidth_gbps",
+                    "bandwidth_run",
+                    "compute_ms",
+                    "memory_ms",
+                    "peak_tops",
+                    "matmul_run",
+                    "measured_ms",
+                    "measured_run",
+                }
+            ),
+            "FLOPs, weight bytes, the latency floor and what bounds the model.",
+        ),
+        ProbeKind(
+            "thermal",
+            ThermalParams,
+            True,
+            "thermal:run_thermal",
+            "native_sustained:run_native_thermal",
+            frozenset({"margin_c", "duration_s", "origin_monotonic_s"}),
+            "A sustained run: throttle onset, sustained ratio, stability.",
+        ),
+        ProbeKind(
+            "power",
+            PowerParams,
+            True,
+            "power:run_power",
+            "native_sustained:run_native_power",
+            frozenset(
+                {
+                    "samples_idle",
+                    "samples_active",
+                    "sample_rate_hz",
+                    "inferences",
+                    "active_s",
+                    "sign",
+                    "sign_calibration",
+                    "origin_monotonic_s",
+                }
+            ),
+            "Power net of idle and energy per inference.",
+        ),
+        ProbeKind(
+            "profile",
+            ProfileParams,
+            True,
+            "profile:run_profile",
+            None,
+            frozenset({"calls", "ops", "correction"}),
+            "Where a model's time goes, per op.",
+        ),
+        ProbeKind(
+            "accuracy",
+            AccuracyParams,
+            True,
+            "accuracy:run_accuracy",
+            None,
+            frozenset(),
+            "A variant's outputs against its fp32 reference.",
+        ),
+        ProbeKind(
+            "sensitivity",
+            SensitivityParams,
+            True,
+            "sensitivity:run_sensitivity",
+            None,
+            frozenset(),
+            "Per-layer quantization sensitivity.",
+        ),
+    )  # fmt: skip
+}
+
+
+def probe_kind(name: str) -> ProbeKind:
+    if name not in KINDS:
+        raise ParamError("kind", f"unknown probe '{name}' (known: {', '.join(sorted(KINDS))})")
+    return KINDS[name]
+
+
+def params_class(name: str) -> type[ProbeParams]:
+    return probe_kind(name).params
+
+
+def v1_annotation_keys(probe: str) -> frozenset[str]:
+    """Params of a version 1 record of this probe that belong in its annotations."""
+    kind = KINDS.get(probe)
+    return _POLICY_IN_V1 | (kind.v1_annotations if kind else frozenset())
