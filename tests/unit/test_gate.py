@@ -322,7 +322,11 @@ def test_native_runner_records_pair_across_run_counts() -> None:
 def test_power_records_pair_across_sample_counts() -> None:
     def side(run: str, samples: int, inferences: int) -> dict[PairKey, Side]:
         ctx = RecordContext(run, "phone", "power", "m", "onnxruntime", {"threads": 0})
-        counts = {"samples_idle": samples, "samples_active": samples * 2, "sample_rate_hz": 4.0 + samples / 100}
+        counts = {
+            "samples_idle": samples,
+            "samples_active": samples * 2,
+            "sample_rate_hz": 4.0 + samples / 100,
+        }
         runs = {**counts, "inferences": inferences, "active_s": inferences / 10}
         return collect_side(
             [

@@ -16,13 +16,12 @@ from edgebench.agent import bandwidth as agent_bw
 from edgebench.agent import matmul as agent_mm
 from edgebench.agent import onnxwrite as ox
 from edgebench.analysis.ceilings import Ceilings, find_ceilings, measured_latency
-from edgebench.errors import UserError
 from edgebench.execution.jobs import Job, JobOutcome
 from edgebench.probes.bandwidth import bandwidth_records
 from edgebench.probes.knobs import thread_counts
+from edgebench.probes.matmul import backend_records, efficiency_records, tops
 from edgebench.probes.params import ParamError
 from edgebench.probes.registry import MatmulParams
-from edgebench.probes.matmul import backend_records, efficiency_records, tops
 from edgebench.probes.threads import Group, sweep_records
 from edgebench.records import RecordContext, utc_now
 from edgebench.results.store import Store
@@ -250,16 +249,22 @@ def test_thread_sweep_flags_more_threads_slower() -> None:
         ctx("threads"), Group("big", (4, 5, 6, 7), True), {1: 10.0, 2: 6.0, 3: 6.1, 4: 9.0}, 0.05
     )
     best = next(r for r in out.records if r.metric == "best_threads")
-    assert best.value == 2 and best.annotations["more_threads_slower"] and best.annotations["slower_at"] == [4]
+    assert (
+        best.value == 2 and best.annotations["more_threads_slower"] and best.annotations["slower_at"] == [4]
+    )
     assert best.params["affinity"] == [4, 5, 6, 7] and best.params["cluster"] == "big"
     speed = {r.params["threads"]: r.value for r in out.records if r.metric == "thread_speedup"}
     assert speed[2] == pytest.approx(10 / 6) and speed[1] == 1.0
-    slow = {r.params["threads"]: r.annotations["slower"] for r in out.records if r.metric == "thread_slowdown"}
+    slow = {
+        r.params["threads"]: r.annotations["slower"] for r in out.records if r.metric == "thread_slowdown"
+    }
     assert slow == {2: False, 3: False, 4: True}
     assert out.warnings and "threads=4" in out.warnings[0]
     clean = sweep_records(ctx("threads"), Group("all", (0, 1), False), {1: 10.0, 2: 5.0}, 0.05)
     best = next(r for r in clean.records if r.metric == "best_threads")
-    assert not best.annotations["more_threads_slower"] and "affinity" not in best.params and not clean.warnings
+    assert (
+        not best.annotations["more_threads_slower"] and "affinity" not in best.params and not clean.warnings
+    )
 
 
 # ---- ceilings from the store ---------------------------------------------------------------------------

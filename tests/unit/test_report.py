@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import base64
+import dataclasses
 import io
 import json
 import re
