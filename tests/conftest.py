@@ -34,3 +34,22 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture
+def tiny_onnx(tmp_path: Path) -> Path:
+    """A one-node ONNX model (Relu over a [1, 4] float input) in the test's temp folder."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    return path
