@@ -163,18 +163,22 @@ def results(
     if as_json:
         print_json(records_json(records, runs=run_ids, errors=errors))
     elif as_csv:
-        import json
         import sys
 
-        frame["params"] = frame["params"].map(lambda p: json.dumps(p, sort_keys=True))
-        frame.to_csv(sys.stdout, index=False)
+        json_columns(frame).to_csv(sys.stdout, index=False)
     elif parquet is not None:
-        import json
-
-        frame["params"] = frame["params"].map(lambda p: json.dumps(p, sort_keys=True))
-        frame.to_parquet(parquet, index=False)
+        json_columns(frame).to_parquet(parquet, index=False)
         note(f"edgebench: wrote {len(frame)} records to {parquet}")
     else:
         show_records(records, f"results ({', '.join(run_ids) if run_ids else 'all runs'})")
         warn([f"{e['device']} {e['probe']} {e['model'] or ''}: {e['error']}" for e in errors], "failed job ")
     return 0
+
+
+def json_columns(frame):  # type: ignore[no-untyped-def]
+    """The dict columns of a records frame as canonical JSON text, for CSV and Parquet."""
+    import json
+
+    for column in ("params", "annotations"):
+        frame[column] = frame[column].map(lambda p: json.dumps(p, sort_keys=True))
+    return frame

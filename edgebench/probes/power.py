@@ -465,11 +465,11 @@ def analyze_power(
     if counts.get("active", 0) == 0:
         raise MeasurementError(
             f"no power samples during the active phase ({series.source}): run longer "
-            "(--duration) or sample faster"
+            "(duration_s) or sample faster"
         )
     idle_values = [v for v in (means.get("idle_before"), means.get("idle_after")) if v is not None]
     if not idle_values:
-        raise MeasurementError(f"no power samples while idle ({series.source}): lengthen --idle")
+        raise MeasurementError(f"no power samples while idle ({series.source}): lengthen idle_s")
     idle = float(np.mean(idle_values))
     active = float(means["active"] or 0.0)
     net = active - idle

@@ -260,7 +260,28 @@ class ThermalParams(ProbeParams):
         10.0, PO, "float", "Watch the cooling curve at least this long.", unit="s", minimum=0
     )
     idle_c: float | None = param(
-        None, PO, "float", "The device's idle temperature, if known.", unit="C", cli=False
+        None,
+        PO,
+        "float",
+        "The device's idle temperature, if known (default: estimated while cooling).",
+        unit="C",
+    )
+    runs: int | None = param(
+        None,
+        PO,
+        "int",
+        "Native runners: inferences per runner invocation (default: 10).",
+        minimum=1,
+        native_only=True,
+    )
+    delegate: str | None = param(
+        None, ID, "str", "Native runners: delegate or execution provider.", native_only=True
+    )
+    precision: str | None = param(
+        None, ID, "choice", "Native runners: fp32, fp16 or low.", choices=PRECISIONS, native_only=True
+    )
+    runner: str | None = param(
+        None, ID, "str", "Native runners: which runner of the descriptor.", native_only=True, cli=False
     )
 
     def check(self) -> None:
@@ -456,7 +477,7 @@ KINDS: dict[str, ProbeKind] = {
             True,
             "thermal:run_thermal",
             "native_sustained:run_native_thermal",
-            frozenset({"margin_c", "duration_s", "origin_monotonic_s"}),
+            frozenset({"margin_c", "duration_s", "origin_monotonic_s", "period_s", "texts"}),
             "A sustained run: throttle onset, sustained ratio, stability.",
         ),
         ProbeKind(
@@ -475,6 +496,8 @@ KINDS: dict[str, ProbeKind] = {
                     "sign",
                     "sign_calibration",
                     "origin_monotonic_s",
+                    "period_s",
+                    "texts",
                 }
             ),
             "Power net of idle and energy per inference.",

@@ -164,9 +164,8 @@ def sensor_samples(ctx: RecordContext, log: SensorLog) -> list[Samples]:
             "sensor_t_s",
             "s",
             log.t.tolist(),
+            {"origin_monotonic_s": log.origin, "period_s": log.period_s},
             series="sensor",
-            origin_monotonic_s=log.origin,
-            period_s=log.period_s,
         )
     ]
     for c in log.channels:
@@ -189,16 +188,16 @@ def sensor_samples(ctx: RecordContext, log: SensorLog) -> list[Samples]:
             )
             out.append(ctx.samples("temp_c", "C", [b for _, b in points], series="android_hal", zone=name))
     for key, changes in log.status.items():
-        # Text statuses keep their change times; the texts themselves go into params.
+        # Text statuses keep their change times; the texts themselves go into the annotations.
         out.append(
             ctx.samples(
                 "status_t_s",
                 "s",
                 [a for a, _ in changes],
+                {"texts": [b for _, b in changes]},
                 series="status",
                 sensor=key,
-                texts=[b for _, b in changes],
-            )
+            )  # fmt: skip
         )
     return out
 

@@ -112,7 +112,7 @@ def probe_gbps(nbytes: int, cpus: list[int]) -> dict[str, float]:
             "kernel": ["read", "copy", "triad"],
             "threads": len(cpus),
             "affinity": cpus,
-            "array_bytes": nbytes,
+            "array_mb": nbytes / 2**20,
             "trials": TRIALS,
         },
     )

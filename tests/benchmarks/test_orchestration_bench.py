@@ -27,6 +27,7 @@ from edgebench.lab.agentpack import build_agent
 from edgebench.lab.descriptors import load_lab
 from edgebench.models.refs import resolve_model
 from edgebench.probes.bench import bench_task
+from edgebench.probes.registry import BenchParams
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "integration"))
 from test_run_fleet import matmul_model  # noqa: E402
@@ -58,12 +59,14 @@ def bare_agent_seconds(folder: Path, calls: int = 3) -> list[float]:
     suite = load_suite(folder / "overhead.toml")
     job = next(j for j in plan(suite) if j.device == "local")
     agent = build_agent(Path(tempfile.gettempdir()) / "edgebench-agent")
-    task = bench_task(job, "onnxruntime", str(resolve_model(str(folder / "mm.onnx")).path), None)
+    task = bench_task(
+        BenchParams.of(job), "onnxruntime", str(resolve_model(str(folder / "mm.onnx")).path), None
+    )
     times = []
     for _ in range(calls):
         start = time.monotonic()
         res = subprocess.run(
-            [sys.executable, str(agent), "--task", json.dumps(task)],
+            [sys.executable, str(agent), "--task", task.to_json()],
             capture_output=True,
             text=True,
             timeout=120,

@@ -85,7 +85,10 @@ def test_results_exports_json_and_csv(workdir: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert {r["metric"] for r in json.loads(res.stdout)["records"]} >= {"latency_ms", "load_ms"}
     csv = edgebench("results", "--csv", cwd=workdir)
-    assert csv.stdout.splitlines()[0] == "run_id,device,probe,model,runtime,metric,value,unit,params,ts"
+    assert (
+        csv.stdout.splitlines()[0]
+        == "run_id,device,probe,model,runtime,metric,value,unit,params,ts,annotations"
+    )
     pq = edgebench("results", "--parquet", str(workdir / "r.parquet"), cwd=workdir)
     assert pq.returncode == 0 and (workdir / "r.parquet").stat().st_size > 0
 

@@ -79,7 +79,9 @@ def test_bench_through_onnxruntime_perf_test(adb_phone_factory, tmp_path: Path) 
     assert ("latency_ms", "p99") not in got  # 8 runs cannot support the p99 the tool printed
     assert "p99 from 8 runs; dropped" in res.stderr
     p50 = got[("latency_ms", "p50")]
-    assert p50["params"]["aggregated_by"] == "tool" and p50["params"]["runner"] == "onnxruntime_perf_test"
+    assert (
+        p50["annotations"]["aggregated_by"] == "tool" and p50["params"]["runner"] == "onnxruntime_perf_test"
+    )
     assert p50["device"] == "stock" and p50["runtime"] == "onnxruntime"
     args = (lab.root / "data/local/tmp/runner-args.txt").read_text().split("\n")
     assert args[:2] == ["-I", "-s"] and "-x" in args and args[args.index("-x") + 1] == "2"
@@ -105,8 +107,8 @@ def test_distribution_from_repeated_invocations(adb_phone_factory, tmp_path: Pat
     shot = run_now(lab.spec(), [job], tmp_path / "s.db", "bench")
     shot.raise_first_error()
     stats = {r.params["stat"]: r for r in shot.records if r.metric == "latency_ms"}
-    assert stats["p50"].params["aggregated_by"] == "edgebench"
-    assert stats["p50"].params["sample"] == "single inference" and stats["p50"].params["n"] == 12
+    assert stats["p50"].annotations["aggregated_by"] == "edgebench"
+    assert stats["p50"].annotations["sample"] == "single inference" and stats["p50"].annotations["n"] == 12
     assert "p99" not in stats and "p90" in stats
     args = (lab.root / "data/local/tmp/runner-args.txt").read_text().split("\n")
     assert args[1:6] == ["1", "1", "0", "4", "2"]  # loop, warmup, forward=CPU, threads, precision
@@ -214,7 +216,7 @@ def test_sustained_run_through_the_runner_finds_the_cap(adb_phone_factory, tmp_p
     onset = rec[("throttle_onset_s", "freq_cap")].value
     assert onset is not None and rec[("throttle_onset_s", "first")].value == onset
     samples = [s for o in shot.outcomes for s in o.samples]
-    origin = next(s.params["origin_monotonic_s"] for s in samples if s.metric == "sensor_t_s")
+    origin = next(s.annotations["origin_monotonic_s"] for s in samples if s.metric == "sensor_t_s")
     # The phone's uptime clock and the host's monotonic clock are the same machine's here.
     assert abs((origin + onset) - capped_at) < 1.0, (origin, onset, capped_at)
     windows = sorted(
@@ -298,12 +300,12 @@ def test_power_through_the_runner_on_the_stock_phone(
     rec = {r.metric: r for r in shot.records if "phase" not in r.params}
     net, energy = rec["power_mw"].value, rec["energy_mj_per_inference"]
     assert net > 100  # the runner's CPU work shows as current above idle
-    expected = net * energy.params["active_s"] / energy.params["inferences"]
+    expected = net * energy.annotations["active_s"] / energy.annotations["inferences"]
     assert math.isclose(energy.value, expected, rel_tol=1e-6)
-    assert energy.params["inferences"] % 9 == 0  # (8 runs + 1 warm-up) per invocation
+    assert energy.annotations["inferences"] % 9 == 0  # (8 runs + 1 warm-up) per invocation
     assert (
         rec["power_mw"].params["runner"] == "onnxruntime_perf_test"
-        and rec["power_mw"].params["samples_idle"] > 5
+        and rec["power_mw"].annotations["samples_idle"] > 5
     )
 
 
@@ -334,8 +336,8 @@ def test_bench_cli_maps_delegate_and_invocations(adb_phone_factory, tmp_path: Pa
     args = (lab.root / "data/local/tmp/runner-args.txt").read_text().split("\n")
     assert args[args.index("-e") + 1] == "nnapi"
     p50 = next(r for r in json.loads(res.stdout)["records"] if r["params"].get("stat") == "p50")
-    assert p50["params"]["aggregated_by"] == "edgebench" and p50["params"]["n"] == 3
-    assert p50["params"]["path"] == "nnapi"
+    assert p50["annotations"]["aggregated_by"] == "edgebench" and p50["annotations"]["n"] == 3
+    assert p50["annotations"]["path"] == "nnapi"
     # On a Python device the runner options are refused, naming the device.
     bad = edgebench("bench", "builtin:convnet", "--delegate", "nnapi", cwd=tmp_path)
     assert bad.returncode == 2 and "--delegate applies to native runners; local" in bad.stderr

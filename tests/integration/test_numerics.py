@@ -223,7 +223,7 @@ def test_accuracy_profile_and_sensitivity_on_every_transport(
     )
     cosines = [r for r in records if r["metric"] == "cosine"]
     assert {r["params"]["node"] for r in cosines} == weight_nodes(subject.path)
-    assert [r["params"]["rank"] for r in cosines] == list(range(1, len(cosines) + 1))
+    assert [r["annotations"]["rank"] for r in cosines] == list(range(1, len(cosines) + 1))
     values = [r["value"] for r in cosines]
     assert values == sorted(values) and all(0.9 < v <= 1.0 + 1e-9 for v in values)
     assert all(r["params"]["bits"] == 8 for r in cosines)

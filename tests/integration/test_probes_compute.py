@@ -46,7 +46,7 @@ def test_matmul_every_backend_and_dtype(workdir: Path) -> None:
     assert all(r["value"] > 0 and r["params"]["threads"] == 1 for r in best)
     assert {r["params"]["operands"] for r in best if r["params"]["op"] == "MatMulInteger"} == {"u8s8"}
     fp16 = [r for r in best if r["params"]["dtype"] == "fp16" and r["params"]["backend"] == "onnxruntime"]
-    assert all("emulated" in r["params"] for r in fp16)  # this x86 CPU provider inserts casts
+    assert all("emulated" in r["annotations"] for r in fp16)  # this x86 CPU provider inserts casts
     assert doc["peak_tops"]["int8"] > 0
     with Store(workdir / "edgebench.db") as st:
         samples = st.samples(probe="matmul")
@@ -65,7 +65,7 @@ def test_bandwidth_for_each_thread_count(workdir: Path) -> None:
     assert set(best) == {(k, t) for k in ("read", "copy", "triad") for t in (1, 2)}
     assert all(v > 0.1 for v in best.values())
     triad = next(r for r in doc["records"] if r["params"].get("kernel") == "triad")
-    assert triad["params"]["bytes"] == 3 * 16 * 2**20  # STREAM: 24 bytes per 8-byte element
+    assert triad["annotations"]["bytes"] == 3 * 16 * 2**20  # STREAM: 24 bytes per 8-byte element
     assert "under 4x the last-level cache" in res.stderr  # the override is said, not hidden
 
 
@@ -118,7 +118,8 @@ def test_roofline_floor_from_stored_ceilings(workdir: Path) -> None:
             "max",
             "--sizes",
             "256",
-            "--no-skinny",
+            "--skinny",
+            "none",
             "--trials",
             "2",
         ],
@@ -134,11 +135,11 @@ def test_roofline_floor_from_stored_ceilings(workdir: Path) -> None:
     assert got["flops"]["value"] == doc["analysis"]["flops"] > 0
     assert got["weight_bytes"]["value"] > 30e6  # the MLP's ~34 MB of fp32 weights
     floor = got["floor_ms"]
-    p = floor["params"]
+    p = {**floor["params"], **floor["annotations"]}
     assert floor["value"] > 0 and floor["value"] == pytest.approx(max(p["compute_ms"], p["memory_ms"]))
     assert p["bound"] == ("compute" if p["compute_ms"] >= p["memory_ms"] else "memory")
     assert got["efficiency"]["value"] == pytest.approx(
-        floor["value"] / got["efficiency"]["params"]["measured_p50_ms"]
+        floor["value"] / got["efficiency"]["annotations"]["measured_p50_ms"]
     )
     with Store(store) as st:
         assert any(r.metric == "floor_ms" for r in st.records(probe="roofline"))
@@ -163,7 +164,7 @@ def test_a_floor_beaten_by_the_measurement_blames_the_ceiling(workdir: Path) -> 
     res = edgebench("roofline", "builtin:mlp", "--device", "local", "--no-measure", "--json", cwd=workdir)
     doc = ok_json(res)
     eff = next(r for r in doc["records"] if r["metric"] == "efficiency")
-    assert eff["value"] > 1.05 and eff["params"]["ceiling_suspect"] is True
+    assert eff["value"] > 1.05 and eff["annotations"]["ceiling_suspect"] is True
     assert "beats the roofline floor" in res.stderr and "ceiling" in res.stderr
 
 
@@ -191,9 +192,9 @@ def test_roofline_probe_measures_its_own_ceilings_in_a_run(workdir: Path) -> Non
 @pytest.mark.parametrize(
     "args,needle",
     [
-        (["probe", "matmul", "--dtype", "fp64"], "dtype 'fp64'"),
+        (["probe", "matmul", "--dtype", "fp64"], "--dtype: 'fp64' is not one of"),
         (["probe", "matmul", "--sizes", "abc"], "sizes"),
-        (["probe", "bandwidth", "--kernel", "scale"], "kernel 'scale'"),
+        (["probe", "bandwidth", "--kernel", "scale"], "--kernel: 'scale' is not one of"),
         (["probe", "matmul", "--device", "nosuch"], "unknown device 'nosuch'"),
         (["probe", "threads", "-m", "missing.onnx"], "missing.onnx"),
         (["roofline", "missing.onnx"], "missing.onnx"),

@@ -38,8 +38,8 @@ def probe_power(
 ) -> subprocess.CompletedProcess[str]:
     """`edgebench probe power` of MODEL on a device of the test lab, idle phases of `idle` seconds."""
     return edgebench(
-        "probe", "power", "--model", MODEL, "--device", device, "--lab", lab, "--duration", duration,
-        "--idle", idle, *extra, cwd=cwd,
+        "probe", "power", "--model", MODEL, "--device", device, "--lab", lab, "--duration-s", duration,
+        "--idle-s", idle, *extra, cwd=cwd,
     )  # fmt: skip
 
 
@@ -65,8 +65,9 @@ def one(doc: dict[str, Any], metric: str, **params: Any) -> float | None:
 
 def stored_samples(db: Path, metric: str, **params: Any) -> tuple[list[float], dict[str, Any]]:
     with sqlite3.connect(db) as conn:
-        for vals, p in conn.execute("SELECT vals, params FROM samples WHERE metric=?", (metric,)):
-            p = json.loads(p)
+        rows = conn.execute("SELECT vals, params, annotations FROM samples WHERE metric=?", (metric,))
+        for vals, ident, notes in rows:
+            p = {**json.loads(ident), **json.loads(notes)}
             if all(p.get(k) == v for k, v in params.items()):
                 return json.loads(vals), p
     raise AssertionError(f"no samples {metric} {params} in {db}")
@@ -111,8 +112,8 @@ def test_thermal_finds_the_onset_and_the_sustained_ratio(tmp_path: Path) -> None
     util_env, env = board_tag()
     db = tmp_path / "results.db"
     argv = ["probe", "thermal", "--model", MODEL, "--device", "board", "--lab", tmp_path / "lab",
-            "--threads", "1", "--affinity", "0", "--duration", "20", "--window", "1", "--margin", "1.0",
-            "--idle-temp", IDLE_C, "--cooldown-timeout", "20", "--json", "--store", db]  # fmt: skip
+            "--threads", "1", "--affinity", "0", "--duration-s", "20", "--window-s", "1", "--margin", "1.0",
+            "--idle-c", IDLE_C, "--cooldown-timeout-s", "20", "--json", "--store", db]  # fmt: skip
     with SysfsSim(tmp_path / "board", burners=6, burner_cpus=(0,), util_env=util_env, tau_s=2.0,
                   idle_c=IDLE_C) as sim:  # fmt: skip
         sim.write_descriptor(tmp_path / "lab", env=env)
@@ -187,11 +188,11 @@ def test_power_is_net_of_idle_and_energy_matches_latency(tmp_path: Path) -> None
     assert 150 < expected < 3000
     assert net == pytest.approx(expected, rel=0.1, abs=15)
     rec = records_by(doc, "power_mw")[0]
-    assert rec["params"]["source"] == "battery:battery" and rec["params"]["samples_active"] >= 15
-    assert rec["params"]["sample_rate_hz"] == pytest.approx(4.0, rel=0.2)
+    assert rec["params"]["source"] == "battery:battery" and rec["annotations"]["samples_active"] >= 15
+    assert rec["annotations"]["sample_rate_hz"] == pytest.approx(4.0, rel=0.2)
     assert one(doc, "idle_power_mw", phase="mean") == pytest.approx(150 * 3.835, rel=0.1)
     current = records_by(doc, "current_ma")[0]
-    assert current["params"]["sign"] == -1 and current["params"]["sign_calibration"] == "load"
+    assert current["annotations"]["sign"] == -1 and current["annotations"]["sign_calibration"] == "load"
     mean_latency = one(doc, "latency_ms", stat="mean", phase="active")
     assert one(doc, "energy_mj_per_inference") == pytest.approx(net * mean_latency / 1000, rel=0.1)
 
@@ -245,7 +246,7 @@ def test_power_with_an_external_monitor_while_charging(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     rec = records_by(doc, "power_mw")[0]
-    assert rec["params"]["source"] == "monitor" and rec["params"]["sample_rate_hz"] == pytest.approx(
+    assert rec["params"]["source"] == "monitor" and rec["annotations"]["sample_rate_hz"] == pytest.approx(
         20, rel=0.2
     )
     expected = (
@@ -282,8 +283,10 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     assert (
         res.returncode == 2 and res.stderr.strip().count("\n") == 0 and "unknown device 'nope'" in res.stderr
     )
-    res = edgebench("probe", "thermal", "--model", MODEL, "--duration", "5", "--window", "9", cwd=tmp_path)
-    assert res.returncode == 2 and "--window 9 is longer than --duration 5" in res.stderr
+    res = edgebench(
+        "probe", "thermal", "--model", MODEL, "--duration-s", "5", "--window-s", "9", cwd=tmp_path
+    )
+    assert res.returncode == 2 and "--window-s: 9 s is longer than duration_s 5 s" in res.stderr
     res = edgebench("probe", "power", "--model", str(tmp_path / "missing.onnx"), cwd=tmp_path)
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0
 
