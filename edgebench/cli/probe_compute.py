@@ -20,10 +20,12 @@ from .common import (
     JSON_OPT,
     LAB_OPT,
     STORE_OPT,
+    device_waits,
     note,
     open_lab,
     parse_cpus,
     parse_shapes,
+    positive_seconds,
     print_json,
     records_json,
     render_table,
@@ -33,7 +35,9 @@ from .common import (
 DEVICE_OPT = typer.Option("local", "--device", "-d")
 THREADS_OPT = typer.Option(None, "--threads", help="Thread counts, e.g. 1-4, 1,2,4 or max (default: 1..all).")
 AFFINITY_OPT = typer.Option(None, "--affinity", help="Pin the agent to CPUs, e.g. 4-7.")
-TIMEOUT_OPT = typer.Option(None, "--timeout", help="Bound on every remote call (default: descriptor).")
+TIMEOUT_OPT = typer.Option(
+    None, "--timeout", callback=positive_seconds, help="Bound on every remote call (default: descriptor)."
+)
 MAX_SECONDS_OPT = typer.Option(None, "--max-seconds", min=1.0, help="Time budget of each agent call, s.")
 NO_STORE_OPT = typer.Option(False, "--no-store", help="Do not keep the results.")
 INPUTS_OPT = typer.Option(None, "--inputs", help=".npz with one array per model input.")
@@ -92,7 +96,7 @@ def run_one(
     ref = resolve_model(model) if model else None
     job = Job(device=spec.name, probe=job_probe, model=ref, runtime=runtime, params=params, timeout_s=timeout)
     note(f"edgebench: probe {job_probe}{' ' + ref.name if ref else ''} on {spec.name}")
-    shot = run_now(spec, [job], None if no_store else store, job_probe)
+    shot = run_now(spec, [job], None if no_store else store, job_probe, on_state=device_waits(spec.name))
     for o in shot.outcomes:
         warn(o.warnings, f"{o.job.device}: ")
     shot.raise_first_error()

@@ -16,10 +16,12 @@ from .common import (
     JSON_OPT,
     LAB_OPT,
     STORE_OPT,
+    device_waits,
     note,
     open_lab,
     parse_cpus,
     parse_shapes,
+    positive_seconds,
     print_json,
     records_json,
     render_table,
@@ -38,7 +40,10 @@ RATE_OPT = typer.Option(
 )
 PERIOD_OPT = typer.Option(0.25, "--period", min=0.01, help="Sensor sampling period, s.")
 TIMEOUT_OPT = typer.Option(
-    None, "--timeout", help="Extra bound on remote calls beyond the run (default: descriptor)."
+    None,
+    "--timeout",
+    callback=positive_seconds,
+    help="Extra bound on remote calls beyond the run (default: descriptor).",
 )
 NO_STORE_OPT = typer.Option(False, "--no-store", help="Do not keep the results.")
 
@@ -176,7 +181,7 @@ def _run(
     ref = resolve_model(model)
     job = Job(device=spec.name, probe=kind, model=ref, runtime=runtime, params=params, timeout_s=timeout)
     note(f"edgebench: {kind} {ref.name} on {spec.name} ({runtime}, {params['duration_s']:g} s)")
-    shot = run_now(spec, [job], None if no_store else store, kind)
+    shot = run_now(spec, [job], None if no_store else store, kind, on_state=device_waits(spec.name))
     for o in shot.outcomes:
         warn(o.warnings, f"{o.job.device}: ")
     shot.raise_first_error()
