@@ -7,7 +7,7 @@ must hold for any way of running the model, so it uses the most the chip was see
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,11 +134,14 @@ def measure_ceilings(
     store_path: Path | None,
     dtypes: list[str],
     overrides: dict[str, dict[str, Any]] | None = None,
+    on_state: Callable[[str, str], None] | None = None,
 ) -> Ceilings:
-    """Run the ceiling jobs on the device now (stored as their own run when a store is given)."""
+    """Run the ceiling jobs on the device now (stored as their own run when a store is given), through the
+    device's session (lease, retries); on_state hears "queued" while another run holds the device."""
     from ..execution.oneshot import run_now
 
-    shot = run_now(spec, ceiling_jobs(spec.name, dtypes, overrides), store_path, "ceilings")
+    jobs = ceiling_jobs(spec.name, dtypes, overrides)
+    shot = run_now(spec, jobs, store_path, "ceilings", on_state=on_state)
     shot.raise_first_error()
     records = shot.records
     found = ceilings_from_records(

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,27 @@ from ..records import Record
 STORE_OPT = typer.Option(Path("edgebench.db"), "--store", help="SQLite result store.")
 LAB_OPT = typer.Option(Path("devices"), "--lab", help="Folder of device descriptors.")
 JSON_OPT = typer.Option(False, "--json", help='Print {"records": [...]} on stdout, nothing else.')
+LOCK_DIR_OPT = typer.Option(
+    None,
+    "--lock-dir",
+    help="Folder of device leases shared by every run on this host (default: EDGEBENCH_LOCK_DIR or "
+    "~/.cache/edgebench/locks).",
+)
+
+
+def positive_seconds(value: float | None) -> float | None:
+    """Typer callback for time limits: nan, inf, zero and negatives are refused, naming the flag (exit 2)."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"must be a positive number of seconds, got {value:g}")
+    return value
+
+
+LEASE_TIMEOUT_OPT = typer.Option(
+    None,
+    "--lease-timeout",
+    callback=positive_seconds,
+    help="Give up when another run holds the device for longer than this, s (default: wait).",
+)
 
 
 def note(message: str) -> None:
@@ -45,6 +67,16 @@ def _finite(d: dict[str, Any]) -> dict[str, Any]:
     if isinstance(v, float) and v != v or v in (float("inf"), float("-inf")):
         d["value"] = None
     return d
+
+
+def device_waits(device: str) -> Callable[[str, str], None]:
+    """A session's on_state for one-shot verbs: say on stderr who holds the device while the verb waits."""
+
+    def on_state(state: str, detail: str) -> None:
+        if state == "queued":
+            note(f"edgebench: {device}: waiting: {detail}")
+
+    return on_state
 
 
 def parse_shapes(values: list[str] | None) -> dict[str, list[int]]:

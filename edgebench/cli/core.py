@@ -8,16 +8,20 @@ import typer
 
 from ..errors import UserError
 from ..execution.jobs import Job
-from ..execution.oneshot import run_now
+from ..execution.oneshot import DeviceAccess, run_now
 from ..models.refs import resolve_model
 from ..probes.registry import BenchParams
 from ..records import Record
 from .common import (
     JSON_OPT,
     LAB_OPT,
+    LEASE_TIMEOUT_OPT,
+    LOCK_DIR_OPT,
     STORE_OPT,
+    device_waits,
     note,
     open_lab,
+    positive_seconds,
     print_json,
     records_json,
     render_table,
@@ -85,11 +89,13 @@ def bench(
     device: str = typer.Option("local", "--device", "-d"),
     runtime: str = typer.Option("onnxruntime", "--runtime", help="onnxruntime or mnn."),
     timeout: float = typer.Option(
-        None, "--timeout", help="Bound on every remote call (default: descriptor)."
+        None, "--timeout", callback=positive_seconds, help="Bound on every remote call (default: descriptor)."
     ),
     store: Path = STORE_OPT,
     no_store: bool = typer.Option(False, "--no-store", help="Do not keep the results."),
     lab: Path = LAB_OPT,
+    lock_dir: Path = LOCK_DIR_OPT,
+    lease_timeout: float = LEASE_TIMEOUT_OPT,
     as_json: bool = JSON_OPT,
     params: BenchParams = BenchParams(),
 ) -> int:
@@ -103,7 +109,10 @@ def bench(
         device=spec.name, probe="bench", model=ref, runtime=runtime, params=params.given(), timeout_s=timeout
     )
     note(f"edgebench: bench {ref.name} on {spec.name} ({runtime})")
-    shot = run_now(spec, [job], None if no_store else store, "bench")
+    access = DeviceAccess(lock_dir, lease_timeout)
+    shot = run_now(
+        spec, [job], None if no_store else store, "bench", access=access, on_state=device_waits(spec.name)
+    )
     for o in shot.outcomes:
         warn(o.warnings, f"{o.job.device}: ")
     shot.raise_first_error()

@@ -17,9 +17,11 @@ from .common import (
     JSON_OPT,
     LAB_OPT,
     STORE_OPT,
+    device_waits,
     note,
     open_lab,
     parse_shapes,
+    positive_seconds,
     print_json,
     records_json,
     render_table,
@@ -32,7 +34,9 @@ DEVICE_OPT = typer.Option("local", "--device", "-d", help="Device name from the 
 SHAPE_OPT = typer.Option(None, "--shape", help="NAME=DIMS for dynamic inputs, e.g. x=1x3x224 (repeatable).")
 INPUTS_OPT = typer.Option(None, "--inputs", help=".npz with one array per model input.")
 THREADS_OPT = typer.Option(0, "--threads", min=0, help="Intra-op threads (0 = the runtime's default).")
-TIMEOUT_OPT = typer.Option(None, "--timeout", help="Bound on every remote call (default: descriptor).")
+TIMEOUT_OPT = typer.Option(
+    None, "--timeout", callback=positive_seconds, help="Bound on every remote call (default: descriptor)."
+)
 NO_STORE_OPT = typer.Option(False, "--no-store", help="Do not keep the results.")
 OUT_OPT = typer.Option(..., "--out", "-o", help="Folder for the variant files.")
 CALIB_OPT = typer.Option(None, "--calib", help=".npz of calibration inputs (one array per input).")
@@ -149,7 +153,7 @@ def _store_outcomes(store: Path, run_id: str, outcomes: list[JobOutcome], proven
 def _run_jobs(lab: Path, device: str, jobs: list[Job], store: Path, no_store: bool, kind: str) -> OneShot:
     the_lab = open_lab(lab)
     spec = the_lab.get(device)
-    shot = run_now(spec, jobs, None if no_store else store, kind)
+    shot = run_now(spec, jobs, None if no_store else store, kind, on_state=device_waits(spec.name))
     for o in shot.outcomes:
         warn(o.warnings, f"{o.job.device}: {o.job.model.name if o.job.model else ''}: ")
     return shot

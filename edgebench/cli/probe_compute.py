@@ -16,8 +16,10 @@ from .common import (
     JSON_OPT,
     LAB_OPT,
     STORE_OPT,
+    device_waits,
     note,
     open_lab,
+    positive_seconds,
     print_json,
     records_json,
     render_table,
@@ -27,7 +29,9 @@ from .core import check_inputs
 from .params import probe_flags, refuse_native_only
 
 DEVICE_OPT = typer.Option("local", "--device", "-d")
-TIMEOUT_OPT = typer.Option(None, "--timeout", help="Bound on every remote call (default: descriptor).")
+TIMEOUT_OPT = typer.Option(
+    None, "--timeout", callback=positive_seconds, help="Bound on every remote call (default: descriptor)."
+)
 NO_STORE_OPT = typer.Option(False, "--no-store", help="Do not keep the results.")
 
 
@@ -61,7 +65,7 @@ def run_one(
         timeout_s=timeout,
     )
     note(f"edgebench: probe {job_probe}{' ' + ref.name if ref else ''} on {spec.name}")
-    shot = run_now(spec, [job], None if no_store else store, job_probe)
+    shot = run_now(spec, [job], None if no_store else store, job_probe, on_state=device_waits(spec.name))
     for o in shot.outcomes:
         warn(o.warnings, f"{o.job.device}: ")
     shot.raise_first_error()

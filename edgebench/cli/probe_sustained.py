@@ -16,8 +16,10 @@ from .common import (
     JSON_OPT,
     LAB_OPT,
     STORE_OPT,
+    device_waits,
     note,
     open_lab,
+    positive_seconds,
     print_json,
     records_json,
     render_table,
@@ -30,7 +32,10 @@ MODEL_OPT = typer.Option(..., "--model", "-m", help="Model file (.onnx, .mnn) or
 DEVICE_OPT = typer.Option("local", "--device", "-d")
 RUNTIME_OPT = typer.Option("onnxruntime", "--runtime", help="onnxruntime or mnn.")
 TIMEOUT_OPT = typer.Option(
-    None, "--timeout", help="Extra bound on remote calls beyond the run (default: descriptor)."
+    None,
+    "--timeout",
+    callback=positive_seconds,
+    help="Extra bound on remote calls beyond the run (default: descriptor).",
 )
 NO_STORE_OPT = typer.Option(False, "--no-store", help="Do not keep the results.")
 
@@ -102,7 +107,7 @@ def _run(
         device=spec.name, probe=kind, model=ref, runtime=runtime, params=params.given(), timeout_s=timeout
     )
     note(f"edgebench: {kind} {ref.name} on {spec.name} ({runtime}, {params.duration_s:g} s)")
-    shot = run_now(spec, [job], None if no_store else store, kind)
+    shot = run_now(spec, [job], None if no_store else store, kind, on_state=device_waits(spec.name))
     for o in shot.outcomes:
         warn(o.warnings, f"{o.job.device}: ")
     shot.raise_first_error()

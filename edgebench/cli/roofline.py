@@ -23,9 +23,11 @@ from .common import (
     JSON_OPT,
     LAB_OPT,
     STORE_OPT,
+    device_waits,
     note,
     open_lab,
     parse_shapes,
+    positive_seconds,
     print_json,
     records_json,
     render_table,
@@ -75,7 +77,7 @@ def roofline(
     ),
     top: int = typer.Option(10, "--top", min=0, help="Nodes to list, costliest first."),
     timeout: float = typer.Option(
-        None, "--timeout", help="Bound on every remote call (default: descriptor)."
+        None, "--timeout", callback=positive_seconds, help="Bound on every remote call (default: descriptor)."
     ),
     store: Path = STORE_OPT,
     no_store: bool = typer.Option(False, "--no-store", help="Neither read nor keep results in the store."),
@@ -99,7 +101,8 @@ def roofline(
     if ceilings is None:
         note(f"edgebench: measuring the ceilings of {spec.name} (matmul, bandwidth)")
         dtypes = sorted({d for d in cost.floor_flops_by_dtype if d in COMPUTE_DTYPES} | {"fp32"})
-        ceilings = measure_ceilings(spec, None if no_store else store, dtypes)
+        waits = device_waits(spec.name)
+        ceilings = measure_ceilings(spec, None if no_store else store, dtypes, on_state=waits)
     params: dict[str, Any] = {"ceilings": ceilings.to_params(), "bench": bench}
     if shapes:
         params["shapes"] = shapes
@@ -116,7 +119,7 @@ def roofline(
         params=checked,
         timeout_s=timeout,
     )
-    shot = run_now(spec, [job], None if no_store else store, "roofline")
+    shot = run_now(spec, [job], None if no_store else store, "roofline", on_state=device_waits(spec.name))
     for o in shot.outcomes:
         warn(o.warnings, f"{o.job.device}: ")
     shot.raise_first_error()

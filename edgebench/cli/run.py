@@ -11,14 +11,8 @@ from typing import Any
 import typer
 
 from ..execution.jobs import JobOutcome
-from .common import LAB_OPT, STORE_OPT, note, print_json, records_json
+from .common import LAB_OPT, LOCK_DIR_OPT, STORE_OPT, note, positive_seconds, print_json, records_json
 
-LOCK_DIR_OPT = typer.Option(
-    None,
-    "--lock-dir",
-    help="Folder of device leases shared by every run on this host (default: EDGEBENCH_LOCK_DIR or "
-    "~/.cache/edgebench/locks).",
-)
 SUITE_ARG = typer.Argument(..., help="Suite file (TOML).")
 RESUME_OPT = typer.Option(None, "--resume", help="Finish run RUN_ID: only jobs with no ok record run.")
 CLUSTER_OPT = typer.Option(
@@ -27,7 +21,7 @@ CLUSTER_OPT = typer.Option(
 TIMEOUT_OPT = typer.Option(
     None,
     "--timeout",
-    min=0.001,
+    callback=positive_seconds,
     help="Bound on every remote call of each job (default: suite, then descriptor).",
 )
 RUN_JSON_OPT = typer.Option(False, "--json", help="Print {run_id, status, records, errors} on stdout.")

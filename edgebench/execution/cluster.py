@@ -37,9 +37,9 @@ from ..lab.descriptors import Lab, load_lab
 from ..lab.hashing import HashCache
 from ..models.refs import ModelRef
 from .execute import error_kind
-from .fleet import DeviceReady, LocalSession, StateFn, error_outcome
 from .jobs import Job, JobOutcome
 from .leases import DEFAULT_LEASE_S, DeviceLease, LeaseTimeout
+from .session import DeviceReady, LocalSession, StateFn, error_outcome, prebuild_agent
 from .suite import PATH_PARAMS, RunPolicy
 
 PLUGIN_NAME = "edgebench"
@@ -97,8 +97,6 @@ class DeviceService(WorkerPlugin):
 
     # WorkerPlugin hooks
     def setup(self, worker: Any = None) -> None:
-        from .fleet import prebuild_agent
-
         prebuild_agent()  # before device tasks start in parallel threads
         self._reaper = threading.Thread(target=self._reap_idle, name="edgebench-reaper", daemon=True)
         self._reaper.start()

@@ -33,6 +33,7 @@ A list value in `params` is a grid axis; to pass a list as one value (an affinit
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -417,14 +418,15 @@ def _policy(t: TableReader) -> RunPolicy:
 
 
 def _positive(t: TableReader, key: str, default: float | None) -> float | None:
+    """A time limit or duration: a positive, finite number (TOML also spells nan and inf)."""
     value = t.get(key, float, default)
-    if value is not None and value <= 0:
-        raise t.error(key, "must be positive")
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise t.error(key, f"must be a positive number of seconds, got {value:g}")
     return value
 
 
 def _non_negative(t: TableReader, key: str, default: float) -> float:
     value = t.get(key, float, default)
-    if value < 0:
-        raise t.error(key, "must not be negative")
+    if not (math.isfinite(value) and value >= 0):
+        raise t.error(key, f"must be a finite number, not negative, got {value:g}")
     return float(value)

@@ -5,6 +5,7 @@ Descriptors are pure data; behaviour lives in transports and probes.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -102,9 +103,7 @@ def parse_device(data: dict, path: Path) -> DeviceSpec:
     is_local = transport == "local"
     workdir = r.get("workdir", str, default_local_workdir() if is_local else "/data/local/tmp/edgebench")
     python = r.get("python", str, sys.executable if is_local else "python3")
-    timeout = r.get("timeout", float, DEFAULT_TIMEOUT_S)
-    if timeout <= 0:
-        raise r.error("timeout", "must be positive")
+    timeout = _seconds(r, "timeout", DEFAULT_TIMEOUT_S)
     env = r.get("env", dict, {})
     if not all(isinstance(v, str) for v in env.values()):
         raise r.error("env", "values must be strings")
@@ -128,7 +127,7 @@ def parse_device(data: dict, path: Path) -> DeviceSpec:
         key=r.get("key", str, None),
         known_hosts=r.get("known_hosts", str, "~/.ssh/known_hosts"),
         trust_on_first_use=r.get("trust_on_first_use", bool, False),
-        connect_timeout_s=r.get("connect_timeout", float, 10.0),
+        connect_timeout_s=_seconds(r, "connect_timeout", 10.0),
         spec=spec,
         sensors=sensors,
         runners=runners,
@@ -140,6 +139,14 @@ def parse_device(data: dict, path: Path) -> DeviceSpec:
     if transport == "adb" and not dev.serial:
         raise r.error("serial", 'required for transport = "adb"')
     return dev
+
+
+def _seconds(r: TableReader, key: str, default: float) -> float:
+    """A time limit: positive and finite (TOML also spells nan and inf; nan would never time out)."""
+    value = r.get(key, float, default)
+    if not (math.isfinite(value) and value > 0):
+        raise r.error(key, f"must be a positive number of seconds, got {value:g}")
+    return float(value)
 
 
 def _parse_spec(r: TableReader) -> ChipSpec:

@@ -65,7 +65,7 @@ class Spec:
     cli: bool = True  # offered as a flag on the probe's command
     suite: bool = True  # may be set in a suite (False: filled in by the command that needs it)
     native_only: bool = False  # only devices with agent = "native" (runner binaries) take it
-    table: str | None = None  # kind "table": the probe kind whose params it holds
+    table: Any = None  # kind "table": the params class (of another probe kind) it holds
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -353,12 +353,10 @@ def _mapping(key: str, value: Any, spec: Spec) -> dict[str, Any]:
 
 
 def _table(key: str, value: Any, spec: Spec) -> dict[str, Any]:
-    from .registry import params_class
-
     if not isinstance(value, Mapping):
-        raise ParamError(key, f"expected a table of '{spec.table}' params, got {value!r}")
+        raise ParamError(key, f"expected a table of '{spec.table.KIND}' params, got {value!r}")
     try:
-        return params_class(str(spec.table)).parse(value).given()
+        return spec.table.parse(value).given()
     except ParamError as exc:
         raise ParamError(f"{key}.{exc.key}", exc.reason) from None
 

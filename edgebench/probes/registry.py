@@ -212,10 +212,10 @@ class RooflineParams(ProbeParams):
     affinity: tuple[int, ...] | None = _affinity()
     bench: bool = param(True, PO, "bool", "Bench the model for its efficiency against the floor.")
     matmul: dict[str, Any] | None = param(
-        None, PO, "table", "Params of the matmul ceiling run.", table="matmul", cli=False
+        None, PO, "table", "Params of the matmul ceiling run.", table=MatmulParams, cli=False
     )
     bandwidth: dict[str, Any] | None = param(
-        None, PO, "table", "Params of the bandwidth ceiling run.", table="bandwidth", cli=False
+        None, PO, "table", "Params of the bandwidth ceiling run.", table=BandwidthParams, cli=False
     )
     ceilings: dict[str, Any] | None = param(
         None, PO, "mapping", "Ceilings found in the store.", cli=False, suite=False

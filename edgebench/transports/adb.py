@@ -41,7 +41,7 @@ from ..errors import (
     TransportError,
 )
 from ..lab.descriptors import DeviceSpec
-from .base import CommandResult, command_line
+from .base import CommandResult, check_timeout, command_line
 
 DEFAULT_SERVER_PORT = 5037
 SERVER_PORT_ENV = "ANDROID_ADB_SERVER_PORT"
@@ -178,6 +178,7 @@ class AdbTransport:
         self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None
     ) -> CommandResult:
         """Run argv on the device (quoted by command_line) and return its real exit code."""
+        check_timeout(timeout, self.device)
         argv_t = tuple(str(a) for a in argv)
         line = command_line(argv_t, env)
         out = _Output()
@@ -193,6 +194,7 @@ class AdbTransport:
 
     def push(self, local: Path, remote: str, *, timeout: float) -> None:
         """Send a host file to the device path (parents created), with the local file's mode."""
+        check_timeout(timeout, self.device)
         argv = ("push", str(local), remote)
         try:
             st = local.stat()
@@ -204,6 +206,7 @@ class AdbTransport:
 
     def pull(self, remote: str, local: Path, *, timeout: float) -> None:
         """Fetch a device file to a host path; the host file appears only when complete."""
+        check_timeout(timeout, self.device)
         partial = local.with_name(local.name + ".part")
         argv = ("pull", remote, str(local))
         try:
@@ -224,6 +227,7 @@ class AdbTransport:
 
     def read_text(self, remote: str, *, timeout: float) -> str:
         """A small device file as text (sysfs, /proc, results)."""
+        check_timeout(timeout, self.device)
         argv = ("read", remote)
         data = bytearray()
         with _Watchdog(timeout) as wd, self._failures(argv, wd, _Output(), transfer=True):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from ..errors import CommandError
+from ..errors import CommandError, UserError
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,16 @@ class Transport(Protocol):
     def read_text(self, remote: str, *, timeout: float) -> str: ...
 
     def close(self) -> None: ...
+
+
+def check_timeout(timeout: float, device: str) -> float:
+    """Every call is bounded: a nan or infinite limit would never expire (a nan deadline compares false
+    with every clock reading) and a negative one makes no sense, so both are refused before anything runs."""
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(timeout):
+        raise UserError(f"{device}: timeout must be a finite number of seconds, got {timeout!r}")
+    if timeout < 0:
+        raise UserError(f"{device}: timeout must not be negative, got {timeout!r}")
+    return timeout
 
 
 def command_line(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import CommandTimeout, TransferError
-from .base import CommandResult
+from .base import CommandResult, check_timeout
 
 
 class LocalTransport:
@@ -22,6 +22,7 @@ class LocalTransport:
     def run(
         self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None
     ) -> CommandResult:
+        check_timeout(timeout, self.device)
         argv = tuple(str(a) for a in argv)
         full_env = {**os.environ, **env} if env else None
         start = time.monotonic()
@@ -48,6 +49,7 @@ class LocalTransport:
         return CommandResult(argv, proc.returncode, _text(out), _text(err), time.monotonic() - start)
 
     def push(self, local: Path, remote: str, *, timeout: float) -> None:
+        check_timeout(timeout, self.device)
         dest = Path(os.path.expanduser(remote))
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -58,12 +60,14 @@ class LocalTransport:
             raise TransferError(f"push {local} -> {remote} failed: {exc}", device=self.device) from None
 
     def pull(self, remote: str, local: Path, *, timeout: float) -> None:
+        check_timeout(timeout, self.device)
         try:
             shutil.copyfile(os.path.expanduser(remote), local)
         except OSError as exc:
             raise TransferError(f"pull {remote} failed: {exc}", device=self.device) from None
 
     def read_text(self, remote: str, *, timeout: float) -> str:
+        check_timeout(timeout, self.device)
         try:
             return Path(os.path.expanduser(remote)).read_text(errors="replace")
         except OSError as exc:

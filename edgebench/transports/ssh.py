@@ -50,7 +50,7 @@ from ..errors import (
     seconds,
 )
 from ..lab.descriptors import DeviceSpec
-from .base import CommandResult, command_line
+from .base import CommandResult, check_timeout, command_line
 
 # paramiko logs handshake failures with tracebacks from its transport thread; without a handler they
 # would reach stderr through logging's last resort. Our callers get one typed line instead; an
@@ -265,6 +265,7 @@ class SshTransport:
         self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None
     ) -> CommandResult:
         """Run argv on the board; stdout and stderr drained together; bounded by `timeout`."""
+        check_timeout(timeout, self.device)
         argv = tuple(str(a) for a in argv)
         if not argv:
             raise ValueError("empty argv")
@@ -420,6 +421,7 @@ class SshTransport:
     def _sftp_call(self, what: str, timeout: float, fn: Callable[[Any], T]) -> T:
         """Run one SFTP operation under a watchdog: past the deadline the connection is torn down
         (blocked paramiko reads then fail at once) and CommandTimeout is raised."""
+        check_timeout(timeout, self.device)
         deadline = time.monotonic() + timeout
         sftp = self._sftp_client(what, deadline, timeout)
         remaining = max(deadline - time.monotonic(), 0.1)

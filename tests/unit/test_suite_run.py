@@ -19,10 +19,11 @@ from edgebench.errors import (
     MeasurementError,
     TransportError,
 )
-from edgebench.execution import fleet as orchestrate
+from edgebench.execution import session as device_session
 from edgebench.execution.execute import error_kind
-from edgebench.execution.fleet import DeviceReady, LocalSession, RunResult, is_transient, run_plan
+from edgebench.execution.fleet import RunResult, run_plan
 from edgebench.execution.jobs import Job, JobOutcome
+from edgebench.execution.session import DeviceReady, LocalSession, is_transient
 from edgebench.execution.suite import RunPolicy
 from edgebench.lab.descriptors import builtin_local
 from edgebench.records import Record, utc_now
@@ -182,7 +183,7 @@ def session(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, errors: list[Exception], connects: list[FakeDevice]
 ) -> tuple[LocalSession, Script]:
     script = Script(errors)
-    monkeypatch.setattr(orchestrate, "execute_job", script)
+    monkeypatch.setattr(device_session, "execute_job", script)
 
     def connect(spec: Any) -> FakeDevice:
         connects.append(FakeDevice())
@@ -237,7 +238,7 @@ def test_retries_give_up_with_the_last_error_as_data(tmp_path: Path, monkeypatch
     finally:
         s.close()
     assert not outcome.ok and script.calls == 3 and outcome.error_kind == "lab"
-    assert outcome.error == "reset 2 (after 3 attempts)"
+    assert outcome.error == "reset 2 (after 3 attempts; first: reset 0)"
 
 
 def test_a_died_command_counts_as_a_transport_error() -> None:
@@ -314,13 +315,13 @@ def test_the_guard_is_used_only_on_devices_with_thermal_zones(monkeypatch: pytes
     device = FakeDevice()
     none, hot = FakeCooldown(None), FakeCooldown("cpu-thermal")
     monkeypatch.setitem(sys.modules, "edgebench.execution.cooldown", none)
-    assert orchestrate.cooldown_guard(device, POLICY) is None and none.calls == [(0.0, None)]
+    assert device_session.cooldown_guard(device, POLICY) is None and none.calls == [(0.0, None)]
     monkeypatch.setitem(sys.modules, "edgebench.execution.cooldown", hot)
-    guard = orchestrate.cooldown_guard(device, POLICY)
-    assert isinstance(guard, orchestrate.AgentCooldownGuard)
+    guard = device_session.cooldown_guard(device, POLICY)
+    assert isinstance(guard, device_session.AgentCooldownGuard)
     native = FakeDevice()
     native.spec = replace(builtin_local(), agent="native")
-    assert orchestrate.cooldown_guard(native, POLICY) is None  # sensors live in the Python agent
+    assert device_session.cooldown_guard(native, POLICY) is None  # sensors live in the Python agent
 
 
 def test_the_guard_waits_between_jobs_and_reuses_idle_readings(
@@ -328,13 +329,13 @@ def test_the_guard_waits_between_jobs_and_reuses_idle_readings(
 ) -> None:
     fake = FakeCooldown("cpu-thermal", waited_s=12.5)
     monkeypatch.setattr(
-        orchestrate,
+        device_session,
         "cooldown_guard",
-        lambda device, policy: orchestrate.AgentCooldownGuard(device, fake, 300.0),
+        lambda device, policy: device_session.AgentCooldownGuard(device, fake, 300.0),
     )
     connects: list[FakeDevice] = []
     script = Script([])
-    monkeypatch.setattr(orchestrate, "execute_job", script)
+    monkeypatch.setattr(device_session, "execute_job", script)
     s = LocalSession(
         builtin_local(),
         "r",
