@@ -81,9 +81,11 @@ def devices(
 
 @probe_flags("bench")
 def bench(
-    model: str = typer.Argument(..., help="Model file (.onnx, .mnn) or builtin:NAME."),
+    model: str = typer.Argument(..., help="Model file (.onnx, .mnn, .tflite) or builtin:NAME."),
     device: str = typer.Option("local", "--device", "-d"),
-    runtime: str = typer.Option("onnxruntime", "--runtime", help="onnxruntime or mnn."),
+    runtime: str = typer.Option(
+        None, "--runtime", help="onnxruntime, mnn or litert (default: from the model file)."
+    ),
     timeout: float = typer.Option(
         None, "--timeout", help="Bound on every remote call (default: descriptor)."
     ),
@@ -102,7 +104,7 @@ def bench(
     job = Job(
         device=spec.name, probe="bench", model=ref, runtime=runtime, params=params.given(), timeout_s=timeout
     )
-    note(f"edgebench: bench {ref.name} on {spec.name} ({runtime})")
+    note(f"edgebench: bench {ref.name} on {spec.name} ({runtime or 'runtime from the model file'})")
     shot = run_now(spec, [job], None if no_store else store, "bench")
     for o in shot.outcomes:
         warn(o.warnings, f"{o.job.device}: ")

@@ -16,7 +16,7 @@ from .params import IDENTITY as ID
 from .params import POLICY as PO
 from .params import ParamError, ProbeParams, param
 
-RUNTIMES = ("onnxruntime", "mnn")
+RUNTIMES = ("onnxruntime", "mnn", "litert")
 DTYPES = ("fp32", "fp16", "int8")
 MATMUL_BACKENDS = ("numpy", "onnxruntime", "mnn")
 ORT_OPS = ("MatMul", "MatMulInteger", "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulInteger:u8u8")
