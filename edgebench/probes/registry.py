@@ -262,6 +262,23 @@ class ThermalParams(ProbeParams):
     idle_c: float | None = param(
         None, PO, "float", "The device's idle temperature, if known.", unit="C", cli=False
     )
+    runs: int | None = param(
+        None,
+        PO,
+        "int",
+        "Native runners: inferences per runner invocation (default: 10).",
+        minimum=1,
+        native_only=True,
+    )
+    delegate: str | None = param(
+        None, ID, "str", "Native runners: delegate or execution provider.", native_only=True
+    )
+    precision: str | None = param(
+        None, ID, "choice", "Native runners: fp32, fp16 or low.", choices=PRECISIONS, native_only=True
+    )
+    runner: str | None = param(
+        None, ID, "str", "Native runners: which runner of the descriptor.", native_only=True, cli=False
+    )
 
     def check(self) -> None:
         if self.window_s is not None and self.window_s > self.duration_s:

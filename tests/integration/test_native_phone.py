@@ -21,11 +21,17 @@ pytestmark = pytest.mark.integration
 
 
 def replay_runner(
-    folder: Path, fixture: str, exit_code: int = 0, delay_s: float = 0.0, busy_loops: int = 0
+    folder: Path,
+    fixture: str,
+    exit_code: int = 0,
+    delay_s: float = 0.0,
+    busy_loops: int = 0,
+    text: str | None = None,
 ) -> Path:
-    """A /bin/sh script that prints a captured output of the tool and saves its argv on the phone
-    (after `busy_loops` iterations of real CPU work, so a load-driven sandbox board sees it)."""
-    text = resources.files("edgebench.native").joinpath("fixtures", fixture).read_text()
+    """A /bin/sh script that prints a captured output of the tool (or `text`) and saves its argv on the
+    phone (after `busy_loops` iterations of real CPU work, so a load-driven sandbox board sees it)."""
+    if text is None:
+        text = resources.files("edgebench.native").joinpath("fixtures", fixture).read_text()
     body = "\n".join(ln for ln in text.splitlines() if not ln.startswith("# "))
     script = folder / f"replay-{fixture}.sh"
     script.write_text(
@@ -79,10 +85,13 @@ def test_bench_through_onnxruntime_perf_test(adb_phone_factory, tmp_path: Path) 
     assert ("latency_ms", "p99") not in got  # 8 runs cannot support the p99 the tool printed
     assert "p99 from 8 runs; dropped" in res.stderr
     p50 = got[("latency_ms", "p50")]
-    assert p50["params"]["aggregated_by"] == "tool" and p50["params"]["runner"] == "onnxruntime_perf_test"
+    assert (
+        p50["annotations"]["aggregated_by"] == "tool" and p50["params"]["runner"] == "onnxruntime_perf_test"
+    )
+    assert p50["params"]["delegate"] == "cpu" and p50["params"]["precision"] == "fp32"
     assert p50["device"] == "stock" and p50["runtime"] == "onnxruntime"
     args = (lab.root / "data/local/tmp/runner-args.txt").read_text().split("\n")
-    assert args[:2] == ["-I", "-s"] and "-x" in args and args[args.index("-x") + 1] == "2"
+    assert args[:3] == ["-I", "-S", "0"] and "-x" in args and args[args.index("-x") + 1] == "2"
     assert args[args.index("-r") + 1] == "8" and args[-2].endswith(".onnx")
 
 
@@ -91,7 +100,7 @@ def test_distribution_from_repeated_invocations(adb_phone_factory, tmp_path: Pat
     from edgebench.execution.oneshot import run_now
     from edgebench.models.refs import resolve_model
 
-    runner = replay_runner(tmp_path, "mnn_benchmark.rockpi.txt")
+    runner = replay_runner(tmp_path, "mnn_benchmark.cpu_3.6.1.txt")  # prints convnet.mnn's line
     lab = stock_phone(
         adb_phone_factory, tmp_path, f'mnn_benchmark = {{ path = "benchmark.out", push = "{runner}" }}\n'
     )
@@ -105,16 +114,19 @@ def test_distribution_from_repeated_invocations(adb_phone_factory, tmp_path: Pat
     shot = run_now(lab.spec(), [job], tmp_path / "s.db", "bench")
     shot.raise_first_error()
     stats = {r.params["stat"]: r for r in shot.records if r.metric == "latency_ms"}
-    assert stats["p50"].params["aggregated_by"] == "edgebench"
-    assert stats["p50"].params["sample"] == "single inference" and stats["p50"].params["n"] == 12
+    notes = stats["p50"].annotations
+    assert notes["aggregated_by"] == "edgebench"
+    assert notes["sample"] == "single inference" and notes["n"] == 12
     assert "p99" not in stats and "p90" in stats
     args = (lab.root / "data/local/tmp/runner-args.txt").read_text().split("\n")
-    assert args[1:6] == ["1", "1", "0", "4", "2"]  # loop, warmup, forward=CPU, threads, precision
+    assert args[1:6] == ["1", "1", "0", "4", "0"]  # loop, warmup, forward=CPU, threads, precision fp32
     assert args[0].startswith("/data/local/tmp/edgebench/native/")
 
 
 def test_tool_error_becomes_one_line(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    runner = replay_runner(tmp_path, "onnxruntime_perf_test.load_error.txt", exit_code=1)
+    # The status line of onnxruntime/core/graph/model.cc for a file protobuf cannot parse (no capture).
+    corrupt = "# source: format string\nFailed to load model because protobuf parsing failed.\n"
+    runner = replay_runner(tmp_path, "corrupt", exit_code=255, text=corrupt)
     lab = stock_phone(
         adb_phone_factory,
         tmp_path,
@@ -122,11 +134,11 @@ def test_tool_error_becomes_one_line(adb_phone_factory, tmp_path: Path) -> None:
     )
     res = edgebench("bench", "builtin:convnet", "--device", "stock", "--lab", str(lab.lab_dir), cwd=tmp_path)
     assert res.returncode == 2, res.stderr
-    assert "INVALID_PROTOBUF" in res.stderr and "Traceback" not in res.stderr
+    assert "protobuf parsing failed" in res.stderr and "Traceback" not in res.stderr
     # The failure is kept in the store as an error record.
     out = edgebench("results", "--json", cwd=tmp_path)
     [err] = json.loads(out.stdout)["errors"]
-    assert "INVALID_PROTOBUF" in err["error"] and err["device"] == "stock"
+    assert "protobuf parsing failed" in err["error"] and err["device"] == "stock"
 
 
 def test_missing_runner_names_the_descriptor(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -298,12 +310,12 @@ def test_power_through_the_runner_on_the_stock_phone(
     rec = {r.metric: r for r in shot.records if "phase" not in r.params}
     net, energy = rec["power_mw"].value, rec["energy_mj_per_inference"]
     assert net > 100  # the runner's CPU work shows as current above idle
-    expected = net * energy.params["active_s"] / energy.params["inferences"]
+    expected = net * energy.annotations["active_s"] / energy.annotations["inferences"]
     assert math.isclose(energy.value, expected, rel_tol=1e-6)
-    assert energy.params["inferences"] % 9 == 0  # (8 runs + 1 warm-up) per invocation
+    assert energy.annotations["inferences"] % 9 == 0  # (8 runs + 1 warm-up) per invocation
     assert (
         rec["power_mw"].params["runner"] == "onnxruntime_perf_test"
-        and rec["power_mw"].params["samples_idle"] > 5
+        and rec["power_mw"].annotations["samples_idle"] > 5
     )
 
 
@@ -334,8 +346,8 @@ def test_bench_cli_maps_delegate_and_invocations(adb_phone_factory, tmp_path: Pa
     args = (lab.root / "data/local/tmp/runner-args.txt").read_text().split("\n")
     assert args[args.index("-e") + 1] == "nnapi"
     p50 = next(r for r in json.loads(res.stdout)["records"] if r["params"].get("stat") == "p50")
-    assert p50["params"]["aggregated_by"] == "edgebench" and p50["params"]["n"] == 3
-    assert p50["params"]["path"] == "nnapi"
+    assert p50["annotations"]["aggregated_by"] == "edgebench" and p50["annotations"]["n"] == 3
+    assert p50["annotations"]["path"] == "nnapi" and p50["params"]["delegate"] == "nnapi"
     # On a Python device the runner options are refused, naming the device.
     bad = edgebench("bench", "builtin:convnet", "--delegate", "nnapi", cwd=tmp_path)
     assert bad.returncode == 2 and "--delegate applies to native runners; local" in bad.stderr
