@@ -186,6 +186,9 @@ def run_tool(
     binary, env = install_runner(device, runner, timeout)
     staged = stage_model(device, adapter, model_file, model_name, timeout)
     argv = adapter.argv(binary, staged, opts)
+    if opts.profile_path:  # the tool writes its profile there; it does not make the folder
+        mkdir = ["mkdir", "-p", posixpath.dirname(opts.profile_path)]
+        device.transport.run(mkdir, timeout=timeout).check(device.name)
     results = []
     for _ in range(params.invocations):
         results.append(invoke(device, adapter, argv, env, opts, timeout))

@@ -12,6 +12,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from edgebench.testing.adblab import write_descriptor
@@ -351,3 +352,66 @@ def test_bench_cli_maps_delegate_and_invocations(adb_phone_factory, tmp_path: Pa
     # On a Python device the runner options are refused, naming the device.
     bad = edgebench("bench", "builtin:convnet", "--delegate", "nnapi", cwd=tmp_path)
     assert bad.returncode == 2 and "--delegate applies to native runners; local" in bad.stderr
+
+
+def test_tflite_model_through_benchmark_model(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A .tflite model on a stock phone goes to benchmark_model; its records say what the tool says ran
+    (the default XNNPACK delegate over the whole graph, fp32) and its peak, not its growth, is peak_rss_mb."""
+    runner = replay_runner(tmp_path, "benchmark_model.chromeos_cpu.txt")
+    lab = stock_phone(
+        adb_phone_factory, tmp_path, f'benchmark_model = {{ path = "benchmark_model", push = "{runner}" }}\n'
+    )
+    res = edgebench(
+        "bench", "builtin:mlp.tflite", "--device", "stock", "--lab", str(lab.lab_dir), "--threads", "2",
+        "--runs", "50", "--json", cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    got = {(r["metric"], r["params"].get("stat")): r for r in json.loads(res.stdout)["records"]}
+    mean = got[("latency_ms", "mean")]
+    assert mean["value"] == pytest.approx(56.2658) and mean["runtime"] == "litert"
+    assert mean["params"]["delegate"] == "xnnpack" and mean["params"]["precision"] == "fp32"
+    assert mean["annotations"]["delegated"] == "full" and mean["params"]["runner"] == "benchmark_model"
+    assert got[("peak_rss_mb", None)]["value"] == pytest.approx(93.2383)
+    args = (lab.root / "data/local/tmp/runner-args.txt").read_text().split("\n")
+    assert "--num_threads=2" in args and "--warmup_min_secs=0.5" in args and args[0].startswith("--graph=")
+
+
+def test_perf_test_profile_is_collected_into_op_times(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`profile = true` on a stock phone: perf_test gets -p PREFIX; the profile onnxruntime writes at
+    PREFIX_<date>.json (here a real one, made by onnxruntime's own profiler on the same model, 1 warm-up and
+    8 timed runs like perf_test's) is pulled, parsed into op_time_ms records and removed from the phone."""
+    import shutil
+
+    from edgebench.agent.runtimes import OrtSession
+    from edgebench.execution.jobs import Job
+    from edgebench.execution.oneshot import run_now
+    from edgebench.models.refs import resolve_model
+
+    model = resolve_model("builtin:convnet")
+    session = OrtSession(str(model.path), threads=1, profile_prefix=str(tmp_path / "ort"))
+    feeds = {"image": np.zeros((1, 3, 112, 112), np.float32)}
+    for _ in range(9):
+        session.outputs(feeds)
+    profile = Path(session.end_profiling())
+    shutil.copy(profile, tmp_path / "captured-profile.json")
+    text = (
+        resources.files("edgebench.native").joinpath("fixtures", "onnxruntime_perf_test.acl.txt").read_text()
+    )
+    body = "\n".join(ln for ln in text.splitlines() if not ln.startswith("# "))
+    script = tmp_path / "perf_test_profiling.sh"
+    script.write_text(
+        "#!/bin/sh\nprefix=''\nwhile [ $# -gt 1 ]; do [ \"$1\" = -p ] && prefix=$2; shift; done\n"
+        f'cp "{tmp_path / "captured-profile.json"}" "${{prefix}}_2026-12-01_10-00-00.json"\n'
+        f"cat <<'CAPTURED'\n{body}\nCAPTURED\n"
+    )
+    lab = stock_phone(
+        adb_phone_factory, tmp_path, f'onnxruntime_perf_test = {{ path = "perf_test", push = "{script}" }}\n'
+    )
+    job = Job("stock", "bench", model, "onnxruntime", {"runs": 8, "profile": True, "threads": 1})
+    shot = run_now(lab.spec(), [job], tmp_path / "s.db", "bench")
+    shot.raise_first_error()
+    ops = {r.params["node"]: r for r in shot.records if r.metric == "op_time_ms"}
+    convs = [r for r in ops.values() if r.params["op_type"] == "Conv"]  # fused with their Relu: r0_nchwc...
+    assert len(convs) == 4 and "fc" in ops and ops["fc"].params["op_type"] == "Gemm"
+    assert all(r.value >= 0 for r in ops.values()) and sum(r.value for r in ops.values()) > 0
+    assert not list((lab.root / "data/local/tmp/edgebench/tmp").glob("perf-*"))
