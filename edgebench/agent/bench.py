@@ -76,4 +76,5 @@ def run(task: dict) -> tuple[dict, list[str]]:
         "peak_rss_mb": peak_rss_mb(),
         "rss_before_load_mb": rss_before,
         "inputs": describe(feeds),
+        "execution": session.execution() if hasattr(session, "execution") else None,
     }, warnings

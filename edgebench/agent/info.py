@@ -73,6 +73,8 @@ def runtime_versions() -> dict[str, str | None]:
         versions["mnn"] = getattr(MNN, "__version__", None) or _dist_version("mnn") or "unknown"
     except ImportError:
         versions["mnn"] = None
+    # By its installed metadata: importing LiteRT loads its native libraries, too slow for a fingerprint.
+    versions["litert"] = _dist_version("ai-edge-litert")
     return versions
 
 

@@ -251,3 +251,4 @@ class BenchResult(TypedDict, total=False):
     peak_rss_mb: float
     rss_before_load_mb: float | None
     inputs: dict[str, Any]
+    execution: dict[str, Any] | None  # where the runtime placed the graph (LiteRT: XNNPACK partitions)

@@ -85,9 +85,11 @@ def devices(
 
 @probe_flags("bench")
 def bench(
-    model: str = typer.Argument(..., help="Model file (.onnx, .mnn) or builtin:NAME."),
+    model: str = typer.Argument(..., help="Model file (.onnx, .mnn, .tflite) or builtin:NAME."),
     device: str = typer.Option("local", "--device", "-d"),
-    runtime: str = typer.Option("onnxruntime", "--runtime", help="onnxruntime or mnn."),
+    runtime: str = typer.Option(
+        None, "--runtime", help="onnxruntime, mnn or litert (default: from the model file)."
+    ),
     timeout: float = typer.Option(
         None, "--timeout", callback=positive_seconds, help="Bound on every remote call (default: descriptor)."
     ),
@@ -108,7 +110,7 @@ def bench(
     job = Job(
         device=spec.name, probe="bench", model=ref, runtime=runtime, params=params.given(), timeout_s=timeout
     )
-    note(f"edgebench: bench {ref.name} on {spec.name} ({runtime})")
+    note(f"edgebench: bench {ref.name} on {spec.name} ({runtime or 'runtime from the model file'})")
     access = DeviceAccess(lock_dir, lease_timeout)
     shot = run_now(
         spec, [job], None if no_store else store, "bench", access=access, on_state=device_waits(spec.name)

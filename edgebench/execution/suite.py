@@ -198,7 +198,7 @@ def _job(
     params = dict(point)
     runtime = params.pop("runtime", None)
     if runtime is None and model is not None:
-        runtime = "mnn" if model.format == "mnn" else "onnxruntime"
+        runtime = {"mnn": "mnn", "tflite": "litert"}.get(model.format, "onnxruntime")
     return Job(
         device=device, probe=probe.kind, model=model, runtime=runtime, params=params, timeout_s=timeout_s
     )

@@ -22,13 +22,18 @@ class ModelRef:
 
     @property
     def format(self) -> str:
-        return "mnn" if self.path.suffix.lower() == ".mnn" else "onnx"
+        return {".mnn": "mnn", ".tflite": "tflite"}.get(self.path.suffix.lower(), "onnx")
 
 
 def resolve_model(ref: str, base_dir: Path | None = None, name: str | None = None) -> ModelRef:
     """Turn a model reference into a checked ModelRef; a bad one is a one-line ModelError."""
     if ref.startswith(BUILTIN_PREFIX):
         key = ref[len(BUILTIN_PREFIX) :]
+        from .tflite_builtin import is_tflite_builtin, tflite_builtin_model
+
+        if is_tflite_builtin(key):
+            builtin_name, tflite_path = tflite_builtin_model(key)
+            return ModelRef(name or builtin_name, tflite_path)
         from .builtin import builtin_model
 
         return ModelRef(name or key, builtin_model(key))
@@ -61,5 +66,9 @@ def check_model_file(path: Path) -> None:
             onnx.load(str(path), load_external_data=False)
         except Exception as exc:  # noqa: BLE001 - protobuf raises many types for a corrupt file
             raise ModelError(f"{path}: not a valid ONNX model ({type(exc).__name__})") from None
+    elif suffix == ".tflite":
+        # A TFLite flatbuffer carries the file identifier "TFL3" at bytes 4-8.
+        if len(head) < 8 or head[4:8] != b"TFL3":
+            raise ModelError(f"{path}: not a TFLite model (no TFL3 flatbuffer identifier)")
     elif suffix != ".mnn":
-        raise ModelError(f"{path}: unknown model format '{suffix}' (expected .onnx or .mnn)")
+        raise ModelError(f"{path}: unknown model format '{suffix}' (expected .onnx, .mnn or .tflite)")

@@ -20,7 +20,8 @@ ADAPTERS: dict[str, type[RunnerAdapter]] = {
 
 # runtime -> the runner that measures it
 RUNNER_FOR_RUNTIME = {
-    "tflite": "benchmark_model",
+    "litert": "benchmark_model",
+    "tflite": "benchmark_model",  # LiteRT's former name, still accepted
     "onnxruntime": "onnxruntime_perf_test",
     "mnn": "mnn_benchmark",
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class NativeToolError(Exception):
@@ -28,8 +28,12 @@ class NativeOptions:
     delegate: str | None = (
         None  # tflite: xnnpack|nnapi|gpu|hexagon; ort: an execution provider (cpu, nnapi, qnn, ...)
     )
-    precision: str | None = None  # fp32 | fp16 | low
+    precision: str | None = None  # fp32 | fp16 | low; None is fp32 (every tool is told so explicitly)
     profile: bool = False
+    warmup_seconds: float = 0.5
+    seed: int = 0  # of the tool's generated inputs, where it takes one
+    model_name: str | None = None  # the file name a folder-taking tool prints on its result line
+    profile_path: str | None = None  # where the tool writes its profile on the device (perf_test -p)
 
 
 @dataclass
@@ -42,7 +46,10 @@ class NativeResult:
     first_ms: float | None = None
     peak_memory_mb: float | None = None
     ops: list[tuple[str, str, float]] = field(default_factory=list)  # (node, op_type, avg ms)
-    path: str = "cpu"  # which execution path ran (delegate / EP / forward type)
+    path: str = "cpu"  # which execution path ran (delegate / EP / backend), as the tool reports it
+    applied: dict[str, Any] = field(default_factory=dict)  # identity of what ran: delegate, precision...
+    notes: dict[str, Any] = field(default_factory=dict)  # descriptive: what was asked, coverage, method
+    memory_growth_mb: float | None = None  # start-to-end footprint growth (not a peak)
     started_s: float | None = None  # device clock at the invocation's start, when stamped
     warnings: list[str] = field(default_factory=list)
 
@@ -70,3 +77,10 @@ def first_error_line(text: str, markers: tuple[str, ...]) -> str | None:
         if any(m in stripped for m in markers):
             return stripped
     return None
+
+
+def crash_reason(returncode: int) -> str | None:
+    """A tool killed by a signal: the shell reports 128+N (139 = SIGSEGV), Python's subprocess -N."""
+    names = {4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 11: "SIGSEGV"}
+    signal = returncode - 128 if returncode > 128 else -returncode if returncode < 0 else 0
+    return names.get(signal, f"signal {signal}") if signal else None

@@ -1,15 +1,34 @@
 """`onnxruntime_perf_test` (onnxruntime/test/perftest).
 
-Output lines: "Session creation time cost: X s", "First inference time cost: X ms", "Total inference
-requests: N", "Average inference time cost[ total]: X ms", "Peak working set size: N bytes" and, with -s,
-"Min/Max/P50/P90/P95/P99/P999 Latency: X s". Errors are ONNX Runtime status messages.
+Rules, with the upstream source each is read from and the versions it covers:
+
+- Inputs: `-I` generates them, and without `-S SEED` they are left unset: zeros (command_args_parser.cc,
+  flag S: "defaults to -1 (no initialize)", 1.17 and later; older builds fill with zeros too). edgebench
+  always passes `-S` with the job's seed.
+- Counting: `-m times -r N` runs exactly N timed inferences after one warm-up inference (printed as
+  `First inference time cost`); there is no warm-up count, minimum or maximum duration: a warm-up other than
+  1, min_seconds and max_seconds are not applied and a warning says so.
+- Precision has no general flag; per execution provider through `-i`: NNAPI `NNAPI_FLAG_USE_FP16`, QNN
+  `enable_htp_fp16_precision|0/1` (default 1: fp16), TensorRT `trt_fp16_enable|true`
+  (command_args_parser.cc, flag i). fp32 is asked explicitly where the EP defaults to fp16.
+- `-e`: the execution providers of command_args_parser.cc (-e); an unknown name makes the tool print its
+  usage and exit 255, so it is refused before the run. `X is not supported in this build`
+  (ort_test_session.cc) is a delegate error, not a model error.
+- Output lines (performance_runner.cc): `Session creation time cost: X s`, `First inference time cost: X
+  ms`, `Total inference requests: N`, `Average inference time cost[ total]: X ms` (" total" since 1.20),
+  `Peak working set size: N bytes` and, with -s, `Min/Max/P50/P90/P95/P99/P999 Latency: X s`. Old builds
+  (2020) print `cost:X` without the space.
+- Errors: ONNX Runtime status text (`[ONNXRuntimeError] : 7 : INVALID_PROTOBUF ...`); a model that is not
+  ONNX prints `Failed to load model because protobuf parsing failed.` (core/graph/model.cc).
+- Profile: `-p PREFIX` makes onnxruntime write `PREFIX_<date>.json` (core/common/profiler.cc); the host
+  pulls it after the run (probes/native.py).
 """
 
 from __future__ import annotations
 
 import re
 
-from .base import NativeOptions, NativeResult, NativeToolError, first_error_line, number
+from .base import NativeOptions, NativeResult, NativeToolError, crash_reason, first_error_line, number
 
 _PERCENTILES = {
     "min": "Min",
@@ -20,7 +39,25 @@ _PERCENTILES = {
     "p99": "P99",
     "p999": "P999",
 }
-_ERRORS = ("[ONNXRuntimeError]", "failed:", "not supported", "Error", "error:")
+_ERRORS = (
+    "Failed to load model",
+    "[ONNXRuntimeError]",
+    "is not supported in this build",
+    "failed:",
+    "not supported",
+    "Error",
+    "error:",
+)
+PROVIDERS = (
+    "cpu", "cuda", "dnnl", "openvino", "tensorrt", "qnn", "snpe", "nnapi", "vsinpu", "coreml", "dml",
+    "acl", "migraphx", "xnnpack", "vitisai", "webgpu", "nvtensorrtrtx", "armnn", "rocm",
+)  # fmt: skip
+# EP -> (option for fp16, option for fp32 or None where fp32 is the EP's default)
+_PRECISION = {
+    "nnapi": ("NNAPI_FLAG_USE_FP16", None),
+    "qnn": ("enable_htp_fp16_precision|1", "enable_htp_fp16_precision|0"),
+    "tensorrt": ("trt_fp16_enable|true", None),
+}
 
 
 class OrtPerfTest:
@@ -30,12 +67,21 @@ class OrtPerfTest:
     needs_model_dir = False
 
     def argv(self, binary: str, model: str, opts: NativeOptions) -> list[str]:
-        # -I: generate inputs (free dimensions as 1); -s: print latency percentiles; -m times: fixed count.
-        args = [binary, "-I", "-s", "-m", "times", "-r", str(opts.runs), "-e", opts.delegate or "cpu"]
+        ep = opts.delegate or "cpu"
+        if ep not in PROVIDERS:
+            raise NativeToolError(
+                self.name, f"unknown execution provider '{ep}' (use {', '.join(PROVIDERS)})", kind="usage"
+            )
+        # -I: generated inputs (free dimensions as 1), -S: seeded random values (without it, zeros);
+        # -s: latency percentiles; -m times -r N: a fixed count.
+        args = [binary, "-I", "-S", str(opts.seed), "-s", "-m", "times", "-r", str(opts.runs), "-e", ep]
         if opts.threads:
             args += ["-x", str(opts.threads)]
-        if opts.profile:
-            args += ["-p", model + ".profile"]
+        option = _precision_option(ep, opts.precision, self.name)
+        if option:
+            args += ["-i", option]
+        if opts.profile and opts.profile_path:
+            args += ["-p", opts.profile_path]
         args.append(model)
         return args
 
@@ -43,10 +89,9 @@ class OrtPerfTest:
         count = number(r"Total inference requests:\s*(\d+)", output)
         avg = number(r"Average inference time cost(?: total)?:\s*([\d.e+-]+)\s*ms", output)
         if returncode != 0 or count is None or avg is None:
-            reason = first_error_line(output, _ERRORS) or f"exited {returncode} without a result"
-            kind = "delegate" if "provider" in reason.lower() else "model"
-            raise NativeToolError(self.name, reason, kind)
-        result = NativeResult(aggregates={"mean": avg}, count=int(count), path=opts.delegate or "cpu")
+            raise NativeToolError(self.name, *_failure(output, returncode))
+        ep = opts.delegate or "cpu"
+        result = NativeResult(aggregates={"mean": avg}, count=int(count), path=ep)
         for stat, label in _PERCENTILES.items():
             seconds = number(rf"^\s*{label} Latency(?::| is)\s*([\d.e+-]+)\s*s", output, re.MULTILINE)
             if seconds is not None:
@@ -56,4 +101,59 @@ class OrtPerfTest:
         result.first_ms = number(r"First inference time cost:\s*([\d.e+-]+)\s*ms", output)
         peak = number(r"Peak working set size:\s*(\d+)\s*bytes", output)
         result.peak_memory_mb = peak / 2**20 if peak is not None else None
+        result.applied = {"delegate": ep, "precision": _precision_ran(ep, opts.precision)}
+        result.notes = {
+            "inputs": f"generated by the tool (-I), random with seed {opts.seed} (-S)",
+            "warmup_runs": 1,
+            "node_placement": "not reported by onnxruntime_perf_test",
+        }
+        if "p50" in result.aggregates:
+            result.notes["percentile_method"] = "tool"
+        result.warnings += _not_applied(opts)
         return result
+
+
+def _precision_option(ep: str, precision: str | None, tool: str) -> str | None:
+    fp16 = precision in ("fp16", "low")
+    if ep in _PRECISION:
+        return _PRECISION[ep][0 if fp16 else 1]
+    if fp16:
+        raise NativeToolError(
+            tool, f"execution provider '{ep}' has no fp16 option in onnxruntime_perf_test", kind="usage"
+        )
+    return None
+
+
+def _precision_ran(ep: str, precision: str | None) -> str:
+    return "fp16" if precision in ("fp16", "low") and ep in _PRECISION else "fp32"
+
+
+def _not_applied(opts: NativeOptions) -> list[str]:
+    """What the tool cannot honour, said once per invocation rather than silently dropped."""
+    out = []
+    if opts.warmup != 1:
+        out.append(
+            f"onnxruntime_perf_test runs exactly one warm-up inference; warmup={opts.warmup} not applied"
+        )
+    if opts.min_seconds > 0:
+        out.append(
+            f"onnxruntime_perf_test runs a fixed count (-r {opts.runs}); min_seconds="
+            f"{opts.min_seconds:g} s and max_seconds not applied"
+        )
+    return out
+
+
+def _failure(output: str, returncode: int) -> tuple[str, str]:
+    """(reason, kind) of a run without a result."""
+    unsupported = re.search(r"([\w .-]+?) is not supported in this build", output)
+    if unsupported:
+        return f"{unsupported.group(1).strip()} is not supported in this build of the tool", "delegate"
+    reason = first_error_line(output, _ERRORS)
+    if reason:
+        return reason, "delegate" if "provider" in reason.lower() else "model"
+    crash = crash_reason(returncode)
+    if crash and returncode != 255:
+        return f"crashed ({crash}) without a message", "model"
+    if re.search(r"onnxruntime_perf_test \[options", output) or "Usage" in output:
+        return f"refused its arguments and printed its usage (exit {returncode})", "usage"
+    return f"exited {returncode} without a result", "model"

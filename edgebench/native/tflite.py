@@ -1,31 +1,70 @@
-"""TFLite / LiteRT `benchmark_model` (tensorflow/lite/tools/benchmark).
+"""TFLite / LiteRT `benchmark_model` (LiteRT tflite/tools/benchmark, once tensorflow/lite/tools/benchmark).
 
-Output: "Initialized session in X ms", two `count=.. first=.. curr=.. min=.. max=.. avg=.. std=..` lines
-(warm-up, then the timed runs; all in microseconds), "Inference timings in us: Init: .., First inference: ..",
-a peak memory line and, with --enable_op_profiling, per-node tables.
+Rules, with the upstream source each is read from (LiteRT f6745779 unless said otherwise) and the versions
+it covers:
+
+- Log lines carry an `INFO: ` / `WARN: ` / `ERROR: ` / `VERBOSE: ` prefix in current builds
+  (tflite/tools/logging.h:76-86) and none in TF <= 2.3 captures; both are read.
+- Timed runs: each `Running benchmark for at least N iterations ...` line (benchmark_model.cc:226) is
+  followed by that phase's stat line; the first is the warm-up, the last the timed runs. The stat line
+  (xla/tsl/util/stats_calculator.h, Stat::OutputToStream) is `count=0`, `count=N curr=X` (every run the
+  same, as one timed run gives: `--runs 1 --invocations N`), or `count= first= curr= min= max= avg= std=`;
+  StatWithPercentiles appends ` p5= median= p95=` (values[n*p/100], nearest rank). The profiler's own
+  `Timings (microseconds): count=...` summary (stats_calculator.cc, GetShortSummary) is the sum of the
+  profiled ops, not the latency, and is never read as such.
+- Memory: `Overall peak memory footprint (MB) via periodic monitoring: X` (benchmark_model.cc:106, with
+  `--report_peak_memory_footprint=true`) is the process peak, recorded as peak_rss_mb. `Memory footprint
+  delta from the start of the tool (MB): init= overall=` (benchmark_model.cc:99) and the TF <= 2.3
+  `Peak memory footprint (MB): init= overall=` (the growth of max RSS since the tool started) are growth,
+  recorded as memory_growth_mb, never as a peak.
+- Delegates (benchmark_tflite_model.cc:1296-1362): `Failed to apply X delegate.`; `Explicitly applied X
+  delegate, and the model graph will be completely|partially executed by the delegate[ w/ N delegate
+  kernels].`; `Though X delegate is explicitly applied, the model graph will not be executed by the
+  delegate.` The default XNNPACK delegate says `Created TensorFlow Lite XNNPACK delegate for CPU.`
+  (delegates/xnnpack/xnnpack_delegate.cc:682) and, where VERBOSE is on, `Replacing N out of M node(s) with
+  delegate (TfLiteXNNPackDelegate) node, yielding K partitions` (core/subgraph.cc:581). A flag the binary
+  does not know (a delegate not compiled in) is only `WARN: Unconsumed cmdline flags: ...`
+  (benchmark_model.cc:385): here it is an error when it is the delegate or precision asked for.
+- Precision: `--allow_fp16` only reaches the interpreter's own kernels and NNAPI; XNNPACK needs
+  `--xnnpack_force_fp16` (xnnpack_delegate_provider.cc:32, applied only with `--use_xnnpack=true`), NNAPI
+  `--nnapi_allow_fp16` (nnapi_delegate_provider.cc:61), and `--gpu_precision_loss_allowed` defaults to true
+  (gpu_delegate_provider.cc:40), so fp32 on the GPU is asked for explicitly.
+- Warm-up: `--warmup_runs` is a minimum beside `--warmup_min_secs` (default 0.5 s, benchmark_model.cc:69):
+  both are set.
+- Op tables (stats_calculator.cc, HeaderString/ColumnString): current builds print 8 columns `[node type]
+  [first] [avg ms] [%] [cdf%] [mem KB] [times called] [Name]`, TF 1.x-2.3 a 9th `[start]`; columns are
+  found by their header, per table.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from .base import NativeOptions, NativeResult, NativeToolError, first_error_line, number
+from .base import NativeOptions, NativeResult, NativeToolError, crash_reason, first_error_line
 
-_STATS = re.compile(
-    r"count=(\d+)\s+first=(\d+)\s+curr=(\d+)\s+min=(\d+)\s+max=(\d+)\s+avg=([\d.e+]+)\s+std=(\d+)"
+_PREFIX = re.compile(r"^\s*(?:INFO|WARN|WARNING|ERROR|VERBOSE|FATAL): ?")
+_STAT = re.compile(
+    r"^count=(?P<count>\d+)(?: first=(?P<first>\d+))? curr=(?P<curr>\d+)(?:\(all same\))?"
+    r"(?: min=(?P<min>\d+) max=(?P<max>\d+) avg=(?P<avg>[\d.e+-]+) std=(?P<std>\d+))?"
+    r"(?: p5=(?P<p5>\d+) median=(?P<median>\d+) p95=(?P<p95>\d+))?"
 )
-_DELEGATE_FLAGS = {
-    "xnnpack": "--use_xnnpack=true",
-    "nnapi": "--use_nnapi=true",
-    "gpu": "--use_gpu=true",
-    "hexagon": "--use_hexagon=true",
-    "cpu": "--use_xnnpack=false",
+# edgebench delegate name -> (the flag that turns it on, the provider name the tool logs)
+_DELEGATES = {
+    "xnnpack": ("--use_xnnpack=true", "XNNPACK"),
+    "nnapi": ("--use_nnapi=true", "NNAPI"),
+    "gpu": ("--use_gpu=true", "GPU"),
+    "hexagon": ("--use_hexagon=true", "Hexagon"),
+    "cpu": ("--use_xnnpack=false", ""),
 }
 _ERRORS = (
     "Failed to apply",
     "Benchmarking failed",
     "Failed to mmap",
     "Failed to load",
+    "Failed to allocate",
+    "Failed to invoke",
+    "Disallowed CPU fallback",
     "ERROR:",
     "Could not open",
     "failed to prepare",
@@ -34,7 +73,7 @@ _ERRORS = (
 
 class TfliteBenchmarkModel:
     name = "benchmark_model"
-    runtime = "tflite"
+    runtime = "litert"
     model_suffix = ".tflite"
     needs_model_dir = False
 
@@ -43,6 +82,7 @@ class TfliteBenchmarkModel:
             binary,
             f"--graph={model}",
             f"--warmup_runs={opts.warmup}",
+            f"--warmup_min_secs={opts.warmup_seconds:g}",
             f"--num_runs={opts.runs}",
             f"--min_secs={opts.min_seconds:g}",
             f"--max_secs={opts.max_seconds:g}",
@@ -50,75 +90,244 @@ class TfliteBenchmarkModel:
         ]
         if opts.threads:
             args.append(f"--num_threads={opts.threads}")
-        if opts.delegate:
-            if opts.delegate not in _DELEGATE_FLAGS:
-                raise NativeToolError(
-                    self.name,
-                    f"unknown delegate '{opts.delegate}' (use {', '.join(_DELEGATE_FLAGS)})",
-                    kind="usage",
-                )
-            args.append(_DELEGATE_FLAGS[opts.delegate])
-        if opts.precision == "fp16":
-            args += ["--allow_fp16=true", "--gpu_precision_loss_allowed=true"]
+        delegate = opts.delegate
+        if delegate and delegate not in _DELEGATES:
+            raise NativeToolError(
+                self.name, f"unknown delegate '{delegate}' (use {', '.join(_DELEGATES)})", kind="usage"
+            )
+        fp16 = opts.precision in ("fp16", "low")
+        if fp16 and delegate in (None, "xnnpack"):
+            delegate = "xnnpack"  # force_fp16 reaches XNNPACK only when it is applied explicitly
+        if delegate:
+            args.append(_DELEGATES[delegate][0])
+        args += _precision_flags(delegate, fp16, self.name)
         if opts.profile:
             args.append("--enable_op_profiling=true")
         return args
 
     def parse(self, output: str, returncode: int, opts: NativeOptions) -> NativeResult:
-        stats = _STATS.findall(output)
-        if returncode != 0 or not stats:
-            reason = first_error_line(output, _ERRORS) or f"exited {returncode} without a result"
-            kind = "delegate" if "delegate" in reason.lower() else "model"
+        lines = [_PREFIX.sub("", ln).strip() for ln in output.splitlines()]
+        phases = _phase_stats(lines)
+        if returncode != 0 or not phases:
+            reason = first_error_line("\n".join(lines), _ERRORS)
+            crash = crash_reason(returncode)
+            if reason is None:
+                reason = f"crashed ({crash})" if crash else f"exited {returncode} without a result"
+            kind = "delegate" if "delegate" in reason.lower() or "fallback" in reason.lower() else "model"
             raise NativeToolError(self.name, reason, kind)
-        count, first, _curr, lo, hi, avg, std = stats[-1]  # the last block is the timed runs
-        result = NativeResult(
-            aggregates={
-                "min": int(lo) / 1e3,
-                "max": int(hi) / 1e3,
-                "mean": float(avg) / 1e3,
-                "std": int(std) / 1e3,
-            },
-            count=int(count),
-            path=_path(output, opts),
-        )
-        init_us = number(r"Inference timings in us: Init: ([\d.]+)", output)
-        first_us = number(r"First inference: ([\d.]+)", output)
-        result.load_ms = (
-            init_us / 1e3 if init_us is not None else number(r"Initialized session in ([\d.]+)\s*ms", output)
-        )
-        result.first_ms = first_us / 1e3 if first_us is not None else int(stats[0][1]) / 1e3
-        result.peak_memory_mb = number(
-            r"(?:Peak memory footprint|Memory footprint delta from the start of the tool)"
-            r" \(MB\): init=[\d.]+ overall=([\d.]+)",
-            output,
-        )
-        result.ops = _run_order(output)
-        if re.search(r"will not be executed by the delegate", output):
-            result.warnings.append("the delegate was applied but runs none of the graph: measured on the CPU")
+        timed = phases[-1]  # the warm-up comes first, when the tool ran one
+        if timed["count"] == 0:
+            raise NativeToolError(self.name, "the timed phase ran no inference (count=0)", "measurement")
+        result = NativeResult(aggregates=_aggregates(timed), count=timed["count"])
+        if "p50" in result.aggregates:
+            result.notes["percentile_method"] = "tool: nearest rank, values[n*p/100]"
+        _timings(result, lines, phases)
+        _memory(result, lines)
+        result.ops = _run_order(lines)
+        _unconsumed(result, lines, opts)
+        _placement(result, lines, opts)
+        _precision(result, lines, opts)
         return result
 
 
-def _path(output: str, opts: NativeOptions) -> str:
-    if "XNNPACK delegate" in output:
-        return "xnnpack"
-    return opts.delegate or "cpu"
+def _precision_flags(delegate: str | None, fp16: bool, tool: str) -> list[str]:
+    """Flags that make the asked precision the one that runs (fp32 unless fp16/low is asked)."""
+    flag = "true" if fp16 else "false"
+    if delegate == "gpu":
+        return [f"--gpu_precision_loss_allowed={flag}"]
+    if delegate == "nnapi":
+        return [f"--nnapi_allow_fp16={flag}", f"--allow_fp16={flag}"]
+    if delegate == "xnnpack":
+        return [f"--xnnpack_force_fp16={flag}"]
+    if fp16:
+        raise NativeToolError(tool, f"no fp16 switch for the {delegate} delegate", kind="usage")
+    return []
 
 
-def _run_order(output: str) -> list[tuple[str, str, float]]:
-    """Per-node times from the 'Run Order' table of the regular (not init) runs."""
-    marker = output.rfind("Operator-wise Profiling Info for Regular Benchmark Runs")
-    if marker < 0:
+def _phase_stats(lines: list[str]) -> list[dict[str, Any]]:
+    """The phases' own stat lines, in order: lines that are a bare `count=...` once the log prefix is
+    off (the profiler's `Timings (microseconds): count=...` and `Memory (bytes): count=...` are not)."""
+    out = []
+    for line in lines:
+        match = _STAT.match(line)
+        if match:
+            out.append({k: (float(v) if v is not None else None) for k, v in match.groupdict().items()})
+            out[-1]["count"] = int(out[-1]["count"])
+    return out
+
+
+def _aggregates(stat: dict[str, Any]) -> dict[str, float]:
+    """In ms. `count=N curr=X` means every run took X (or N is 1): min = max = mean = X, std 0."""
+    if stat["avg"] is None:
+        x = stat["curr"] / 1e3
+        return {"min": x, "max": x, "mean": x, "std": 0.0}
+    out = {
+        "min": stat["min"] / 1e3,
+        "max": stat["max"] / 1e3,
+        "mean": stat["avg"] / 1e3,
+        "std": stat["std"] / 1e3,
+    }
+    if stat["median"] is not None:
+        out.update(p5=stat["p5"] / 1e3, p50=stat["median"] / 1e3, p95=stat["p95"] / 1e3)
+    return out
+
+
+def _number(pattern: str, lines: list[str]) -> float | None:
+    for line in lines:
+        match = re.search(pattern, line)
+        if match:
+            return float(match.group(1))
+    return None
+
+
+def _timings(result: NativeResult, lines: list[str], phases: list[dict[str, Any]]) -> None:
+    init_us = _number(r"Inference timings in us: Init: ([\d.e+-]+)", lines)
+    first_us = _number(r"First inference: ([\d.e+-]+)", lines)
+    init_ms = _number(r"Initialized session in ([\d.e+-]+)\s*ms", lines)
+    result.load_ms = init_us / 1e3 if init_us is not None else init_ms
+    if first_us is not None:
+        result.first_ms = first_us / 1e3
+    elif len(phases) > 1 and phases[0]["count"]:
+        result.first_ms = (phases[0]["first"] or phases[0]["curr"]) / 1e3
+
+
+def _memory(result: NativeResult, lines: list[str]) -> None:
+    result.peak_memory_mb = _number(r"Overall peak memory footprint \(MB\)[^:]*: ([\d.e+-]+)", lines)
+    delta = r"Memory footprint delta from the start of the tool \(MB\): init=[\d.e+-]+ overall=([\d.e+-]+)"
+    growth = _number(delta, lines)
+    if growth is None:
+        growth = _number(r"^Peak memory footprint \(MB\): init=[\d.e+-]+ overall=([\d.e+-]+)", lines)
+    result.memory_growth_mb = growth
+    if result.peak_memory_mb is None and growth is not None:
+        result.warnings.append(
+            "benchmark_model printed only the memory growth since it started, not a peak "
+            "(a build without --report_peak_memory_footprint): no peak_rss_mb"
+        )
+
+
+def _unconsumed(result: NativeResult, lines: list[str], opts: NativeOptions) -> None:
+    """Flags the binary does not know: an error when they carry the delegate or precision asked for."""
+    for line in lines:
+        if not line.startswith("Unconsumed cmdline flags:"):
+            continue
+        flags = line.split(":", 1)[1].split()
+        vital = [f for f in flags if f.startswith(("--use_", "--xnnpack_force_fp16", "--gpu_precision"))]
+        vital += [f for f in flags if f.startswith(("--nnapi_allow_fp16", "--allow_fp16"))]
+        if vital:
+            raise NativeToolError(
+                "benchmark_model",
+                f"this build does not know {' '.join(vital)} (Unconsumed cmdline flags): the delegate or "
+                "precision asked for is not compiled in, and the run would be on the CPU",
+                "delegate",
+            )
+        result.warnings.append(f"benchmark_model ignored unknown flags: {' '.join(flags)}")
+
+
+def _placement(result: NativeResult, lines: list[str], opts: NativeOptions) -> None:
+    """Which delegate ran, and over how much of the graph, from what the tool says."""
+    applied: dict[str, str] = {}
+    for line in lines:
+        match = re.match(
+            r"Explicitly applied (\S+) delegate, and the model graph will be (\w+) executed", line
+        )
+        if match:
+            applied[match.group(1).lower()] = "full" if match.group(2) == "completely" else "partial"
+        match = re.match(r"Though (\S+) delegate is explicitly applied, the model graph will not be", line)
+        if match:
+            raise NativeToolError(
+                "benchmark_model",
+                f"the {match.group(1)} delegate was applied but runs none of the graph: "
+                "the run is on the CPU",
+                "delegate",
+            )
+    asked = opts.delegate
+    if asked and asked != "cpu" and asked not in applied:
+        raise NativeToolError(
+            "benchmark_model",
+            f"asked for the {asked} delegate; the tool never said it applied it",
+            "delegate",
+        )
+    if (
+        not applied
+        and any("Created TensorFlow Lite XNNPACK delegate" in ln for ln in lines)
+        and asked != "cpu"
+    ):
+        applied["xnnpack"] = _default_xnnpack_coverage(lines, result)
+    name = next(iter(applied), "cpu")
+    coverage = applied.get(name, "full")
+    result.path = name if coverage == "full" else f"{name}+cpu"
+    result.applied["delegate"] = name
+    result.notes["delegated"] = coverage
+    if asked:
+        result.notes["delegate_asked"] = asked
+    if coverage == "partial":
+        result.warnings.append(f"the {name} delegate runs part of the graph; the rest runs on the CPU")
+
+
+def _default_xnnpack_coverage(lines: list[str], result: NativeResult) -> str:
+    """The default XNNPACK delegate: full when it replaced every node in one partition."""
+    for line in lines:
+        match = re.match(r"Replacing (\d+) out of (\d+) node\(s\) with delegate \(TfLiteXNNPackDelegate\)"
+                         r" node, yielding (\d+) partitions", line)  # fmt: skip
+        if match:
+            n, m, parts = (int(g) for g in match.groups())
+            return "full" if n == m and parts == 1 else "partial"
+    if result.ops:
+        inside = [node.startswith("Delegate/") for node, _, _ in result.ops]
+        return "full" if all(inside) else "partial"
+    result.notes["delegated_coverage"] = "not printed (no VERBOSE 'Replacing' line, no op profile)"
+    return "full"
+
+
+def _precision(result: NativeResult, lines: list[str], opts: NativeOptions) -> None:
+    fp16 = opts.precision in ("fp16", "low")
+    echoed = {
+        "xnnpack": r"^xnnpack_force_fp16: \[(\d)\]",
+        "gpu": r"^Allow lower precision in gpu: \[(\d)\]",
+        "nnapi": r"^Allow fp16 in NNAPI: \[(\d)\]",
+    }.get(result.applied.get("delegate", ""))
+    value = _number(echoed, lines) if echoed else None
+    if value is not None:
+        result.applied["precision"] = "fp16" if value else "fp32"
+    else:
+        result.applied["precision"] = "fp16" if fp16 else "fp32"
+        result.notes["precision_source"] = "asked (the tool did not echo it)"
+    if opts.precision:
+        result.notes["precision_asked"] = opts.precision
+
+
+def _run_order(lines: list[str]) -> list[tuple[str, str, float]]:
+    """(node, op type, avg ms) from the 'Run Order' table of the regular (not the init) runs."""
+    marker = "Operator-wise Profiling Info for Regular"
+    start = max((i for i, ln in enumerate(lines) if ln.startswith(marker)), default=-1)
+    if start < 0:
         return []
-    section = output[marker:]
-    start = section.find("Run Order")
+    rows = lines[start:]
+    try:
+        table = next(i for i, ln in enumerate(rows) if "Run Order" in ln and ln.startswith("="))
+    except StopIteration:
+        return []
+    header = [c.strip() for c in _cells(rows[table + 1])]
+    try:
+        col_type, col_avg = header.index("[node type]"), header.index("[avg ms]")
+        col_name = header.index("[Name]")
+    except ValueError:
+        return []
     ops = []
-    for line in section[start:].splitlines()[2:]:
-        if not line.strip() or line.startswith("="):
+    for line in rows[table + 2 :]:
+        cells = _cells(line)
+        if not line or line.startswith("=") or len(cells) < len(header):
             break
-        cols = [c.strip() for c in line.strip().split("\t") if c.strip()]
-        if len(cols) >= 8:
-            try:
-                ops.append((cols[-1], cols[0], float(cols[3])))
-            except ValueError:
-                continue
+        try:
+            ops.append((cells[col_name].strip(), cells[col_type].strip(), float(cells[col_avg])))
+        except ValueError:
+            break
     return ops
+
+
+def _cells(line: str) -> list[str]:
+    """Tab-separated cells without the leading empty ones (the tables start each line with tabs)."""
+    cells = line.split("\t")
+    while cells and not cells[0].strip():
+        cells.pop(0)
+    return cells

@@ -7,7 +7,7 @@ from ..analysis.stats import OUTLIER_Z, summarize
 from ..execution.jobs import Job
 from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, RecordContext
-from .common import job_timeout, push_model_and_inputs, shape_lists
+from .common import job_timeout, push_model_and_inputs, runtime_of, shape_lists
 from .registry import BenchParams
 
 
@@ -31,7 +31,8 @@ def bench_task(params: BenchParams, runtime: str, remote_model: str, remote_inpu
 
 def run_bench(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     params = BenchParams.of(job)
-    runtime = job.runtime or "onnxruntime"
+    runtime = runtime_of(job.model, job.runtime)
+    ctx.runtime = runtime
     ctx.base_params = params.identity()
     remote_model, remote_inputs = push_model_and_inputs(device, job, runtime, params.inputs)
     reply = device.run_agent(
@@ -43,6 +44,8 @@ def run_bench(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
 def bench_records(ctx: RecordContext, reply: AgentReply) -> ProbeResult:
     """Records from the agent's raw bench result; stats are computed here, from the kept samples."""
     r = reply.result
+    if r.get("execution"):
+        ctx.base_annotations = {**ctx.base_annotations, "execution": r["execution"]}
     out = ProbeResult(warnings=list(reply.warnings))
     samples = r["latencies_ms"]
     s = summarize(samples)

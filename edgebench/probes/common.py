@@ -16,10 +16,26 @@ def job_timeout(device: Device, job: Job) -> float:
     return job.timeout_s or device.spec.timeout_s
 
 
+# The runtime a model file implies when none is asked for.
+RUNTIME_OF_FORMAT = {"onnx": "onnxruntime", "mnn": "mnn", "tflite": "litert"}
+
+
+def runtime_of(model: ModelRef | None, requested: str | None) -> str:
+    """The asked-for runtime, else the one the model's format implies (`.tflite` runs on LiteRT)."""
+    if requested:
+        return requested
+    return RUNTIME_OF_FORMAT.get(model.format, "onnxruntime") if model is not None else "onnxruntime"
+
+
 def model_file_for(model: ModelRef, runtime: str) -> Path:
-    """The file the runtime loads: ONNX as is; for MNN an .mnn, converted from ONNX once and cached."""
+    """The file the runtime loads: ONNX as is; for MNN an .mnn, converted from ONNX once and cached;
+    LiteRT only `.tflite` files (no converter here)."""
     if runtime not in RUNTIMES:
-        raise UserError(f"unknown runtime '{runtime}' (use {' or '.join(RUNTIMES)})")
+        raise UserError(f"unknown runtime '{runtime}' (use {', '.join(RUNTIMES)})")
+    if (runtime == "litert") != (model.format == "tflite"):
+        if runtime == "litert":
+            raise ModelError(f"{model.path}: LiteRT runs .tflite models (use --runtime onnxruntime or mnn)")
+        raise ModelError(f"{model.path}: {runtime} cannot run a .tflite model (use --runtime litert)")
     if runtime == "mnn" and model.format == "onnx":
         from ..models.convert import onnx_to_mnn
 

@@ -7,9 +7,12 @@ repeated short invocations is marked `aggregated_by = "edgebench"` with what eac
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 import tempfile
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +28,23 @@ from ..lab.device import Device
 from ..models.refs import ModelRef
 from ..native import ADAPTERS, RUNNER_FOR_RUNTIME, NativeOptions, NativeResult, NativeToolError, RunnerAdapter
 from ..records import ProbeResult, RecordContext
-from .common import job_timeout, model_file_for, require_model
+from .common import job_timeout, model_file_for, require_model, runtime_of
 from .registry import BandwidthParams, BenchParams, MatmulParams, PowerParams, ThermalParams
 
-_NEEDED = {"p90": MIN_SAMPLES_FOR_P90, "p95": MIN_SAMPLES_FOR_P90, "p99": MIN_SAMPLES_FOR_P99, "p999": 1000}
+_NEEDED = {
+    "p5": MIN_SAMPLES_FOR_P90,
+    "p90": MIN_SAMPLES_FOR_P90,
+    "p95": MIN_SAMPLES_FOR_P90,
+    "p99": MIN_SAMPLES_FOR_P99,
+    "p999": 1000,
+}
 
 
 def runtime_for(model: ModelRef, job: Job) -> str:
+    """The asked-for runtime (`tflite`, LiteRT's former name, is `litert`), else the model file's."""
     if job.runtime:
-        return job.runtime
-    return {".tflite": "tflite", ".mnn": "mnn"}.get(model.path.suffix.lower(), "onnxruntime")
+        return "litert" if job.runtime == "tflite" else job.runtime
+    return runtime_of(model, None)
 
 
 def adapter_and_runner(
@@ -66,17 +76,27 @@ def native_options(
         delegate=params.delegate,
         precision=params.precision,
         profile=getattr(params, "profile", False),
+        warmup_seconds=params.warmup_seconds,
+        seed=params.seed,
     )
 
 
-def native_identity(params: BenchParams | ThermalParams | PowerParams, runner: str) -> dict[str, Any]:
-    """What a runner's records are: threads, the runner, and the delegate and precision asked for."""
-    out: dict[str, Any] = {"threads": params.threads, "runner": runner}
+def native_identity(
+    params: BenchParams | ThermalParams | PowerParams, runner: str, ran: NativeResult
+) -> dict[str, Any]:
+    """What a runner's records are: threads, the runner, and what the tool says ran (delegate or
+    backend, precision), never merely what was asked."""
+    return {"threads": params.threads, "runner": runner, **ran.applied}
+
+
+def native_notes(params: BenchParams | ThermalParams | PowerParams, ran: NativeResult) -> dict[str, Any]:
+    """Descriptive: the path that ran, what was asked, and what the tool says about how it measured."""
+    notes: dict[str, Any] = {"path": ran.path, **ran.notes}
     if params.delegate:
-        out["delegate"] = params.delegate
+        notes["delegate_asked"] = params.delegate
     if params.precision:
-        out["precision"] = params.precision
-    return out
+        notes["precision_asked"] = params.precision
+    return notes
 
 
 def install_runner(device: Device, runner: RunnerSpec, timeout: float) -> tuple[str, dict[str, str]]:
@@ -104,16 +124,23 @@ def install_runner(device: Device, runner: RunnerSpec, timeout: float) -> tuple[
 
 
 def stage_model(device: Device, adapter: RunnerAdapter, model_file: Path, name: str, timeout: float) -> str:
-    """Push the model; tools that take a folder get a folder holding only this model."""
+    """Push the model; tools that take a folder (benchmark.out runs every file in it) get a folder
+    emptied first, holding only this model under its name."""
     [remote] = device.ensure_files([model_file], timeout)
     if not adapter.needs_model_dir:
         return remote
     folder = posixpath.join(device.spec.workdir, "native", posixpath.basename(remote).split(".")[0])
-    target = posixpath.join(folder, f"{name}{adapter.model_suffix}")
-    device.transport.run(
-        ["sh", "-c", 'mkdir -p "$1" && ln -sf "$2" "$3"', "sh", folder, remote, target], timeout=timeout
-    ).check(device.name)
+    target = posixpath.join(folder, staged_name(adapter, name))
+    script = 'rm -rf "$1" && mkdir -p "$1" && ln -s "$2" "$3"'
+    device.transport.run(["sh", "-c", script, "sh", folder, remote, target], timeout=timeout).check(
+        device.name
+    )
     return folder
+
+
+def staged_name(adapter: RunnerAdapter, name: str) -> str:
+    """The model's file name in a staging folder: the name the tool prints on its result line."""
+    return f"{name}{adapter.model_suffix}"
 
 
 def invoke(
@@ -151,23 +178,59 @@ def run_tool(
     """Run the runner once, or `invocations` times for a distribution; returns each parsed output."""
     timeout = job_timeout(device, job)
     adapter, runner = adapter_and_runner(device, runtime, params.runner)
-    opts = native_options(params)
+    opts = replace(native_options(params), model_name=staged_name(adapter, model_name))
+    if opts.profile:
+        opts = replace(
+            opts, profile_path=posixpath.join(device.spec.workdir, "tmp", f"perf-{time.time_ns()}")
+        )
     binary, env = install_runner(device, runner, timeout)
     staged = stage_model(device, adapter, model_file, model_name, timeout)
     argv = adapter.argv(binary, staged, opts)
-    invocations = params.invocations
-    return [invoke(device, adapter, argv, env, opts, timeout) for _ in range(invocations)], adapter, opts
+    if opts.profile_path:  # the tool writes its profile there; it does not make the folder
+        mkdir = ["mkdir", "-p", posixpath.dirname(opts.profile_path)]
+        device.transport.run(mkdir, timeout=timeout).check(device.name)
+    results = []
+    for _ in range(params.invocations):
+        results.append(invoke(device, adapter, argv, env, opts, timeout))
+        if opts.profile_path:
+            results[-1].ops = pull_ort_profile(device, opts.profile_path, opts.runs, timeout)
+    return results, adapter, opts
+
+
+def pull_ort_profile(device: Device, prefix: str, runs: int, timeout: float) -> list[tuple[str, str, float]]:
+    """onnxruntime_perf_test -p PREFIX writes PREFIX_<date>.json: pull it, remove it, per-node times."""
+    from .numerics import pull, scratch_dir
+    from .profile import ProfilerOverhead, ort_profile
+
+    listing = device.transport.run(
+        ["sh", "-c", 'for f in "$1"_*.json; do [ -f "$f" ] && echo "$f"; done', "sh", prefix], timeout=timeout
+    )
+    files = [ln.strip() for ln in listing.stdout.splitlines() if ln.strip()]
+    if not files:
+        raise MeasurementError(
+            f"onnxruntime_perf_test wrote no profile at {prefix}_*.json", device=device.name
+        )
+    with scratch_dir() as tmp:
+        local = pull(device, files[-1], Path(tmp) / "profile.json", timeout)
+        try:
+            events = json.loads(local.read_text())
+        except ValueError as exc:
+            raise MeasurementError(f"onnxruntime profile {files[-1]} is unreadable: {exc}") from None
+    if isinstance(events, dict):
+        events = events.get("traceEvents", [])
+    profile = ort_profile([e for e in events if isinstance(e, dict)], runs, ProfilerOverhead(0.0, 0.0))
+    return [(op.node, op.op_type, op.ms) for op in profile.ops]
 
 
 def run_native_bench(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     model = require_model(job)
     runtime = runtime_for(model, job)
-    model_file = model.path if runtime == "tflite" else model_file_for(model, runtime)
+    model_file = model_file_for(model, runtime)
     params = BenchParams.of(job)
     results, adapter, opts = run_tool(device, job, params, model_file, model.name, runtime)
     ctx.runtime = runtime
-    ctx.base_params = native_identity(params, adapter.name)
-    ctx.base_annotations = {"path": results[0].path}
+    ctx.base_params = native_identity(params, adapter.name, results[0])
+    ctx.base_annotations = native_notes(params, results[0])
     return native_records(ctx, results, opts)
 
 
@@ -184,6 +247,7 @@ def native_records(ctx: RecordContext, results: list[NativeResult], opts: Native
         ("load_ms", first.load_ms, "ms"),
         ("first_inference_ms", first.first_ms, "ms"),
         ("peak_rss_mb", first.peak_memory_mb, "MB"),
+        ("memory_growth_mb", first.memory_growth_mb, "MB"),
     ):
         if value is not None:
             out.records.append(ctx.record(metric, value, unit, annotations={"aggregated_by": "tool"}))

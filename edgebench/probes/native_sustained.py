@@ -9,6 +9,7 @@ analysis and records are those of `probe thermal` on a Python device.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from ..agent.sensors import CHARGING_STATUSES, Channel, SensorSet
@@ -16,7 +17,7 @@ from ..agent.sustained import power_source
 from ..errors import MeasurementError, UserError
 from ..execution.jobs import Job
 from ..lab.device import Device
-from ..native import NativeOptions, RunnerAdapter
+from ..native import NativeOptions, NativeResult, RunnerAdapter
 from ..native.shell_sampler import parse_sampler_output, sensor_log, start_sampler, stop_sampler
 from ..records import ProbeResult, RecordContext
 from . import power
@@ -26,9 +27,11 @@ from .native import (
     install_runner,
     invoke,
     native_identity,
+    native_notes,
     native_options,
     runtime_for,
     stage_model,
+    staged_name,
 )
 from .power import CHARGING_HINT, ChargingError
 from .registry import PowerParams, ThermalParams
@@ -46,14 +49,22 @@ def stamped_runner(
     timeout = job_timeout(device, job)
     model = require_model(job)
     runtime = runtime_for(model, job)
-    model_file = model.path if runtime == "tflite" else model_file_for(model, runtime)
+    model_file = model_file_for(model, runtime)
     adapter, runner = adapter_and_runner(device, runtime, params.runner)
     opts = native_options(params, default_runs)
     binary, env = install_runner(device, runner, timeout)
     staged = stage_model(device, adapter, model_file, model.name, timeout)
+    opts = replace(opts, model_name=staged_name(adapter, model.name))
     ctx.runtime = runtime
-    ctx.base_params = {**params.identity(), **native_identity(params, adapter.name)}
+    ctx.base_params = {**params.identity(), "threads": params.threads, "runner": adapter.name}
     return adapter, ["sh", "-c", _STAMPED, "sh", *adapter.argv(binary, staged, opts)], env, opts
+
+
+def name_what_ran(ctx: RecordContext, params: ThermalParams | PowerParams, adapter: RunnerAdapter,
+                  first: NativeResult) -> None:  # fmt: skip
+    """Records carry what the tool says ran (its first invocation), not what was asked."""
+    ctx.base_params = {**params.identity(), **native_identity(params, adapter.name, first)}
+    ctx.base_annotations = {**ctx.base_annotations, **native_notes(params, first)}
 
 
 def run_native_thermal(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
@@ -74,6 +85,7 @@ def run_native_thermal(device: Device, job: Job, ctx: RecordContext) -> ProbeRes
         trace = stop_sampler(device, sampler, timeout)
     if not results:
         raise MeasurementError("no runner invocation finished within the duration", device=device.name)
+    name_what_ran(ctx, params, adapter, results[0])
     data = sensor_log(trace, sensors_config(device.spec, period), period)
     log = parse_sensor_log(data)
     rel = [s - log.origin for s in starts]
@@ -133,7 +145,7 @@ def run_native_power(device: Device, job: Job, ctx: RecordContext) -> ProbeResul
     config = sensors_config(device.spec, period)
     sampler = start_sampler(device, period, idle + duration + idle_after + timeout, timeout)
     phases: dict[str, list[float]] = {}
-    starts, lats, inferences = [], [], 0
+    starts, lats, inferences, first_result = [], [], 0, None
     try:
         first = sensor_log(
             parse_sampler_output(device.transport.read_text(sampler.output, timeout=timeout)), config, period
@@ -149,6 +161,7 @@ def run_native_power(device: Device, job: Job, ctx: RecordContext) -> ProbeResul
         begin, end = device_clock(device, timeout), time.monotonic() + duration
         while time.monotonic() < end:
             result = invoke(device, adapter, argv, env, opts, timeout)
+            first_result = first_result or result
             starts.append(result.started_s if result.started_s is not None else float("nan"))
             lats.append(result.aggregates["mean"])
             inferences += opts.runs + opts.warmup
@@ -156,6 +169,8 @@ def run_native_power(device: Device, job: Job, ctx: RecordContext) -> ProbeResul
         phases["idle_after"] = idle_span(device, idle_after, timeout)
     finally:
         trace = stop_sampler(device, sampler, timeout)
+    if first_result is not None:
+        name_what_ran(ctx, params, adapter, first_result)
     log = parse_sensor_log(sensor_log(trace, config, period))
     phases = {name: [a - log.origin, b - log.origin] for name, (a, b) in phases.items()}
     trim = power.default_trim(period) if params.trim_s is None else params.trim_s

@@ -16,7 +16,7 @@ from .params import IDENTITY as ID
 from .params import POLICY as PO
 from .params import ParamError, ProbeParams, param
 
-RUNTIMES = ("onnxruntime", "mnn")
+RUNTIMES = ("onnxruntime", "mnn", "litert")
 DTYPES = ("fp32", "fp16", "int8")
 MATMUL_BACKENDS = ("numpy", "onnxruntime", "mnn")
 ORT_OPS = ("MatMul", "MatMulInteger", "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulInteger:u8u8")
@@ -265,6 +265,23 @@ class ThermalParams(ProbeParams):
         "float",
         "The device's idle temperature, if known (default: estimated while cooling).",
         unit="C",
+    )
+    runs: int | None = param(
+        None,
+        PO,
+        "int",
+        "Native runners: inferences per runner invocation (default: 10).",
+        minimum=1,
+        native_only=True,
+    )
+    delegate: str | None = param(
+        None, ID, "str", "Native runners: delegate or execution provider.", native_only=True
+    )
+    precision: str | None = param(
+        None, ID, "choice", "Native runners: fp32, fp16 or low.", choices=PRECISIONS, native_only=True
+    )
+    runner: str | None = param(
+        None, ID, "str", "Native runners: which runner of the descriptor.", native_only=True, cli=False
     )
     runs: int | None = param(
         None,

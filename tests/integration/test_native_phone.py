@@ -12,6 +12,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from edgebench.testing.adblab import write_descriptor
@@ -21,11 +22,17 @@ pytestmark = pytest.mark.integration
 
 
 def replay_runner(
-    folder: Path, fixture: str, exit_code: int = 0, delay_s: float = 0.0, busy_loops: int = 0
+    folder: Path,
+    fixture: str,
+    exit_code: int = 0,
+    delay_s: float = 0.0,
+    busy_loops: int = 0,
+    text: str | None = None,
 ) -> Path:
-    """A /bin/sh script that prints a captured output of the tool and saves its argv on the phone
-    (after `busy_loops` iterations of real CPU work, so a load-driven sandbox board sees it)."""
-    text = resources.files("edgebench.native").joinpath("fixtures", fixture).read_text()
+    """A /bin/sh script that prints a captured output of the tool (or `text`) and saves its argv on the
+    phone (after `busy_loops` iterations of real CPU work, so a load-driven sandbox board sees it)."""
+    if text is None:
+        text = resources.files("edgebench.native").joinpath("fixtures", fixture).read_text()
     body = "\n".join(ln for ln in text.splitlines() if not ln.startswith("# "))
     script = folder / f"replay-{fixture}.sh"
     script.write_text(
@@ -82,9 +89,10 @@ def test_bench_through_onnxruntime_perf_test(adb_phone_factory, tmp_path: Path) 
     assert (
         p50["annotations"]["aggregated_by"] == "tool" and p50["params"]["runner"] == "onnxruntime_perf_test"
     )
+    assert p50["params"]["delegate"] == "cpu" and p50["params"]["precision"] == "fp32"
     assert p50["device"] == "stock" and p50["runtime"] == "onnxruntime"
     args = (lab.root / "data/local/tmp/runner-args.txt").read_text().split("\n")
-    assert args[:2] == ["-I", "-s"] and "-x" in args and args[args.index("-x") + 1] == "2"
+    assert args[:3] == ["-I", "-S", "0"] and "-x" in args and args[args.index("-x") + 1] == "2"
     assert args[args.index("-r") + 1] == "8" and args[-2].endswith(".onnx")
 
 
@@ -93,7 +101,7 @@ def test_distribution_from_repeated_invocations(adb_phone_factory, tmp_path: Pat
     from edgebench.execution.oneshot import run_now
     from edgebench.models.refs import resolve_model
 
-    runner = replay_runner(tmp_path, "mnn_benchmark.rockpi.txt")
+    runner = replay_runner(tmp_path, "mnn_benchmark.cpu_3.6.1.txt")  # prints convnet.mnn's line
     lab = stock_phone(
         adb_phone_factory, tmp_path, f'mnn_benchmark = {{ path = "benchmark.out", push = "{runner}" }}\n'
     )
@@ -107,16 +115,19 @@ def test_distribution_from_repeated_invocations(adb_phone_factory, tmp_path: Pat
     shot = run_now(lab.spec(), [job], tmp_path / "s.db", "bench")
     shot.raise_first_error()
     stats = {r.params["stat"]: r for r in shot.records if r.metric == "latency_ms"}
-    assert stats["p50"].annotations["aggregated_by"] == "edgebench"
-    assert stats["p50"].annotations["sample"] == "single inference" and stats["p50"].annotations["n"] == 12
+    notes = stats["p50"].annotations
+    assert notes["aggregated_by"] == "edgebench"
+    assert notes["sample"] == "single inference" and notes["n"] == 12
     assert "p99" not in stats and "p90" in stats
     args = (lab.root / "data/local/tmp/runner-args.txt").read_text().split("\n")
-    assert args[1:6] == ["1", "1", "0", "4", "2"]  # loop, warmup, forward=CPU, threads, precision
+    assert args[1:6] == ["1", "1", "0", "4", "0"]  # loop, warmup, forward=CPU, threads, precision fp32
     assert args[0].startswith("/data/local/tmp/edgebench/native/")
 
 
 def test_tool_error_becomes_one_line(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    runner = replay_runner(tmp_path, "onnxruntime_perf_test.load_error.txt", exit_code=1)
+    # The status line of onnxruntime/core/graph/model.cc for a file protobuf cannot parse (no capture).
+    corrupt = "# source: format string\nFailed to load model because protobuf parsing failed.\n"
+    runner = replay_runner(tmp_path, "corrupt", exit_code=255, text=corrupt)
     lab = stock_phone(
         adb_phone_factory,
         tmp_path,
@@ -124,11 +135,11 @@ def test_tool_error_becomes_one_line(adb_phone_factory, tmp_path: Path) -> None:
     )
     res = edgebench("bench", "builtin:convnet", "--device", "stock", "--lab", str(lab.lab_dir), cwd=tmp_path)
     assert res.returncode == 2, res.stderr
-    assert "INVALID_PROTOBUF" in res.stderr and "Traceback" not in res.stderr
+    assert "protobuf parsing failed" in res.stderr and "Traceback" not in res.stderr
     # The failure is kept in the store as an error record.
     out = edgebench("results", "--json", cwd=tmp_path)
     [err] = json.loads(out.stdout)["errors"]
-    assert "INVALID_PROTOBUF" in err["error"] and err["device"] == "stock"
+    assert "protobuf parsing failed" in err["error"] and err["device"] == "stock"
 
 
 def test_missing_runner_names_the_descriptor(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -337,7 +348,70 @@ def test_bench_cli_maps_delegate_and_invocations(adb_phone_factory, tmp_path: Pa
     assert args[args.index("-e") + 1] == "nnapi"
     p50 = next(r for r in json.loads(res.stdout)["records"] if r["params"].get("stat") == "p50")
     assert p50["annotations"]["aggregated_by"] == "edgebench" and p50["annotations"]["n"] == 3
-    assert p50["annotations"]["path"] == "nnapi"
+    assert p50["annotations"]["path"] == "nnapi" and p50["params"]["delegate"] == "nnapi"
     # On a Python device the runner options are refused, naming the device.
     bad = edgebench("bench", "builtin:convnet", "--delegate", "nnapi", cwd=tmp_path)
     assert bad.returncode == 2 and "--delegate applies to native runners; local" in bad.stderr
+
+
+def test_tflite_model_through_benchmark_model(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A .tflite model on a stock phone goes to benchmark_model; its records say what the tool says ran
+    (the default XNNPACK delegate over the whole graph, fp32) and its peak, not its growth, is peak_rss_mb."""
+    runner = replay_runner(tmp_path, "benchmark_model.chromeos_cpu.txt")
+    lab = stock_phone(
+        adb_phone_factory, tmp_path, f'benchmark_model = {{ path = "benchmark_model", push = "{runner}" }}\n'
+    )
+    res = edgebench(
+        "bench", "builtin:mlp.tflite", "--device", "stock", "--lab", str(lab.lab_dir), "--threads", "2",
+        "--runs", "50", "--json", cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    got = {(r["metric"], r["params"].get("stat")): r for r in json.loads(res.stdout)["records"]}
+    mean = got[("latency_ms", "mean")]
+    assert mean["value"] == pytest.approx(56.2658) and mean["runtime"] == "litert"
+    assert mean["params"]["delegate"] == "xnnpack" and mean["params"]["precision"] == "fp32"
+    assert mean["annotations"]["delegated"] == "full" and mean["params"]["runner"] == "benchmark_model"
+    assert got[("peak_rss_mb", None)]["value"] == pytest.approx(93.2383)
+    args = (lab.root / "data/local/tmp/runner-args.txt").read_text().split("\n")
+    assert "--num_threads=2" in args and "--warmup_min_secs=0.5" in args and args[0].startswith("--graph=")
+
+
+def test_perf_test_profile_is_collected_into_op_times(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`profile = true` on a stock phone: perf_test gets -p PREFIX; the profile onnxruntime writes at
+    PREFIX_<date>.json (here a real one, made by onnxruntime's own profiler on the same model, 1 warm-up and
+    8 timed runs like perf_test's) is pulled, parsed into op_time_ms records and removed from the phone."""
+    import shutil
+
+    from edgebench.agent.runtimes import OrtSession
+    from edgebench.execution.jobs import Job
+    from edgebench.execution.oneshot import run_now
+    from edgebench.models.refs import resolve_model
+
+    model = resolve_model("builtin:convnet")
+    session = OrtSession(str(model.path), threads=1, profile_prefix=str(tmp_path / "ort"))
+    feeds = {"image": np.zeros((1, 3, 112, 112), np.float32)}
+    for _ in range(9):
+        session.outputs(feeds)
+    profile = Path(session.end_profiling())
+    shutil.copy(profile, tmp_path / "captured-profile.json")
+    text = (
+        resources.files("edgebench.native").joinpath("fixtures", "onnxruntime_perf_test.acl.txt").read_text()
+    )
+    body = "\n".join(ln for ln in text.splitlines() if not ln.startswith("# "))
+    script = tmp_path / "perf_test_profiling.sh"
+    script.write_text(
+        "#!/bin/sh\nprefix=''\nwhile [ $# -gt 1 ]; do [ \"$1\" = -p ] && prefix=$2; shift; done\n"
+        f'cp "{tmp_path / "captured-profile.json"}" "${{prefix}}_2026-12-01_10-00-00.json"\n'
+        f"cat <<'CAPTURED'\n{body}\nCAPTURED\n"
+    )
+    lab = stock_phone(
+        adb_phone_factory, tmp_path, f'onnxruntime_perf_test = {{ path = "perf_test", push = "{script}" }}\n'
+    )
+    job = Job("stock", "bench", model, "onnxruntime", {"runs": 8, "profile": True, "threads": 1})
+    shot = run_now(lab.spec(), [job], tmp_path / "s.db", "bench")
+    shot.raise_first_error()
+    ops = {r.params["node"]: r for r in shot.records if r.metric == "op_time_ms"}
+    convs = [r for r in ops.values() if r.params["op_type"] == "Conv"]  # fused with their Relu: r0_nchwc...
+    assert len(convs) == 4 and "fc" in ops and ops["fc"].params["op_type"] == "Gemm"
+    assert all(r.value >= 0 for r in ops.values()) and sum(r.value for r in ops.values()) > 0
+    assert not list((lab.root / "data/local/tmp/edgebench/tmp").glob("perf-*"))
