@@ -73,9 +73,15 @@ def run(
             argv=sys.argv[1:],
         )
     _summary(result, suite)
+    for line in result.notes:
+        note(f"edgebench: {line}")
     if as_json:
         with Store(store) as st:
             records, errors = st.records([result.run_id]), st.errors([result.run_id])
+        # Jobs the store still refused are in their spool; their records are printed all the same.
+        records += [r for o in result.unstored for r in o.records]
+        errors += [{**o.error_dict(), "run_id": result.run_id} for o in result.unstored if not o.ok]
+        extra = {"store_error": result.store_error} if result.store_error else {}
         print_json(
             records_json(
                 records,
@@ -84,8 +90,11 @@ def run(
                 errors=errors,
                 summary=[_summary_dict(s) for s in result.devices.values()],
                 exit_code=result.exit_code,
+                **extra,
             )
         )
+    if result.store_error:
+        note(f"edgebench: error: {result.store_error}")
     return result.exit_code
 
 

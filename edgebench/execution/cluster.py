@@ -1,10 +1,12 @@
 """Multi-host labs on Dask distributed.
 
 `edgebench worker --scheduler tcp://H:P --lab DIR` runs a Dask worker that advertises each device of its lab
-as the resource `device:<name>=1`. `edgebench run SUITE --cluster tcp://H:P` sends every job as a task that
-needs its device's resource, so it runs on a host that holds the device, one task per device at a time. The
-task drives the device with the same `LocalSession` a local run uses (lease, health check, retries,
-cool-down) and hands back the JobOutcome; the controller stores it in its own store.
+as the resource `device:<name>=1` (the host itself, `local` or any local-transport descriptor, only when
+named with `--device`: every worker has a host, few should lend it out). `edgebench run SUITE --cluster
+tcp://H:P` sends every job as a task that needs its device's resource, so it runs on a host that holds the
+device, one task per device at a time. The task drives the device with the same `LocalSession` a local run
+uses (lease, health check, retries, cool-down) and hands back the JobOutcome; the controller stores it in
+its own store.
 
 Model files travel once per worker: the controller scatters their bytes, the worker keeps them in a
 content-addressed folder under its cache.
@@ -13,7 +15,10 @@ A worker lost mid-job: the job goes to another worker holding the device, if any
 the device for the suite's `worker_grace` (policy), the controller turns the job into an error record and
 moves on.
 A worker's session (and device lease) stays open between one run's jobs and is released when the
-controller says the device's series is over, or after `idle_release_s` without a job.
+controller says the device's series is over, or after `idle_release_s` without a job. So a device's jobs
+stay on the worker that opened its session: when two workers share a device, the other one would only wait
+for that lease. A worker whose scheduler goes away stops with an error (exit 3), so its supervisor restarts
+it; only SIGTERM / SIGINT stop it cleanly.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from ..lab.hashing import HashCache
 from ..models.refs import ModelRef
 from .execute import error_kind
 from .jobs import Job, JobOutcome
-from .leases import DEFAULT_LEASE_S, DeviceLease, LeaseTimeout
+from .leases import DEFAULT_LEASE_S, DeviceLease, LeaseTimeout, lease_key
 from .session import DeviceReady, LocalSession, StateFn, error_outcome, prebuild_agent
 from .suite import PATH_PARAMS, RunPolicy
 
@@ -91,7 +96,10 @@ class DeviceService(WorkerPlugin):
         self._slots: dict[tuple[str, str], _Slot] = {}
         self._lock = threading.Lock()
         self._device_locks = {d: threading.Lock() for d in self.devices}
-        self._leases = {d: DeviceLease(d, folder=lock_dir, lease_s=lease_s) for d in self.devices}
+        self._leases = {
+            d: DeviceLease(d, key=lease_key(lab.get(d)), folder=lock_dir, lease_s=lease_s)
+            for d in self.devices
+        }
         self._stop = threading.Event()
         self._reaper: threading.Thread | None = None
 
@@ -309,15 +317,24 @@ def serve_worker(
     death_timeout_s: float = 60.0,
     on_ready: Callable[[str, list[str]], None] | None = None,
 ) -> None:
-    """Run a Dask worker holding this host's devices until it is told to stop (SIGTERM, SIGINT)."""
+    """Run a Dask worker holding this host's devices until it is told to stop (SIGTERM, SIGINT); LabError
+    when it stops for another reason (its scheduler went away)."""
     lab = load_lab(lab_dir)
-    names = list(devices) if devices else lab.names()
+    names = list(devices) if devices else served_by_default(lab)
     for n in names:
         lab.get(n)  # unknown device: UserError, exit 2
     if not names:
-        raise UserError("the worker holds no devices")
+        where = f" in {lab.folder}" if lab.folder else ""
+        raise UserError(
+            f"the worker holds no devices: no descriptors{where} (add `--device local` for this host)"
+        )
     service = DeviceService(lab, names, lock_dir=lock_dir, idle_release_s=idle_release_s)
     asyncio.run(_serve(scheduler, service, names, name, host, death_timeout_s, on_ready))
+
+
+def served_by_default(lab: Lab) -> list[str]:
+    """The lab's devices a worker advertises when not told which: all but the host itself."""
+    return [n for n in lab.names() if lab.get(n).transport != "local"]
 
 
 async def _serve(
@@ -344,8 +361,14 @@ async def _serve(
         death_timeout=death_timeout_s,
     )
     loop = asyncio.get_running_loop()
+    asked = asyncio.Event()
+
+    def stop() -> None:
+        asked.set()
+        asyncio.ensure_future(worker.close())
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda: asyncio.ensure_future(worker.close()))
+        loop.add_signal_handler(sig, stop)
     try:
         await worker
     except Exception as exc:  # noqa: BLE001 - the scheduler could not be reached in time
@@ -356,6 +379,8 @@ async def _serve(
         await worker.finished()
     finally:
         service.teardown()
+    if not asked.is_set():  # not our signal: the scheduler went away (or closed us); a supervisor restarts
+        raise LabError(f"worker {worker.address} stopped: it lost the Dask scheduler at {scheduler}")
 
 
 # ---- controller side --------------------------------------------------------------------------------
@@ -471,12 +496,18 @@ class ClusterExecutor:
 
 
 class ClusterSession:
-    """A device held by some worker of the cluster, seen from the controller."""
+    """A device held by some worker of the cluster, seen from the controller.
+
+    Once a worker has opened the device's session (its lease, connection and health check), every later
+    task of the device goes to that worker (`home`): another worker sharing the device would only wait for
+    that lease. Only when the home worker is gone may the next task go to any worker holding the device.
+    """
 
     def __init__(self, executor: ClusterExecutor, device: str) -> None:
         self.executor = executor
         self.device = device
         self._last_worker: str | None = None
+        self.home: str | None = None
 
     def prepare(self, on_state: StateFn) -> DeviceReady:
         ex = self.executor
@@ -485,6 +516,7 @@ class ClusterSession:
         reply = self._until_done(lambda: (prepare_task, args, None), on_state)
         if reply["status"] == "error":
             raise LabError(reply["error"])
+        self.home = reply.get("worker")
         ready: DeviceReady = reply["ready"]
         return replace(ready, notes=(*ready.notes, f"on worker {self._last_worker}"))
 
@@ -523,7 +555,14 @@ class ClusterSession:
             shipment.clear()  # drop the scattered bytes: the worker keeps them on disk
         outcome: JobOutcome = reply["outcome"]
         outcome.job = job
+        self.home = reply.get("worker")  # where the session lives now (a new worker after a lost one)
         return outcome
+
+    def _home_workers(self) -> list[str] | None:
+        """[the home worker] while it still holds the device; None (any holder) once it is gone."""
+        if self.home is not None and self.home not in self.executor.holders(self.device):
+            self.home = None
+        return [self.home] if self.home else None
 
     def _until_done(
         self,
@@ -539,6 +578,7 @@ class ClusterSession:
         while True:
             ex.await_holder(self.device)
             fn, args, workers = task()
+            workers = workers or self._home_workers()
             try:
                 reply = ex.wait(ex.submit(fn, self.device, *args, workers=workers), self.device)
             except TaskLost:

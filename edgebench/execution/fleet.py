@@ -13,19 +13,24 @@ provides a session that sends each job to the Dask worker holding the device.
 
 from __future__ import annotations
 
+import os
 import queue
+import socket
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+import psutil
+
 from ..errors import EdgebenchError, UserError, one_line
 from ..lab.descriptors import Lab, load_lab
-from ..records import new_run_id
-from ..results.store import Store
+from ..records import new_run_id, utc_now
+from ..results.store import RunInfo, Store
 from .jobs import Job, JobOutcome
+from .leases import DEFAULT_LEASE_S
 from .provenance import host_provenance
 from .session import (
     DeviceReady,
@@ -35,7 +40,8 @@ from .session import (
     error_outcome,
     prebuild_agent,
 )
-from .suite import RunPolicy, Suite, check_devices, jobs_by_device, plan
+from .spool import FINAL_WAIT_S, RETRY_EVERY_S, JobWriter, StoreTrouble, is_store_trouble, store_spooled
+from .suite import RunPolicy, Suite, check_devices, jobs_by_device, model_digests, plan
 
 
 # ---- the fleet ---------------------------------------------------------------------------------------------
@@ -63,12 +69,15 @@ class RunResult:
     devices: dict[str, DeviceSummary]
     outcomes: list[JobOutcome] = field(default_factory=list)
     resumed: bool = False
+    notes: list[str] = field(default_factory=list)  # for people: spooled writes, models changed on resume
+    store_error: str | None = None  # finished jobs the store still refused at the end (kept in a spool)
+    unstored: list[JobOutcome] = field(default_factory=list)  # those jobs, for --json
 
     @property
     def exit_code(self) -> int:
         if any(d.state == "unreachable" for d in self.devices.values()):
             return 3
-        if any(d.failed or d.state != "ok" for d in self.devices.values()):
+        if self.store_error or any(d.failed or d.state != "ok" for d in self.devices.values()):
             return 1
         return 0
 
@@ -120,13 +129,17 @@ def run_plan(
     run_id: str,
     jobs: Sequence[Job],
     sessions: SessionFactory,
-    store: Store,
+    store: Store | JobWriter,
     policy: RunPolicy,
     observer: RunObserver | None = None,
     stop: threading.Event | None = None,
     done_keys: set[str] | frozenset[str] = frozenset(),
+    job_notes: dict[str, list[str]] | None = None,
 ) -> tuple[dict[str, DeviceSummary], list[JobOutcome]]:
-    """Run the jobs (minus done_keys) device-parallel; store each outcome as it arrives."""
+    """Run the jobs (minus done_keys) device-parallel; store each outcome as it arrives (spooled while
+    the store refuses writes); job_notes adds warnings to the outcomes of the jobs they key."""
+    writer = store if isinstance(store, JobWriter) else JobWriter(store, run_id)
+    job_notes = job_notes or {}
     observer = observer or NullObserver()
     stop = stop or threading.Event()
     events: queue.Queue[Any] = queue.Queue()
@@ -152,15 +165,20 @@ def run_plan(
     outcomes: list[JobOutcome] = []
     running = len(threads)
     while running:
-        event = events.get()
+        try:
+            event = events.get(timeout=RETRY_EVERY_S)
+        except queue.Empty:
+            writer.retry()  # a quiet moment: try the spooled jobs again
+            continue
         if isinstance(event, _State):
             observer.state(event.device, event.state, event.detail)
         elif isinstance(event, _Ready):
             r = event.ready
-            store.save_device(run_id, r.device, r.fingerprint, r.descriptor)
+            writer.save_device(r.device, r.fingerprint, r.descriptor)
         elif isinstance(event, _Outcome):
             outcome = event.outcome
-            store.save_job(run_id, outcome)
+            outcome.warnings = job_notes.get(outcome.job.key, []) + outcome.warnings
+            writer.save_job(outcome)
             outcomes.append(outcome)
             observer.job_done(outcome)
         elif isinstance(event, _Finished):
@@ -224,6 +242,10 @@ def _device_worker(
             emit_state("running", _job_label(job))
             outcome = session.run(job, first=(i == 0))
             report(outcome)
+            if outcome.stop_device:  # the lease went elsewhere, or the device hung: not one more job
+                summary.state, summary.error = "quarantined", outcome.stop_device
+                finish_all(jobs[i + 1 :], f"{outcome.stop_device}: job not run")
+                return
             if outcome.ok:
                 consecutive.clear()
                 continue
@@ -277,74 +299,209 @@ def run_suite(
     cluster: str | None = None,
     timeout_s: float | None = None,
     lock_dir: Path | None = None,
+    lease_s: float = DEFAULT_LEASE_S,
     observer: RunObserver | None = None,
     argv: list[str] | None = None,
     stop: threading.Event | None = None,
 ) -> RunResult:
-    """Plan the suite, run it (locally or on a Dask cluster) and store every job as it finishes."""
+    """Plan the suite, run it (locally or on a Dask cluster) and store every job as it finishes.
+
+    Store trouble never loses a finished job (`execution.spool`): what the store refuses waits in a spool
+    file and is stored when it can be; `RunResult.store_error` says when some is still waiting at the end.
+    """
     stop = stop or threading.Event()
     jobs = plan(suite, timeout_s)
     if cluster is None:
         lab = lab if lab is not None else load_lab(None)  # the host alone
         check_devices(suite, lab)
+    policy = replace(suite.policy, timeout_s=timeout_s or suite.timeout_s)
     prebuild_agent()
     store = Store(store_path)
     try:
+        notes = store_spooled(store)  # what earlier runs could not store, first
+        models = model_digests(suite)
         done_keys: set[str] = set()
+        job_notes: dict[str, list[str]] = {}
         if resume:
             info = store.run(resume)  # unknown run: UserError, exit 2
-            if info.suite not in (None, suite.name):
-                raise UserError(f"run {resume} was made by suite '{info.suite}', not '{suite.name}'")
+            check_resumable(info, suite)
             done_keys = store.ok_job_keys(resume)
+            changed = changed_models(info.provenance, models)
+            job_notes = changed_model_notes(jobs, done_keys, changed, resume)
+            notes += [f"model '{n}' changed since run {resume} measured it: re-measured" for n in changed]
         run_id = resume or new_run_id()
-        provenance = host_provenance(argv)
-        provenance["suite_path"] = str(suite.path)
+        provenance = {
+            **host_provenance(argv),
+            "suite_path": str(suite.path),
+            "controller": controller_identity(),
+            "models": models,
+        }
         if cluster:
             provenance["cluster"] = cluster
-        with _sessions(suite, run_id, lab, cluster, lock_dir) as factory:
-            store.begin_run(run_id, "suite", provenance, suite=suite.name)
+        with _sessions(suite, run_id, lab, cluster, lock_dir, policy, lease_s) as factory:
+            _begin(store, run_id, suite, provenance, resume, done_keys, job_notes)
+            writer = JobWriter(store, run_id)
             try:
                 summaries, outcomes = run_plan(
-                    run_id, jobs, factory, store, suite.policy, observer, stop, done_keys
+                    run_id, jobs, factory, writer, policy, observer, stop, done_keys, job_notes
                 )
             except KeyboardInterrupt:
                 stop.set()
-                store.finish_run(run_id, "interrupted")
+                kept = _interrupted(writer)
                 raise RunInterrupted(
-                    f"run {run_id} interrupted; its finished jobs are stored: finish it "
+                    f"run {run_id} interrupted; its finished jobs are {kept}: finish it "
                     f"with `edgebench run {suite.path} --resume {run_id}`"
                 ) from None
             except BaseException:
                 stop.set()
-                store.finish_run(run_id, "interrupted")
+                _interrupted(writer)
                 raise
         ok = all(s.failed == 0 and s.state != "unreachable" for s in summaries.values())
         status = "ok" if ok else "failed"
-        store.finish_run(run_id, status)
-        return RunResult(run_id, suite.name, status, summaries, outcomes, resumed=bool(resume))
+        result = RunResult(run_id, suite.name, status, summaries, outcomes, resumed=bool(resume), notes=notes)
+        try:
+            note = _end(writer, status)
+        except StoreTrouble as exc:
+            result.store_error = one_line(exc)
+            result.unstored = list(writer.unsaved_outcomes)
+        else:
+            if note:
+                result.notes.append(note)
+        return result
     finally:
         store.close()
+
+
+def _begin(
+    store: Store,
+    run_id: str,
+    suite: Suite,
+    provenance: dict[str, Any],
+    resume: str | None,
+    done_keys: set[str],
+    job_notes: dict[str, list[str]],
+) -> None:
+    """Create the run (or mark the resumed one running, with a provenance entry for this resume)."""
+    try:
+        store.begin_run(run_id, "suite", provenance, suite=suite.name)
+        if resume:
+            entry = {k: provenance[k] for k in ("edgebench", "git_commit", "host", "argv", "suite_path")}
+            entry.update(
+                at=utc_now(),
+                controller=provenance["controller"],
+                models=provenance["models"],
+                done_jobs=len(done_keys),
+                remeasured_for_changed_models=len(job_notes),
+            )
+            store.append_provenance(run_id, "resumes", entry)
+    except Exception as exc:  # noqa: BLE001 - a store that refuses the run's first write: nothing ran
+        if not is_store_trouble(exc):
+            raise
+        raise StoreTrouble(
+            f"{store.path}: cannot start run {run_id}: the store refuses writes ({exc})"
+        ) from None
+
+
+def _end(writer: JobWriter, status: str, wait_s: float = FINAL_WAIT_S) -> str | None:
+    """The run's final status, then whatever waited in the spool; a note when the spool was used."""
+    writer.finish_run(status)
+    return writer.close(wait_s)
+
+
+def _interrupted(writer: JobWriter) -> str:
+    """Mark the run interrupted without waiting for a store in trouble; where its finished jobs are."""
+    try:
+        _end(writer, "interrupted", wait_s=0.0)
+    except StoreTrouble:
+        return f"kept in {writer.spool or 'no spool file (the store and the temp folder refuse writes)'}"
+    return "stored"
+
+
+# ---- resume: provenance, a live controller, changed models ----------------------------------------------
+def controller_identity() -> dict[str, Any]:
+    """This controller process, so a later resume can tell whether it is still alive."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": psutil.Process().create_time()}
+
+
+def controller_alive(controller: dict[str, Any]) -> bool:
+    """True when the recorded controller is a live process on this host (same pid and start time)."""
+    if controller.get("host") != socket.gethostname():
+        return False  # another host's process cannot be seen from here
+    try:
+        proc = psutil.Process(int(controller["pid"]))
+        alive = proc.status() != psutil.STATUS_ZOMBIE
+        return alive and abs(proc.create_time() - float(controller["started"])) < 1.0
+    except (psutil.Error, KeyError, TypeError, ValueError):
+        return False
+
+
+def check_resumable(info: RunInfo, suite: Suite) -> None:
+    """Refuse to resume a run of another suite, or one whose controller is still running it."""
+    if info.suite not in (None, suite.name):
+        raise UserError(f"run {info.run_id} was made by suite '{info.suite}', not '{suite.name}'")
+    resumes = info.provenance.get("resumes") or []
+    controller = (resumes[-1] if resumes else info.provenance).get("controller") or {}
+    if info.status == "running" and controller_alive(controller):
+        who = f"controller pid {controller['pid']} on {controller['host']}"
+        raise UserError(
+            f"run {info.run_id} is still running ({who}): let it finish, or stop it, before resuming"
+        )
+
+
+def changed_models(provenance: dict[str, Any], now: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """Suite models whose content differs from what the run last measured: name -> (then, now)."""
+    resumes = provenance.get("resumes") or []
+    then = (resumes[-1] if resumes else provenance).get("models") or {}
+    return {
+        name: (then[name], digest) for name, digest in now.items() if then.get(name) not in (None, digest)
+    }
+
+
+def changed_model_notes(
+    jobs: Sequence[Job], done_keys: set[str], changed: dict[str, tuple[str, str]], run_id: str
+) -> dict[str, list[str]]:
+    """A warning for each job to run again because its model's file changed under the same name."""
+    out = {}
+    for job in jobs:
+        if job.model is None or job.model.name not in changed or job.key in done_keys:
+            continue
+        then, now = changed[job.model.name]
+        out[job.key] = [
+            f"model '{job.model.name}' changed since run {run_id} measured it ({then[:19]} -> {now[:19]}): "
+            "re-measured; this run's earlier records of it are of the old file"
+        ]
+    return out
 
 
 class _sessions:
     """The session factory for the run's executor, with whatever it needs open (a Dask client)."""
 
     def __init__(
-        self, suite: Suite, run_id: str, lab: Lab | None, cluster: str | None, lock_dir: Path | None
+        self,
+        suite: Suite,
+        run_id: str,
+        lab: Lab | None,
+        cluster: str | None,
+        lock_dir: Path | None,
+        policy: RunPolicy,
+        lease_s: float,
     ) -> None:
         self.suite, self.run_id, self.lab, self.cluster, self.lock_dir = suite, run_id, lab, cluster, lock_dir
+        self.policy, self.lease_s = policy, lease_s
         self._executor: Any = None
 
     def __enter__(self) -> SessionFactory:
         if self.cluster:
             from .cluster import ClusterExecutor
 
-            self._executor = ClusterExecutor(self.cluster, self.run_id, self.suite.policy)
+            self._executor = ClusterExecutor(self.cluster, self.run_id, self.policy)
             return self._executor.session
         lab = self.lab
         assert lab is not None
-        policy, lock_dir = self.suite.policy, self.lock_dir
-        return lambda name: LocalSession(lab.get(name), self.run_id, policy, lock_dir=lock_dir)
+        policy, lock_dir, lease_s = self.policy, self.lock_dir, self.lease_s
+        return lambda name: LocalSession(
+            lab.get(name), self.run_id, policy, lock_dir=lock_dir, lease_s=lease_s
+        )
 
     def __exit__(self, *exc: object) -> None:
         if self._executor is not None:

@@ -21,17 +21,23 @@ class Job:
     runtime: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
     timeout_s: float | None = None
+    # What stands for a file in the job's identity, by role ("model", or a path param's name): "sha256:<hex>"
+    # of its content, or "path:<suite-relative path>" when it is missing. Set by the planner, so the key
+    # follows what is measured, not where the checkout lives, and a changed model is a new job.
+    identity: dict[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
-        """Stable across processes: a resumed run recognises the jobs it already finished."""
-        ident = {
+        """Stable across processes and checkouts: a resumed run recognises the jobs it already finished."""
+        ident: dict[str, Any] = {
             "device": self.device,
             "probe": self.probe,
             "model": self.model.name if self.model else None,
             "runtime": self.runtime,
-            "params": self.params,
+            "params": {k: self.identity.get(k, v) for k, v in self.params.items()},
         }
+        if "model" in self.identity:
+            ident["model_content"] = self.identity["model"]
         digest = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
         return f"{self.device}/{self.probe}/{self.model.name if self.model else '-'}/{digest}"
 
@@ -51,6 +57,9 @@ class JobOutcome:
     finished: str = ""
     wall_s: float = 0.0
     device_s: float = 0.0  # time the agent itself measured, to compute orchestration overhead
+    # Set when the device must not be used again in this run (its lease was lost, it stopped answering):
+    # why. The fleet runner then ends the device's series at once instead of failing job after job.
+    stop_device: str | None = None
     exception: BaseException | None = field(default=None, repr=False, compare=False)
 
     @property

@@ -6,8 +6,10 @@ a contender takes it over when the holder's process is gone (same host: pid and 
 marker has not been refreshed for the lease duration (a frozen or vanished holder). A holder whose lease was
 taken over sees it in `DeviceLease.lost` and must stop using the device.
 
-Next to the marker, `<device>.holder.json` says who holds the lease (run, pid, since when) for the
-"waiting for ..." message, and `<device>.journal` keeps one JSON line per acquire and release: the lease
+Leases are keyed by the hardware (`lease_key`: the adb serial, the ssh host and port, this host for local
+devices), not by the descriptor's name, so two descriptors of one device (an alias) never measure it at
+once. Next to the marker, `<key>.holder.json` says who holds the lease (run, pid, descriptor, since when) for
+the "waiting for ..." message, and `<key>.journal` keeps one JSON line per acquire and release: the lease
 history that shows runs did not overlap on a device.
 """
 
@@ -27,6 +29,7 @@ from typing import Any
 import filelock
 
 from ..errors import LabError
+from ..lab.descriptors import DeviceSpec
 from ..records import utc_now
 
 LOCK_DIR_ENV = "EDGEBENCH_LOCK_DIR"
@@ -52,6 +55,18 @@ def default_lock_dir() -> Path:
     return Path(base) / "edgebench" / "locks"
 
 
+def lease_key(spec: DeviceSpec) -> str:
+    """What a device's lease is keyed by: the hardware, so every descriptor of one device shares it.
+
+    adb: the serial; ssh: host and port as the descriptor spells them; local transport: this host.
+    """
+    if spec.transport == "adb":
+        return f"adb-{spec.serial}"
+    if spec.transport == "ssh":
+        return f"ssh-{(spec.host or '').lower()}-{spec.port}"
+    return f"local-{socket.gethostname()}"
+
+
 def lease_stem(device: str) -> str:
     """A file name for the device: readable, and distinct for names that differ only in odd characters."""
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", device)
@@ -71,27 +86,35 @@ class LeaseHolder:
     since: str  # ISO UTC
     since_epoch: float
 
-    def describe(self) -> str:
+    def describe(self, device: str | None = None) -> str:
+        """Who holds it; names the holder's descriptor when it differs from `device` (an alias)."""
         run = f"run {self.run_id}, " if self.run_id else ""
-        return f"{run}pid {self.pid} on {self.host}, since {self.since}"
+        alias = f" as '{self.device}'" if device is not None and self.device != device else ""
+        return f"{run}pid {self.pid} on {self.host}{alias}, since {self.since}"
 
 
 class DeviceLease:
-    """The exclusive lease on one device. Acquire, use the device while `lost` is None, release."""
+    """The exclusive lease on one device. Acquire, use the device while `lost` is None, release.
+
+    `device` is the descriptor name (for messages and the journal); `key` what the lease is keyed by
+    (`lease_key(spec)`; the name itself when not given).
+    """
 
     def __init__(
         self,
         device: str,
         *,
+        key: str | None = None,
         run_id: str = "",
         folder: Path | str | None = None,
         lease_s: float = DEFAULT_LEASE_S,
         poll_s: float = DEFAULT_POLL_S,
     ) -> None:
         self.device = device
+        self.key = key or device
         self.run_id = run_id
         self.folder = Path(folder) if folder is not None else default_lock_dir()
-        stem = lease_stem(device)
+        stem = lease_stem(self.key)
         self.marker_path = self.folder / f"{stem}.lock"
         self.holder_path = self.folder / f"{stem}.holder.json"
         self.journal_path = self.folder / f"{stem}.journal"
@@ -101,6 +124,8 @@ class DeviceLease:
             str(self.marker_path), lease_duration=lease_s, thread_local=False, is_singleton=False
         )
         self._holder: LeaseHolder | None = None
+        self._marker: tuple[int, int] | None = None  # (st_dev, st_ino) of the marker we created
+        self._lost: str | None = None
 
     @property
     def held(self) -> bool:
@@ -108,13 +133,34 @@ class DeviceLease:
 
     @property
     def lost(self) -> str | None:
-        """Why the lease is no longer ours (taken over, marker gone), or None while it is."""
+        """Why the lease is no longer ours (taken over, marker gone), or None while it is. Once lost,
+        always lost until released: a device taken over is someone else's for the rest of this hold."""
         if self._holder is None:
             return None
+        if self._lost is None:
+            reason = self._loss_reason()
+            if reason is not None:
+                taker = read_holder(self.holder_path)
+                who = taker.describe(self.device) if taker and taker != self._holder else "another holder"
+                self._lost = f"lease on {self.device} was lost ({reason}): taken over by {who}"
+        return self._lost
+
+    def _loss_reason(self) -> str | None:
         compromise = self._lock.compromise
-        if compromise is None:
-            return None
-        return f"lease on {self.device} was lost ({compromise.reason}): another holder took it over"
+        if compromise is not None:
+            return compromise.reason
+        # filelock's heartbeat looks only every third of the lease and lets its first "owner changed" pass;
+        # a holder thawed after a takeover must know at once, so look at the marker itself: a contender
+        # replaces it (a new inode) only once it has judged us gone.
+        try:
+            st = os.lstat(self.marker_path)
+        except FileNotFoundError:
+            return "marker-missing"
+        except OSError:
+            return None  # cannot tell now; the heartbeat keeps watching
+        if self._marker is not None and (st.st_dev, st.st_ino) != self._marker:
+            return "owner-changed"
+        return None
 
     def acquire(
         self, timeout: float | None = None, on_wait: Callable[[LeaseHolder | None, float], None] | None = None
@@ -134,7 +180,7 @@ class DeviceLease:
                 holder = read_holder(self.holder_path)
                 waited = time.monotonic() - start
                 if timeout is not None and waited >= timeout:
-                    who = holder.describe() if holder else "another process"
+                    who = holder.describe(self.device) if holder else "another process"
                     raise LeaseTimeout(
                         f"{self.device}: still leased by {who} after waiting {waited:.0f} s "
                         f"(lock {self.marker_path})"
@@ -147,6 +193,12 @@ class DeviceLease:
             except OSError as exc:
                 raise LabError(f"{self.device}: cannot use lock folder {self.folder}: {exc}") from None
         now = time.time()
+        self._lost = None
+        try:
+            st = os.lstat(self.marker_path)
+            self._marker = (st.st_dev, st.st_ino)
+        except OSError:
+            self._marker = None
         self._holder = LeaseHolder(
             self.device, self.run_id, os.getpid(), socket.gethostname(), utc_now(), now
         )
@@ -165,7 +217,7 @@ class DeviceLease:
             except FileNotFoundError:
                 pass
         self._journal("released" if lost is None else "lost")
-        self._holder = None
+        self._holder, self._marker, self._lost = None, None, None
         try:
             self._lock.release(force=True)
         except (OSError, RuntimeError):
@@ -188,6 +240,7 @@ class DeviceLease:
         entry = {
             "event": event,
             "device": self.device,
+            "key": self.key,
             "run_id": self.run_id,
             "pid": os.getpid(),
             "host": socket.gethostname(),
@@ -215,11 +268,13 @@ def read_holder(path: Path) -> LeaseHolder | None:
         return None
 
 
-def lease_history(device: str, folder: Path | str | None = None) -> list[dict[str, Any]]:
-    """The device's lease journal, oldest first: one dict per acquire / release / loss."""
+def lease_history(key: str | DeviceSpec, folder: Path | str | None = None) -> list[dict[str, Any]]:
+    """A device's lease journal, oldest first: one dict per acquire / release / loss. `key` is the lease
+    key (or the DeviceSpec whose `lease_key` it is); every descriptor of the device shows up in it."""
     path = Path(folder) if folder is not None else default_lock_dir()
+    stem = lease_stem(lease_key(key) if isinstance(key, DeviceSpec) else key)
     try:
-        lines = (path / f"{lease_stem(device)}.journal").read_text().splitlines()
+        lines = (path / f"{stem}.journal").read_text().splitlines()
     except OSError:
         return []
     out = []

@@ -20,6 +20,7 @@ from ..results.store import Store
 from .jobs import Job, JobOutcome
 from .provenance import host_provenance
 from .session import LocalSession, StateFn
+from .spool import JobWriter, StoreTrouble, store_spooled
 from .suite import RunPolicy
 
 
@@ -64,35 +65,60 @@ def run_now(
     access: DeviceAccess = DeviceAccess(),
     on_state: StateFn | None = None,
 ) -> OneShot:
-    """Take the device's lease, record its fingerprint, run the jobs, store each one as it finishes."""
+    """Take the device's lease, record its fingerprint, run the jobs, store each one as it finishes.
+
+    A store that refuses writes (locked, full) never loses a job: it waits in a spool file, stored by the
+    next edgebench command on this store; the last job's warnings say so.
+    """
     store = Store(store_path) if store_path is not None else None
     shot = OneShot(new_run_id())
     status = "failed"  # unless every job below finishes ok; an unreachable device leaves it failed
-    # The guard waits before every job but the first: a single job needs no look at the sensors.
-    policy = replace(RunPolicy(), lease_timeout_s=access.lease_timeout_s, cooldown=len(jobs) > 1)
-    session = LocalSession(spec, shot.run_id, policy, lock_dir=access.lock_dir, device=device)
+    session = LocalSession(spec, shot.run_id, _policy(jobs, access), lock_dir=access.lock_dir, device=device)
+    writer = JobWriter(store, shot.run_id) if store else None
     try:
-        if store:
+        if store and writer:
+            store_spooled(store)
             store.begin_run(shot.run_id, kind, host_provenance())
         try:
             ready = session.prepare(on_state or _quiet)
-            if store:
-                store.save_device(shot.run_id, ready.device, ready.fingerprint, ready.descriptor)
+            if writer:
+                writer.save_device(ready.device, ready.fingerprint, ready.descriptor)
             for i, job in enumerate(jobs):
                 outcome = session.run(job, first=(i == 0))
                 shot.outcomes.append(outcome)
-                if store:
-                    store.save_job(shot.run_id, outcome)
+                if writer:
+                    writer.save_job(outcome)
                 if on_outcome:
                     on_outcome(outcome)
         finally:
             session.close()
         status = "ok" if all(o.ok for o in shot.outcomes) else "failed"
     finally:
-        if store:
-            store.finish_run(shot.run_id, status)
+        if store and writer:
+            _finish(writer, status, shot)
             store.close()
     return shot
+
+
+def _policy(jobs: Sequence[Job], access: DeviceAccess) -> RunPolicy:
+    """A run's policy for these jobs: the cool-down guard only between jobs (a single job needs no look at
+    the sensors); the health check bounded by the jobs' own --timeout when they all have one."""
+    limits = [j.timeout_s for j in jobs if j.timeout_s is not None]
+    timeout_s = max(limits) if limits and len(limits) == len(jobs) else None
+    return replace(
+        RunPolicy(), lease_timeout_s=access.lease_timeout_s, cooldown=len(jobs) > 1, timeout_s=timeout_s
+    )
+
+
+def _finish(writer: JobWriter, status: str, shot: OneShot) -> None:
+    """The run's status, then the spool; what could not be stored is said in the last job's warnings."""
+    try:
+        writer.finish_run(status)
+        note = writer.close(wait_s=0.0)  # a verb does not wait for the store: the spool keeps the job
+    except StoreTrouble as exc:
+        note = one_line(exc)
+    if note and shot.outcomes:
+        shot.outcomes[-1].warnings.append(note)
 
 
 def _quiet(state: str, detail: str) -> None:

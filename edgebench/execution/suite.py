@@ -34,13 +34,15 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, EdgebenchError
 from ..lab.descriptors import Lab
+from ..lab.hashing import HashCache
 from ..models.refs import BUILTIN_PREFIX, ModelRef, resolve_model
 from ..probes.params import ParamError
 from ..probes.registry import KINDS, RUNTIMES, ProbeKind
@@ -98,6 +100,9 @@ class RunPolicy:
     cooldown_timeout_s: float = 300.0
     lease_timeout_s: float | None = None  # None: queue behind other runs for as long as it takes
     worker_grace_s: float = 15.0  # --cluster: how long a device may have no worker before its jobs fail
+    # The run's bound on every remote call (--timeout, else the suite's `timeout`); it also bounds reaching
+    # the device and its health check. None: the descriptor's timeout (health check at most 120 s).
+    timeout_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -162,9 +167,11 @@ def check_devices(suite: Suite, lab: Lab) -> None:
 
 
 def plan(suite: Suite, timeout_s: float | None = None) -> list[Job]:
-    """The suite's jobs, device by device in the suite's order; keys are stable across processes."""
+    """The suite's jobs, device by device in the suite's order; keys are stable across processes and
+    checkouts: files count by content (sha256), missing ones by their path relative to the suite."""
     jobs: list[Job] = []
     seen: set[str] = set()
+    hashes = HashCache()
     for device in suite.devices:
         for probe in suite.probes:
             if probe.devices is not None and device not in probe.devices:
@@ -179,10 +186,34 @@ def plan(suite: Suite, timeout_s: float | None = None) -> list[Job]:
             for model in models:
                 for point in probe.points():
                     job = _job(device, probe, model, point, timeout_s or probe.timeout_s or suite.timeout_s)
+                    job = replace(job, identity=file_identity(job, suite.path.parent, hashes))
                     if job.key not in seen:  # two probe tables asking the same thing measure it once
                         seen.add(job.key)
                         jobs.append(job)
     return jobs
+
+
+def file_identity(job: Job, base: Path, hashes: HashCache) -> dict[str, str]:
+    """What stands for each file the job reads in its key (see `Job.identity`)."""
+    out = {}
+    if job.model is not None and job.model.path.is_file():
+        out["model"] = f"sha256:{hashes.sha256(job.model.path)}"
+    for key in PATH_PARAMS:
+        value = job.params.get(key)
+        if not isinstance(value, str) or not value or value.startswith(BUILTIN_PREFIX):
+            continue
+        path = Path(value)
+        if path.is_file():
+            out[key] = f"sha256:{hashes.sha256(path)}"
+        elif path.is_absolute():
+            out[key] = f"path:{os.path.relpath(path, base)}"
+    return out
+
+
+def model_digests(suite: Suite) -> dict[str, str]:
+    """Each suite model's content hash, by name: kept with a run, so a resume sees a model that changed."""
+    hashes = HashCache()
+    return {m.name: f"sha256:{hashes.sha256(m.path)}" for m in suite.models if m.path.is_file()}
 
 
 def jobs_by_device(jobs: list[Job]) -> dict[str, list[Job]]:

@@ -168,6 +168,16 @@ class Store:
                     (run_id, utc_now(), kind, suite, _dumps(provenance), "running"),
                 )
 
+    def append_provenance(self, run_id: str, key: str, entry: dict[str, Any]) -> None:
+        """Add an entry to the list `key` of the run's provenance (one per resume), in one transaction."""
+        with self._tx():
+            row = self.db.execute("SELECT provenance FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            if row is None:
+                raise UserError(f"unknown run '{run_id}' in {self.path}")
+            provenance = json.loads(row[0])
+            provenance[key] = [*provenance.get(key, []), entry]
+            self.db.execute("UPDATE runs SET provenance=? WHERE run_id=?", (_dumps(provenance), run_id))
+
     def finish_run(self, run_id: str, status: str) -> None:
         with self._tx():
             self.db.execute(

@@ -9,13 +9,17 @@ import json
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from edgebench.execution.leases import lease_history
+from edgebench.lab.descriptors import load_lab
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cli_procs import board_suite, store_rows, wait_until  # noqa: E402
+from cli_procs import start as edgebench  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -32,48 +36,25 @@ cooldown = false
 BENCH = ["--runs", "10", "--warmup", "1", "--min-seconds", "0", "--threads", "1"]
 
 
-def edgebench(*args: object, cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "edgebench", *map(str, args)],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
-
-
 def job_spans(store: Path, device: str) -> dict[str, list[tuple[str, str]]]:
     """run id -> [(started, finished)] of the device's jobs, from the store (ISO UTC strings sort as time)."""
-    with sqlite3.connect(store, timeout=30) as db:
-        rows = db.execute(
-            "SELECT run_id, started, finished FROM jobs WHERE device=? ORDER BY started", (device,)
-        ).fetchall()
     spans: dict[str, list[tuple[str, str]]] = {}
-    for run_id, started, finished in rows:
+    sql = "SELECT run_id, started, finished FROM jobs WHERE device=? ORDER BY started"
+    for run_id, started, finished in store_rows(store, sql, device):
         spans.setdefault(run_id, []).append((started, finished))
     return spans
 
 
-def wait_for_ok_job(store: Path, proc: subprocess.Popen[str], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
+def wait_for_ok_job(store: Path, proc: subprocess.Popen[str]) -> None:
+    def stored() -> bool:
         assert proc.poll() is None, proc.communicate()[1]
-        assert time.monotonic() < deadline, "the suite stored no job"
-        try:
-            with sqlite3.connect(store, timeout=5) as db:
-                if db.execute("SELECT 1 FROM jobs WHERE status='ok'").fetchone():
-                    return
-        except sqlite3.OperationalError:  # the store is still being made
-            pass
-        time.sleep(0.1)
+        return bool(store_rows(store, "SELECT 1 FROM jobs WHERE status='ok'"))
+
+    wait_until(stored, "the suite stored no job")
 
 
 def test_bench_waits_for_the_suite_holding_the_board(ssh_board: Any, tmp_path: Path) -> None:
-    lab = tmp_path / "lab"
-    ssh_board.write_descriptor(lab, name="board")
-    suite = tmp_path / "suite.toml"
-    suite.write_text(SUITE)
+    lab, suite = board_suite(ssh_board, tmp_path, SUITE)
     store, locks = tmp_path / "shared.db", tmp_path / "locks"
     common = ["--lab", lab, "--store", store, "--lock-dir", locks]
 
@@ -103,7 +84,7 @@ def test_bench_waits_for_the_suite_holding_the_board(ssh_board: Any, tmp_path: P
         stored = db.execute("SELECT run_id, device FROM devices").fetchall()
     assert (bench_run, "board") in stored and (suite_run, "board") in stored  # both fingerprints kept
 
-    holds = [(e["event"], e["run_id"]) for e in lease_history("board", locks)]
+    holds = [(e["event"], e["run_id"]) for e in lease_history(load_lab(lab).get("board"), locks)]
     assert holds == [
         ("acquired", suite_run),
         ("released", suite_run),

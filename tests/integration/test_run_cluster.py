@@ -1,9 +1,11 @@
 """`edgebench run --cluster` through a real Dask scheduler and `edgebench worker` processes on loopback.
 
-A worker holds the ssh board and the adb phone: the suite runs there and the records land in the
-controller's store. When that worker is killed mid-run, the jobs of devices no other worker holds become
-error records (no hang), while `local`, held by a second worker too, carries on there; `--resume` with a
-new worker then finishes exactly the missing jobs.
+A worker holds the ssh board and the adb phone (and, asked with `--device local`, its host): the suite runs
+there and the records land in the controller's store. When that worker is killed mid-run, the jobs of
+devices no other worker holds become error records (no hang), while `local`, held by a second worker too,
+carries on there; `--resume` with a new worker then finishes exactly the missing jobs. Two workers sharing
+a device keep its jobs on the one that opened its session (no waits for the other's lease), a worker
+serves its host only when asked, and a worker whose scheduler dies exits non-zero.
 """
 
 from __future__ import annotations
@@ -196,7 +198,7 @@ def test_suite_runs_on_the_worker_that_holds_the_board(
 ) -> None:
     lab, devices = fleet_lab
     cache, locks = tmp_path / "worker-cache", tmp_path / "locks"
-    start_worker(procs, "w1", scheduler, lab, locks, cache)
+    start_worker(procs, "w1", scheduler, lab, locks, cache, devices=tuple(devices))
     suite = write_suite(tmp_path, devices)
     store = tmp_path / "controller.db"
 
@@ -225,7 +227,7 @@ def test_a_lost_worker_fails_its_devices_jobs_and_local_moves_on(
     lab, devices = fleet_lab
     board = devices[1]
     cache, locks = tmp_path / "worker-cache", tmp_path / "locks"
-    w1 = start_worker(procs, "w1", scheduler, lab, locks, cache)
+    w1 = start_worker(procs, "w1", scheduler, lab, locks, cache, devices=tuple(devices))
     start_worker(procs, "w2", scheduler, tmp_path / "no-lab", locks, cache, devices=("local",))
     suite = write_suite(tmp_path, devices)
     store = tmp_path / "controller.db"
@@ -251,7 +253,7 @@ def test_a_lost_worker_fails_its_devices_jobs_and_local_moves_on(
     run_id = doc["run_id"]
     before = {key for key, _, _ in ok_jobs(store, run_id)}
 
-    start_worker(procs, "w3", scheduler, lab, locks, cache)  # the host is back
+    start_worker(procs, "w3", scheduler, lab, locks, cache, devices=tuple(devices))  # the host is back
     resumed = controller(suite, scheduler, store, "--resume", run_id)
     out, err = resumed.communicate(timeout=240)
     assert resumed.returncode == 0, err
@@ -259,3 +261,70 @@ def test_a_lost_worker_fails_its_devices_jobs_and_local_moves_on(
     assert doc["status"] == "ok" and doc["errors"] == []
     assert sum(s["skipped"] for s in doc["summary"]) == len(before)
     assert_complete_once(store, run_id, 12)
+
+
+def test_two_workers_sharing_a_board_keep_its_jobs_on_one_worker(
+    procs: Procs, scheduler: str, ssh_board: Any, tmp_path: Path
+) -> None:
+    lab, locks, cache = tmp_path / "lab", tmp_path / "locks", tmp_path / "worker-cache"
+    ssh_board.write_descriptor(lab, name="board")
+    for name in (
+        "w1",
+        "w2",
+    ):  # two hosts' workers with a cable to the same board; default idle release (60 s)
+        argv = [sys.executable, "-m", "edgebench", "worker", "--scheduler", scheduler, "--lab", str(lab),
+                "--name", name, "--lock-dir", str(locks), "--device", "board"]  # fmt: skip
+        proc = procs.start(name, argv, env={"XDG_CACHE_HOME": str(cache)})
+        deadline = time.monotonic() + 60
+        while "joined" not in procs.log(name):
+            assert proc.poll() is None and time.monotonic() < deadline, procs.log(name)
+            time.sleep(0.1)
+    suite = write_suite(tmp_path, ["board"])
+    store = tmp_path / "controller.db"
+    start = time.monotonic()
+    run = controller(suite, scheduler, store)
+    out, err = run.communicate(timeout=400)
+    wall = time.monotonic() - start
+    assert run.returncode == 0, err
+    run_id = json.loads(out)["run_id"]
+    assert_complete_once(store, run_id, 4)
+
+    from edgebench.execution.leases import lease_history
+    from edgebench.lab.descriptors import load_lab
+
+    holds = [e for e in lease_history(load_lab(lab).get("board"), locks) if e["run_id"] == run_id]
+    assert [e["event"] for e in holds] == ["acquired", "released"]  # one worker held it for the whole run
+    with sqlite3.connect(store) as db:
+        busy = sum(w for (w,) in db.execute("SELECT wall_s FROM jobs WHERE run_id=?", (run_id,)))
+    # A hop to the other worker used to wait out the first one's idle lease (60 s) per hop.
+    assert wall < 2.5 * busy + 20, f"run took {wall:.1f} s for {busy:.1f} s of jobs"
+
+
+def test_a_worker_serves_its_host_only_when_asked(procs: Procs, scheduler: str, tmp_path: Path) -> None:
+    from edgebench.execution.cluster import served_by_default
+    from edgebench.lab.descriptors import load_lab
+
+    lab = tmp_path / "lab"
+    lab.mkdir()
+    (lab / "twin.toml").write_text('name = "twin"\ntransport = "local"\n')
+    assert served_by_default(load_lab(lab)) == []
+    argv = [sys.executable, "-m", "edgebench", "worker", "--scheduler", scheduler, "--lab", str(lab)]
+    lonely = procs.start("lonely", argv)
+    assert lonely.wait(60) == 2
+    assert "the worker holds no devices" in procs.log("lonely") and "--device local" in procs.log("lonely")
+
+
+def test_a_worker_exits_non_zero_when_its_scheduler_dies(procs: Procs, tmp_path: Path) -> None:
+    port = free_port()
+    dask = procs.start(
+        "scheduler",
+        ["dask", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard", "--no-show"],
+    )
+    wait_port(port, dask)
+    worker = start_worker(procs, "w1", f"tcp://127.0.0.1:{port}", tmp_path / "lab", tmp_path / "locks",
+                          tmp_path / "cache", devices=("local",))  # fmt: skip
+    dask.kill()
+    dask.wait(10)
+    assert worker.wait(90) == 3  # a supervisor (systemd Restart=on-failure) brings it back
+    lines = [ln for ln in procs.log("w1").splitlines() if ln.startswith("edgebench: error:")]
+    assert len(lines) == 1 and "lost the Dask scheduler" in lines[0], procs.log("w1")

@@ -1,6 +1,8 @@
-"""Two `edgebench run` processes started together on the same devices (the host, a second local device
-and a real ssh board) queue instead of interleaving: on each device, one run's jobs all finish before
-the other run's first job starts, and the lease journal shows the two holds one after the other."""
+"""Two `edgebench run` processes started together on the same devices (the host, a second descriptor of
+the host and a real ssh board) queue instead of interleaving: on each device, one run's jobs all finish
+before the other run's first job starts, and the lease journal shows the holds one after the other. The
+host's two descriptors, like the board's, are one device: they share one lease, so no two of their jobs
+ever overlap."""
 
 from __future__ import annotations
 
@@ -14,12 +16,13 @@ from typing import Any
 import pytest
 
 from edgebench.execution.leases import lease_history
+from edgebench.lab.descriptors import load_lab
 
 pytestmark = pytest.mark.integration
 
 SUITE = """
 name = "concurrent"
-devices = ["local", "twin", "board"]
+devices = ["local", "twin", "board", "board2"]
 models = ["builtin:convnet"]
 [[probe]]
 kind = "bench"
@@ -29,10 +32,11 @@ cooldown = false
 """
 
 
-def intervals(store: Path, device: str) -> dict[str, list[tuple[str, str]]]:
+def intervals(store: Path, *devices: str) -> dict[str, list[tuple[str, str]]]:
     with sqlite3.connect(store) as db:
+        marks = ",".join("?" * len(devices))
         rows = db.execute(
-            "SELECT run_id, started, finished FROM jobs WHERE device=? ORDER BY started", (device,)
+            f"SELECT run_id, started, finished FROM jobs WHERE device IN ({marks}) ORDER BY started", devices
         )
         out: dict[str, list[tuple[str, str]]] = {}
         for run_id, started, finished in rows:
@@ -43,7 +47,8 @@ def intervals(store: Path, device: str) -> dict[str, list[tuple[str, str]]]:
 def test_two_runs_on_the_same_devices_serialise(ssh_board: Any, tmp_path: Path) -> None:
     lab = tmp_path / "lab"
     ssh_board.write_descriptor(lab, name="board")
-    # A second device that is the host too: leases are per device, so the two devices run in parallel.
+    ssh_board.write_descriptor(lab, name="board2")  # an alias: the same board (host and port)
+    # A second descriptor of the host: the same hardware, so it shares the host's lease.
     (lab / "twin.toml").write_text(f'name = "twin"\ntransport = "local"\nworkdir = "{tmp_path / "twin"}"\n')
     suite = tmp_path / "suite.toml"
     suite.write_text(SUITE)
@@ -73,14 +78,17 @@ def test_two_runs_on_the_same_devices_serialise(ssh_board: Any, tmp_path: Path) 
     run_ids = {json.loads(out)["run_id"] for out, _ in results}
     assert len(run_ids) == 2
 
-    for device in ("local", "twin", "board"):
-        by_run = intervals(store, device)
-        assert set(by_run) == run_ids and all(len(v) == 2 for v in by_run.values())
-        first, second = sorted(by_run.values(), key=lambda spans: spans[0][0])
-        assert first[-1][1] <= second[0][0], f"{device}: runs interleaved: {by_run}"  # ISO UTC sorts as time
+    specs = load_lab(lab)
+    for devices in (("local", "twin"), ("board", "board2")):
+        by_run = intervals(store, *devices)
+        assert set(by_run) == run_ids and all(len(v) == 2 * len(devices) for v in by_run.values())
+        spans = sorted(span for v in by_run.values() for span in v)
+        for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+            assert end <= start, f"{devices}: two jobs measured one device at once: {by_run}"  # ISO UTC
 
-        holds = [e for e in lease_history(device, locks) if e["run_id"] in run_ids]
-        assert [e["event"] for e in holds] == ["acquired", "released", "acquired", "released"]
-        assert holds[0]["run_id"] == holds[1]["run_id"] != holds[2]["run_id"] == holds[3]["run_id"]
-        assert holds[1]["epoch"] <= holds[2]["epoch"]
-        assert holds[2]["waited_s"] > 0.5  # the second run queued behind the first
+        holds = [e for e in lease_history(specs.get(devices[0]), locks) if e["run_id"] in run_ids]
+        assert [e["event"] for e in holds] == ["acquired", "released"] * (2 * len(devices))
+        assert {e["device"] for e in holds} == set(devices)
+        for acquired, released in zip(holds[::2], holds[1::2], strict=True):
+            assert (acquired["run_id"], acquired["device"]) == (released["run_id"], released["device"])
+        assert any(e["waited_s"] > 0.5 for e in holds[::2])  # somebody queued

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,10 @@ from edgebench.execution.leases import (
     LeaseTimeout,
     default_lock_dir,
     lease_history,
+    lease_key,
     lease_stem,
 )
+from edgebench.lab.descriptors import builtin_local
 
 HOLDER = """
 import sys, time
@@ -148,3 +151,53 @@ def test_lock_folder_and_file_names(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     lease.acquire(timeout=1)
     assert lease.marker_path.parent == tmp_path / "lab-locks"
     lease.release()
+
+
+def test_a_thawed_holder_knows_at_once_that_its_lease_was_taken(
+    tmp_path: Path, holders: list[Holder]
+) -> None:
+    # filelock's heartbeat looks every third of the lease (2 s here) and lets the first "owner changed"
+    # pass; the holder must not measure on for those seconds after it thaws.
+    holder = Holder(tmp_path, lease_s=6.0)
+    holders.append(holder)
+    os.kill(holder.proc.pid, signal.SIGSTOP)
+    lease = DeviceLease("pixel8", run_id="run-b", folder=tmp_path, lease_s=6.0, poll_s=0.05)
+    lease.acquire(timeout=30)
+    thawed = time.monotonic()
+    os.kill(holder.proc.pid, signal.SIGCONT)
+    assert holder.line() == "lost"
+    assert time.monotonic() - thawed < 1.0
+    lease.release()
+
+
+def test_descriptors_of_one_device_share_its_lease(tmp_path: Path) -> None:
+    from edgebench.lab.descriptors import DeviceSpec
+
+    def ssh(name: str, host: str, port: int) -> DeviceSpec:
+        return DeviceSpec(name=name, transport="ssh", workdir="/w", python="python3", host=host, port=port)
+
+    board, alias, other = (
+        ssh("board1", "10.0.0.5", 22),
+        ssh("rpi", "10.0.0.5", 22),
+        ssh("b2", "10.0.0.5", 2222),
+    )
+    assert lease_key(board) == lease_key(alias) != lease_key(other)
+    phone = DeviceSpec(name="p", transport="adb", workdir="/w", python="python3", serial="SER1")
+    assert lease_key(phone) == lease_key(replace(phone, name="pixel8", adb_server="127.0.0.1:5038"))
+    assert lease_key(builtin_local()) == lease_key(replace(builtin_local(), name="twin", workdir="/x"))
+
+    first = DeviceLease("board1", key=lease_key(board), run_id="a", folder=tmp_path, poll_s=0.02)
+    second = DeviceLease("rpi", key=lease_key(alias), run_id="b", folder=tmp_path, poll_s=0.02)
+    first.acquire()
+    with pytest.raises(LeaseTimeout, match=r"rpi: still leased by run a, pid \d+ on .* as 'board1'"):
+        second.acquire(timeout=0.2)
+    first.release()
+    second.acquire(timeout=2)
+    second.release()
+    history = lease_history(board, tmp_path)
+    assert [(e["event"], e["device"]) for e in history] == [
+        ("acquired", "board1"),
+        ("released", "board1"),
+        ("acquired", "rpi"),
+        ("released", "rpi"),
+    ]
