@@ -200,3 +200,49 @@ def test_timeouts_in_messages_are_rounded() -> None:
     assert "timed out after 2 s" in str(CommandTimeout(["echo", "hi"], 1.9999931))
     assert "timed out after 0.25 s" in str(CommandTimeout(["echo"], 0.25))
     assert "timed out after 1800 s" in str(CommandTimeout(["echo"], 1800.0))
+
+
+def test_a_bad_env_name_fails_only_its_device(tmp_path: Path) -> None:
+    from edgebench.lab.descriptors import load_lab
+    from edgebench.lab.health import check_devices
+
+    lab_dir = tmp_path / "lab"
+    lab_dir.mkdir()
+    (lab_dir / "bad.toml").write_text('transport = "local"\nenv = { "OMP-THREADS" = "2" }\n')
+    bad, good = check_devices(load_lab(lab_dir), ["bad", "local"], timeout=60)
+    assert bad.misconfigured and not bad.usable
+    assert bad.status == (
+        f"misconfigured: {lab_dir / 'bad.toml'}: env: invalid environment variable name 'OMP-THREADS' "
+        "(letters, digits and _ only)"
+    )
+    assert good.status == "ok"  # the rest of the lab is still checked
+    assert failed([bad, good]) == [bad]
+
+
+def test_known_hosts_is_read_as_openssh_reads_it(tmp_path: Path) -> None:
+    from edgebench.transports.hostkeys import read_known_hosts
+
+    keys = {}
+    for name in ("board", "old", "ca"):
+        generate_key(tmp_path / name)
+        keys[name] = paramiko.Ed25519Key.from_private_key_file(str(tmp_path / name))
+    hashed = paramiko.HostKeys.hash_host("[10.0.0.7]:2222")
+    known = tmp_path / "known_hosts"
+    known.write_text(
+        "# lab boards\n\n"
+        f"@cert-authority *.lab {keys['ca'].get_name()} {keys['ca'].get_base64()}\n"
+        f"@revoked * {keys['old'].get_name()} {keys['old'].get_base64()}\n"
+        f"10.0.0.5 {keys['old'].get_name()} {keys['old'].get_base64()}\n"  # pins a revoked key: pins nothing
+        f"{hashed} {keys['board'].get_name()} {keys['board'].get_base64()}\n"
+        "10.0.0.6 ssh-ed25519 not-base64!\n"
+        "@unknown-marker 10.0.0.8 ssh-ed25519 AAAA\n"
+    )
+    parsed = read_known_hosts(known)
+    assert parsed.cert_authority_lines == [3] and parsed.skipped_lines == [7, 8]
+    assert parsed.revocation(keys["old"]).line == 4 and parsed.revocation(keys["board"]) is None
+    host_keys = paramiko.HostKeys()
+    parsed.install(host_keys)
+    assert host_keys.lookup("10.0.0.5") is None
+    assert host_keys.lookup("[10.0.0.7]:2222")["ssh-ed25519"] == keys["board"]
+    with pytest.raises(Exception):  # noqa: B017 - paramiko's own loader refuses this file outright
+        paramiko.HostKeys(str(known))
