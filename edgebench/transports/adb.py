@@ -343,8 +343,8 @@ class AdbTransport:
 
     def close(self) -> None:
         """Every call opens (and closes) its own server connection; what failed calls left on the device
-        is cleaned up now if it answers."""
-        self._clean_leftovers(REAP_TIMEOUT_S)
+        is cleaned up now if it answers (within a second)."""
+        self._clean_leftovers(reap_budget(REAP_TIMEOUT_S))
 
     # ---- device facts -----------------------------------------------------------------------------
     def features(self, *, timeout: float) -> frozenset[str]:

@@ -91,9 +91,6 @@ CHUNK = 1 << 16
 # A call still stuck this long after its channel was closed at the deadline (a write blocked on a dead
 # link) closes the whole connection.
 EXPIRY_GRACE_S = 1.0
-# The login shell passes on the guard's status even when the guard itself dies of a signal (128 + N),
-# rather than exec'ing it and leaving sshd to report an exit-signal that paramiko does not decode.
-EXIT_SUFFIX = "; exit $?"
 
 T = TypeVar("T")
 
@@ -333,20 +330,19 @@ class SshTransport:
         self._clean_leftovers(deadline)
         token = new_call_token()
         line = guarded_command(argv_t, env, token)
-        if len(line.encode()) > INLINE_COMMAND_MAX:
-            line = self._as_script(line, token, deadline)
-        return self._run_command(argv_t, line + EXIT_SUFFIX, deadline, timeout, token, start)
-
-    def _as_script(self, line: str, token: str, deadline: float) -> str:
-        """A command line too long to send inline goes to the board as a script that removes itself."""
-        remote = posixpath.join(self.spec.workdir, f".edgebench-cmd-{token}.sh")
-        text, short = script_file_command(line, remote)
+        if len(line.encode()) <= INLINE_COMMAND_MAX:
+            return self._run_command(argv_t, line, deadline, timeout, token, start)
+        # Too long to send inline: a script on the board that removes itself when it starts.
+        script = posixpath.join(self.spec.workdir, f".edgebench-cmd-{token}.sh")
+        text, short = script_file_command(line, script)
         with tempfile.TemporaryDirectory() as folder:
-            local = Path(folder) / "cmd.sh"
-            local.write_text(text)
-            self.push(local, remote, timeout=max(deadline - time.monotonic(), 0.1))
-        self._leftovers.add(file=remote)  # removed by itself when it runs; by the next cleanup if not
-        return short
+            (Path(folder) / "cmd.sh").write_text(text)
+            self.push(Path(folder) / "cmd.sh", script, timeout=max(deadline - time.monotonic(), 0.1))
+        try:
+            return self._run_command(argv_t, short, deadline, timeout, token, start)
+        except TransportError:
+            self._leftovers.add(file=script)  # it may never have started (and removed itself)
+            raise
 
     def _run_command(
         self,
