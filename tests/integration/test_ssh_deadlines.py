@@ -26,6 +26,9 @@ from edgebench.transports.ssh import SshTransport
 pytestmark = pytest.mark.integration
 
 SLACK_S = 3.0  # "a few seconds" past a call's timeout: the kill of what it left, then the error
+# A frozen or unplugged board stays so this long after the error: longer than any kill attempt the
+# transport could still have running in the background, so only the board itself can end the call.
+HELD_S = 8.0
 
 
 def unique() -> str:
@@ -143,6 +146,7 @@ def test_a_board_frozen_mid_command(fresh_ssh_board: SshBoard, transport: SshTra
     assert isinstance(error, CommandTimeout), error
     one_line_naming(error, "fresh")
     assert took < 4.0 + SLACK_S
+    time.sleep(HELD_S)
     fresh_ssh_board.thaw()
     report("  ...its command gone from the board after the thaw", wait_gone(fresh_ssh_board, marker, 15))
 
@@ -173,6 +177,7 @@ def test_a_pulled_cable_mid_command(net_ssh_board: SshBoard) -> None:
         one_line_naming(error, "netboard")
         assert took < 4.0 + SLACK_S
         # While unplugged the board cannot hear anything; once the cable is back it must end the call.
+        time.sleep(HELD_S)
         net_ssh_board.replug()
         report("  ...its command gone from the board after the replug", wait_gone(net_ssh_board, marker, 30))
     finally:
