@@ -393,7 +393,7 @@ class SshTransport:
         token: str | None,
     ) -> None:
         """Send the exec request and wait for its reply, no longer than the deadline."""
-        with _Expiry(deadline, channel) as expiry:
+        with _Expiry(deadline, channel, grace_close=channel.get_transport()) as expiry:
             try:
                 channel.exec_command(command)
                 return

@@ -101,7 +101,8 @@ def test_probes_find_a_frozen_phone_long_before_the_command_timeout(
     lab = adb_phone_factory("quick", extra="keepalive_interval = 1.0\nkeepalive_count_max = 3")
     marker = unique()
     adb = AdbTransport(lab.spec())
-    adb.run(["true"], timeout=20)
+    # A phone that answers is never declared lost, however long its command runs.
+    assert adb.run(["sh", "-c", "sleep 6; echo slept"], timeout=30).stdout == "slept\n"
     freezer = threading.Timer(1.0, lab.phone.freeze)
     freezer.start()
     start = time.monotonic()

@@ -189,6 +189,8 @@ def test_keepalives_find_a_frozen_board_long_before_the_command_timeout(fresh_ss
     marker = unique()
     transport = SshTransport(fresh_ssh_board.spec(keepalive_interval=1.0, keepalive_count_max=3))
     try:
+        # A board that answers is never declared lost, however long its command runs.
+        assert transport.run(["sh", "-c", "sleep 6; echo slept"], timeout=30).stdout == "slept\n"
         freezer = threading.Timer(1.0, fresh_ssh_board.freeze)
         freezer.start()
         error, took = timed(lambda: transport.run(["sleep", f"1005.{marker}"], timeout=120), 60)
