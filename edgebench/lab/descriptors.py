@@ -10,6 +10,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError, UserError
 from ..tomlread import TableReader, load_toml
@@ -79,6 +80,9 @@ class DeviceSpec:
     known_hosts: str = "~/.ssh/known_hosts"
     trust_on_first_use: bool = False
     connect_timeout_s: float = 10.0
+    # ssh and adb: a probe that wants a reply every interval; count_max missed in a row = link lost
+    keepalive_interval_s: float = 10.0
+    keepalive_count_max: int = 3
     spec: ChipSpec = field(default_factory=ChipSpec)
     sensors: Sensors = field(default_factory=Sensors)
     runners: dict[str, RunnerSpec] = field(default_factory=dict)
@@ -128,6 +132,8 @@ def parse_device(data: dict, path: Path) -> DeviceSpec:
         known_hosts=r.get("known_hosts", str, "~/.ssh/known_hosts"),
         trust_on_first_use=r.get("trust_on_first_use", bool, False),
         connect_timeout_s=_seconds(r, "connect_timeout", 10.0),
+        keepalive_interval_s=_seconds(r, "keepalive_interval", 10.0),
+        keepalive_count_max=_positive(r, "keepalive_count_max", int, 3),
         spec=spec,
         sensors=sensors,
         runners=runners,
@@ -147,6 +153,13 @@ def _seconds(r: TableReader, key: str, default: float) -> float:
     if not (math.isfinite(value) and value > 0):
         raise r.error(key, f"must be a positive number of seconds, got {value:g}")
     return float(value)
+
+
+def _positive(r: TableReader, key: str, kind: type, default: float) -> Any:
+    value = r.get(key, kind, default)
+    if value <= 0:
+        raise r.error(key, "must be positive")
+    return value
 
 
 def _parse_spec(r: TableReader) -> ChipSpec:

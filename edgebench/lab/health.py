@@ -18,7 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..errors import EdgebenchError, one_line
+from ..errors import EdgebenchError, UserError, one_line
+from ..transports.base import validate_env
 from .descriptors import DeviceSpec, Lab
 from .device import Device
 
@@ -71,6 +72,7 @@ class DeviceCheck:
     sensor_files: dict[str, bool] = field(default_factory=dict)
     runners: dict[str, bool] = field(default_factory=dict)
     error: str | None = None
+    misconfigured: bool = False
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -79,6 +81,8 @@ class DeviceCheck:
     @property
     def status(self) -> str:
         """'ok', or what is wrong in one line."""
+        if self.misconfigured:
+            return f"misconfigured: {self.error}"
         if not self.reachable:
             return f"unreachable: {self.error or 'unknown reason'}"
         if not self.usable:
@@ -138,6 +142,12 @@ def check_device(lab: Lab, name: str, timeout: float = HEALTH_TIMEOUT_S) -> Devi
     spec = lab.get(name)
     report = DeviceCheck(name=name, transport=spec.transport, agent=spec.agent)
     try:
+        validate_env(spec.env)
+    except UserError as exc:
+        # Only this device is unusable; the rest of the lab is still checked.
+        report.error, report.misconfigured = f"{spec.source}: env: {one_line(exc)}", True
+        return report
+    try:
         with Device(spec) as device:
             start = time.monotonic()
             device.transport.run(["true"], timeout=timeout)
@@ -155,6 +165,8 @@ def check_device(lab: Lab, name: str, timeout: float = HEALTH_TIMEOUT_S) -> Devi
                     report.error = f"runner(s) not found on the device: {', '.join(missing)}"
     except EdgebenchError as exc:
         report.error = _without_device_prefix(one_line(exc), name)
+    except Exception as exc:  # noqa: BLE001 - one device's fault must not hide the others' reports
+        report.error = f"internal error: {type(exc).__name__}: {one_line(exc)}"
     _add_warnings(report)
     return report
 

@@ -16,16 +16,23 @@ command reading DIR/system/build.prop, seeded from defaults and `--prop`.
 
 File system: device paths /data, /sdcard, /system and /sys are DIR/data, DIR/sdcard, ...; every
 other absolute path is the host's, read-only (so the host's Python and runtimes can serve as the
-device's interpreter). Commands run in bubblewrap with that view and die with this process.
+device's interpreter). Commands run in bubblewrap with that view, all in one pid namespace (the phone's
+process table: `ps` shows them all, orphans live on under its init), and die with this process.
+
+When the host closes a shell stream the device does what a real adbd does and no more: SIGHUP to the
+shell (shell protocol) or to its process group (no shell protocol, where adbd uses a PTY), its pipes
+closed. Children that survive that keep running, as they do on a phone.
 
 Faults, for tests (see `edgebench.testing.adblab.EmulatedPhone` for the Python handle):
-  drop     close every adb connection at once (the phone vanished from USB) and kill its commands
-  freeze   stop answering: no packet is read or written and running commands are SIGSTOPped,
-           while the TCP connections stay open
+  drop     close every adb connection at once (the phone vanished from USB): every stream ends, and
+           its shell is hung up as above
+  freeze   stop answering: no packet is read or written and every process of the phone is
+           SIGSTOPped, while the TCP connections stay open
   thaw     undo freeze
-  reboot D drop, refuse connections for D seconds (default --reboot-delay), then listen again;
-           files under DIR survive
-Send them as one line (`drop`, `freeze`, `thaw`, `reboot 1.5`, `status`) to the control port
+  reboot D drop, kill every process, refuse connections for D seconds (default --reboot-delay),
+           then listen again; files under DIR survive
+  ps       list the phone's processes (pid on the phone, pid on the host, command line)
+Send them as one line (`drop`, `freeze`, `thaw`, `reboot 1.5`, `status`, `ps`) to the control port
 (`--control-port`, reported in the ready line), which answers one JSON line; or by signal:
 SIGUSR1 = drop, SIGUSR2 = freeze/thaw toggle, SIGHUP = reboot. Killing the process (SIGKILL)
 closes every socket and, through bubblewrap's --die-with-parent, every command: to the host it is
@@ -46,13 +53,14 @@ import shutil
 import signal
 import sys
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import adbd_proto as P
 from .adbd_device import DEFAULT_PATH, DeviceFs, DeviceLayout, default_props
-from .adbd_services import ProcessTable, ShellService, SyncService, parse_shell_service
+from .adbd_processes import DeviceProcesses
+from .adbd_services import ShellService, SyncService, parse_shell_service
 from .adbd_stream import Service, Stream, StreamClosed
 
 IMPLEMENTED_FEATURES = ("shell_v2", "stat_v2", "fixed_push_mkdir")
@@ -216,7 +224,7 @@ class Daemon:
         self.props: dict[str, str] = {}
         self.layout = DeviceLayout(config.root, self.serial, self.props, config.path, config.bwrap)
         self.fs = DeviceFs(config.root)
-        self.procs = ProcessTable()
+        self.procs = DeviceProcesses(config.bwrap)
         self.thawed = asyncio.Event()
         self.thawed.set()
         self.connections: set[Connection] = set()
@@ -271,6 +279,7 @@ class Daemon:
             self.config.root, self.serial, self.props, self.config.path, self.config.bwrap
         )
         self.layout.prepare()
+        self.procs.start()
         self._control = await asyncio.start_server(self._on_control, "127.0.0.1", self.config.control_port)
 
     async def _listen(self) -> None:
@@ -303,6 +312,7 @@ class Daemon:
         for server in (self._server, self._control):
             if server is not None:
                 server.close()
+        self.procs.stop()
         self._stopped.set()
 
     def _spawn(self, coro: Any) -> None:
@@ -312,10 +322,9 @@ class Daemon:
 
     # ---- faults -----------------------------------------------------------------------------------
     def drop(self) -> None:
-        """Every connection closes at once and every command dies: the cable was pulled."""
+        """Every connection closes at once (the cable was pulled): each stream's shell is hung up."""
         for conn in list(self.connections):
             conn.abort()
-        self.procs.kill_all()
 
     def freeze(self) -> None:
         self.thawed.clear()
@@ -335,6 +344,7 @@ class Daemon:
             self._server.close()
             self._server = None
         self.drop()
+        self.procs.reset()  # a reboot ends every process
         await asyncio.sleep(max(0.0, delay_s))
         try:
             await self._listen()
@@ -359,7 +369,7 @@ class Daemon:
         }
 
     async def control(self, line: str) -> dict[str, Any]:
-        """One control command: drop | freeze | thaw | reboot [SECONDS] | status."""
+        """One control command: drop | freeze | thaw | reboot [SECONDS] | status | ps."""
         words = line.split()
         verb = words[0].lower() if words else "status"
         if verb == "drop":
@@ -372,6 +382,8 @@ class Daemon:
             delay = float(words[1]) if len(words) > 1 else self.config.reboot_delay_s
             self._spawn(self.reboot(delay))
             await asyncio.sleep(0)  # let the reboot close the listener before answering
+        elif verb == "ps":
+            return {"ok": True, "processes": [asdict(p) for p in self.procs.listing()]}
         elif verb != "status":
             return {"ok": False, "error": f"unknown control command {verb!r}"}
         return {"ok": True, **self.status()}

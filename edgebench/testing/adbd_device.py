@@ -3,7 +3,8 @@
 Device paths `/data`, `/sdcard`, `/system` and `/sys` live under the device root DIR; every other
 absolute path is the host's, read-only. Shell commands run inside bubblewrap with exactly that view:
 the host's top-level folders bound read-only, DIR's device folders bound writable over them, a fresh
-/proc and /dev, and --die-with-parent so nothing outlives the emulated adbd. The sync service, which
+/proc and /dev, and --die-with-parent so nothing outlives the emulated adbd. All commands share the phone's
+one pid namespace (`adbd_processes`). The sync service, which
 runs in adbd itself, resolves paths the same way (`DeviceFs`), following symlinks in the device's view.
 """
 
@@ -182,17 +183,17 @@ class DeviceLayout:
             "LANG": "C.UTF-8",
         }
 
-    def sandbox_argv(self, command: str | None) -> list[str]:
-        """bwrap argv running `sh -c command` (or an interactive sh) in the device's view."""
-        argv = [
-            self.bwrap,
-            "--die-with-parent",
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--hostname",
-            self.props.get("ro.product.device", "localhost"),
-        ]
+    def sandbox_argv(
+        self, command: str | None, *, pidns_fd: int | None = None, info_fd: int | None = None
+    ) -> list[str]:
+        """bwrap argv running `sh -c command` (or an interactive sh) in the device's view: in the phone's
+        process namespace when `pidns_fd` is given (else a namespace of its own), as a session leader (adbd
+        calls setsid for each shell), reporting its host pid on `info_fd`."""
+        argv = [self.bwrap, "--die-with-parent", "--new-session"]
+        argv += ["--pidns", str(pidns_fd)] if pidns_fd is not None else ["--unshare-pid"]
+        argv += ["--info-fd", str(info_fd)] if info_fd is not None else []
+        hostname = self.props.get("ro.product.device", "localhost")
+        argv += ["--unshare-ipc", "--unshare-uts", "--hostname", hostname]
         for entry in sorted(os.listdir("/")):
             if entry in DEVICE_DIRS or entry in ("proc", "dev"):
                 continue

@@ -1,10 +1,16 @@
 """Device-side services of the emulated adbd: `shell:` (v1 and shell protocol v2), `exec:`, `sync:`.
 
-Shell commands run as `/system/bin/sh -c COMMAND` inside the device sandbox (adbd_device). Without
-the shell protocol stdout and stderr share one pipe and there is no exit status, as on a phone; with
-`shell,v2` stdout, stderr and the exit code come back as separate packets. When the host closes the
-stream, the command's whole process group is killed (adbd sends SIGHUP; killing the group keeps a
-timed-out command from running on).
+Shell commands run as `/system/bin/sh -c COMMAND` inside the device sandbox (adbd_device), each a session
+leader in the phone's one process namespace (adbd_processes). Without the shell protocol stdout and stderr
+share one pipe and there is no exit status, as on a phone; with `shell,v2` stdout, stderr and the exit code
+come back as separate packets (a shell killed by signal N reports 128 + N, as adbd's 0x80 | N).
+
+When the host closes the stream, this device does what AOSP's adbd does (packages/modules/adb, daemon
+shell_service.cpp), no more: with the shell protocol it sends SIGHUP to the shell's pid only and closes
+the shell's pipes; without it (a real adbd runs those on a PTY, whose hangup signals the session) it sends
+SIGHUP to the shell's process group. Nothing is SIGKILLed and nothing is waited for: a child that does not
+die of that (forked by `sh -c`, ignoring SIGHUP, in a group of its own) keeps running, re-parented to the
+phone's init, exactly the survivors a real phone leaves.
 """
 
 from __future__ import annotations
@@ -18,52 +24,8 @@ import stat
 
 from . import adbd_proto as P
 from .adbd_device import DeviceFs, DeviceLayout
+from .adbd_processes import DeviceProcesses, read_child_pid
 from .adbd_stream import Stream, StreamClosed
-
-
-class ProcessTable:
-    """Every running command of the device, so faults can stop, resume or kill them all."""
-
-    def __init__(self) -> None:
-        self._procs: set[asyncio.subprocess.Process] = set()
-        self.stopped = False
-
-    def add(self, proc: asyncio.subprocess.Process) -> None:
-        self._procs.add(proc)
-        if self.stopped:
-            self._signal(proc, signal.SIGSTOP)
-
-    def discard(self, proc: asyncio.subprocess.Process) -> None:
-        self._procs.discard(proc)
-
-    def stop_all(self) -> None:
-        self.stopped = True
-        for proc in list(self._procs):
-            self._signal(proc, signal.SIGSTOP)
-
-    def continue_all(self) -> None:
-        self.stopped = False
-        for proc in list(self._procs):
-            self._signal(proc, signal.SIGCONT)
-
-    def kill_all(self) -> None:
-        for proc in list(self._procs):
-            kill_group(proc)
-
-    def __len__(self) -> int:
-        return len(self._procs)
-
-    @staticmethod
-    def _signal(proc: asyncio.subprocess.Process, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-
-
-def kill_group(proc: asyncio.subprocess.Process) -> None:
-    """SIGKILL the command's process group (bwrap and all it started); SIGCONT in case it was stopped."""
-    for sig in (signal.SIGKILL, signal.SIGCONT):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
 
 
 def parse_shell_service(rest: str) -> tuple[bool, str]:
@@ -80,26 +42,39 @@ def parse_shell_service(rest: str) -> tuple[bool, str]:
 class ShellService:
     """One command: spawn in the sandbox, pump stdin/stdout/stderr, report the exit code (v2)."""
 
-    def __init__(self, layout: DeviceLayout, procs: ProcessTable, command: str, *, v2: bool) -> None:
+    def __init__(self, layout: DeviceLayout, procs: DeviceProcesses, command: str, *, v2: bool) -> None:
         self.layout = layout
         self.procs = procs
         self.command = command
         self.v2 = v2
+        self._shell_pid: int | None = None
+        self._hung_up = False
 
     async def __call__(self, stream: Stream) -> None:
+        info_read, info_write = os.pipe()
         try:
             proc = await asyncio.create_subprocess_exec(
-                *self.layout.sandbox_argv(self.command or None),
+                *self.layout.sandbox_argv(
+                    self.command or None, pidns_fd=self.procs.ns_fd, info_fd=info_write
+                ),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE if self.v2 else asyncio.subprocess.STDOUT,
                 env=self.layout.shell_env(),
                 start_new_session=True,
+                pass_fds=(self.procs.ns_fd, info_write),
             )
         except OSError as exc:
+            os.close(info_read)
             await self._report_spawn_error(stream, exc)
             return
-        self.procs.add(proc)
+        finally:
+            os.close(info_write)
+        try:
+            self._shell_pid = await read_child_pid(info_read)
+        finally:
+            os.close(info_read)
+        self.procs.started(self._shell_pid)
         feeder = asyncio.create_task(self._feed_stdin(stream, proc))
         try:
             chunk = max(1, stream.sink.max_payload - (P.SHELL_HEADER.size if self.v2 else 0))
@@ -107,18 +82,39 @@ class ShellService:
             if self.v2:
                 pumps.append(self._pump(stream, proc.stderr, P.SHELL_STDERR, chunk))
             await asyncio.gather(*pumps)
-            code = exit_status(await proc.wait())
-            if self.v2:
-                await stream.write(P.shell_packet(P.SHELL_EXIT, bytes([code & 0xFF])))
+            if not self._hung_up:
+                code = exit_status(await proc.wait())
+                if self.v2:
+                    await stream.write(P.shell_packet(P.SHELL_EXIT, bytes([code & 0xFF])))
         except StreamClosed:
             pass
         finally:
             feeder.cancel()
-            kill_group(proc)
-            self.procs.discard(proc)
-            with contextlib.suppress(ProcessLookupError, asyncio.CancelledError):
-                await asyncio.shield(_reap(proc))
-            await stream.close()
+            if proc.returncode is None:
+                self._hang_up(proc)
+            self.procs.watch(proc)  # it exits when its shell does: never killed here
+            with contextlib.suppress(StreamClosed):
+                await stream.close()
+
+    def _hang_up(self, proc: asyncio.subprocess.Process) -> None:
+        """What adbd does when the host side of a shell goes away: SIGHUP (to the shell's pid with the
+        shell protocol, to its process group as a PTY hangup without), and the shell's pipes closed."""
+        if self._hung_up:
+            return
+        self._hung_up = True
+        if self._shell_pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if self.v2:
+                    os.kill(self._shell_pid, signal.SIGHUP)
+                else:
+                    os.killpg(self._shell_pid, signal.SIGHUP)
+        if proc.stdin is not None:
+            proc.stdin.close()
+        transport = getattr(proc, "_transport", None)  # asyncio keeps the pipe transports there
+        for fd in (1, 2):
+            pipe = transport.get_pipe_transport(fd) if transport is not None else None
+            if pipe is not None:
+                pipe.close()
 
     async def _pump(self, stream: Stream, pipe: asyncio.StreamReader | None, kind: int, chunk: int) -> None:
         assert pipe is not None
@@ -129,7 +125,7 @@ class ShellService:
             await stream.write(P.shell_packet(kind, data) if self.v2 else data)
 
     async def _feed_stdin(self, stream: Stream, proc: asyncio.subprocess.Process) -> None:
-        """Host bytes to the command's stdin; the host closing the stream kills the command."""
+        """Host bytes to the command's stdin; the host closing the stream hangs the shell up."""
         assert proc.stdin is not None
         stdin_open = True
         try:
@@ -151,7 +147,8 @@ class ShellService:
                     stdin_open = False
                     proc.stdin.close()
         except StreamClosed:
-            kill_group(proc)
+            if proc.returncode is None:
+                self._hang_up(proc)
 
     async def _report_spawn_error(self, stream: Stream, exc: OSError) -> None:
         message = f"error: cannot start the device shell: {exc}\n".encode()
@@ -164,11 +161,6 @@ class ShellService:
         except StreamClosed:
             pass
         await stream.close()
-
-
-async def _reap(proc: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(proc.wait(), 5.0)
 
 
 def exit_status(returncode: int) -> int:

@@ -3,7 +3,7 @@
     with AdbServer.start(home) as server:                     # adb on a free port, never 5037
         phone = EmulatedPhone.start(root, server)             # python -m edgebench.testing.adbd + adb connect
         write_descriptor(lab_dir, "phone", phone)             # devices/phone.toml for the CLI
-        phone.freeze(); phone.thaw(); phone.drop(); phone.reboot(1.0); phone.kill()
+        phone.freeze(); phone.thaw(); phone.drop(); phone.reboot(1.0); phone.kill(); phone.processes()
         phone.stop()
 
 The server runs in the foreground (`adb nodaemon server`) as our own child with its own HOME (so
@@ -292,6 +292,10 @@ class EmulatedPhone:
 
     def status(self) -> dict[str, Any]:
         return self.control("status")
+
+    def processes(self) -> list[dict[str, Any]]:
+        """The phone's process list ({"pid", "host_pid", "args"} each), as `ps` on it would show."""
+        return list(self.control("ps")["processes"])
 
     def freeze(self) -> None:
         """Stop answering (connections stay open; commands are SIGSTOPped)."""

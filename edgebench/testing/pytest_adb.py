@@ -17,7 +17,8 @@ Fixtures
       ``edgebench bench builtin:mlp --device <device_name> --lab <lab_dir> --json``;
     - ``device_name``: "phone";
     - ``phone``: the ``EmulatedPhone`` control handle (``freeze()``, ``thaw()``, ``drop()``,
-      ``reboot(s)``, ``kill()``, ``power_on()``, ``status()``, ``host_path("/data/...")``);
+      ``reboot(s)``, ``kill()``, ``power_on()``, ``status()``, ``processes()`` (the phone's own
+      process list), ``host_path("/data/...")``);
     - ``root``: the device root DIR (its /data, /sdcard, /system and /sys are folders there; write
       DIR/sys/class/thermal/... to drive sensors);
     - ``spec()``: the loaded ``DeviceSpec``.

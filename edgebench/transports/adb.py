@@ -12,12 +12,28 @@ from shell protocol v2 when the device offers `shell_v2`, otherwise from a uniqu
 after the command (a missing marker means the connection was lost, not that the command finished).
 Failures become typed errors carrying the device and argv: CommandTimeout, ConnectionLost,
 TransferError, TransportError.
+
+What a real adbd does when the host closes a shell stream (AOSP packages/modules/adb, daemon
+shell_service.cpp): with the shell protocol it sends SIGHUP to the shell's pid only and closes the
+shell's sockets; without it the shell runs on a PTY whose hangup signals the shell's session. Children
+that do not die of that (forked by `sh -c`, ignoring SIGHUP, in another group) keep running. So commands
+run under the guard of `base`: the command's stdin is /dev/null, the stream's stdin stays open as the
+controller's lifeline, and when it closes (a timeout here, or this controller dying) the guard's watchdog
+kills every process of the call on the phone. After a timeout the call's processes are also killed and
+checked gone over a new stream before CommandTimeout is raised (or, if the phone does not answer, on the
+next call that reaches it). A long call is watched by probes that want the device's answer (a `sync:`
+stream it must accept) every `keepalive_interval` seconds; `keepalive_count_max` missed in a row end the
+call with ConnectionLost instead of its own timeout. Pushes write a temporary name and rename it, so a
+failed push never leaves a truncated file under the real name; command lines beyond what one service
+request carries (64 KiB) are pushed as a script that removes itself.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
+import posixpath
 import secrets
 import socket
 import stat
@@ -39,9 +55,24 @@ from ..errors import (
     EdgebenchError,
     TransferError,
     TransportError,
+    seconds,
 )
 from ..lab.descriptors import DeviceSpec
-from .base import CommandResult, check_timeout, command_line
+from .base import (
+    CLEAN_MARK,
+    INLINE_COMMAND_MAX,
+    REAP_TIMEOUT_S,
+    CommandResult,
+    Leftovers,
+    check_argv,
+    check_timeout,
+    cleanup_argv,
+    command_line,
+    guarded_command,
+    new_call_token,
+    reap_budget,
+    script_file_command,
+)
 
 DEFAULT_SERVER_PORT = 5037
 SERVER_PORT_ENV = "ANDROID_ADB_SERVER_PORT"
@@ -49,6 +80,7 @@ SYNC_DATA_MAX = 64 * 1024
 _SHELL_HEADER = struct.Struct("<BI")
 _SYNC_HEADER = struct.Struct("<4sI")
 _STDOUT, _STDERR, _EXIT = 1, 2, 3
+_WIRE_ERRORS = (AdbError, OSError, EOFError, ValueError, struct.error)
 
 
 def server_address(spec: DeviceSpec, environ: Mapping[str, str] | None = None) -> tuple[str, int]:
@@ -115,6 +147,7 @@ class _Watchdog:
         self.timeout = timeout
         self.deadline = time.monotonic() + timeout
         self.fired = False
+        self.lost: str | None = None
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
         self._timer = threading.Timer(max(0.0, timeout), self._fire)
@@ -144,6 +177,12 @@ class _Watchdog:
             self.fired = True
             self._shutdown()
 
+    def lose(self, reason: str) -> None:
+        """The device stopped answering (found by probes): end the call now as a lost connection."""
+        with self._lock:
+            self.lost = reason
+            self._shutdown()
+
     def _shutdown(self) -> None:
         if self._sock is not None:
             with contextlib.suppress(OSError):
@@ -161,6 +200,47 @@ class _Output:
         return bytes(which).decode("utf-8", errors="replace")
 
 
+class _Liveness:
+    """While a long call runs, ask the device for an answer every `keepalive_interval` seconds (as ssh's
+    ServerAliveInterval does); `keepalive_count_max` unanswered in a row end the call as a lost connection.
+    The adb server answers for a frozen device as if it were fine, so the probe opens a stream the device
+    itself must accept. Calls too short to be worth probing run without it."""
+
+    def __init__(self, transport: AdbTransport, wd: _Watchdog) -> None:
+        self._transport = transport
+        self._wd = wd
+        self.interval = transport.spec.keepalive_interval_s
+        self.count_max = transport.spec.keepalive_count_max
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> _Liveness:
+        if self._wd.timeout > self.interval * self.count_max:
+            self._thread = threading.Thread(target=self._loop, name="edgebench-adb-liveness", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        missed, began = 0, time.monotonic()
+        wait = self.interval
+        while not self._stop.wait(wait):
+            asked = time.monotonic()
+            if self._transport.alive(timeout=self.interval):
+                missed, began = 0, time.monotonic()
+            else:
+                missed += 1
+            if self._stop.is_set():
+                return
+            if missed >= self.count_max:
+                silent = seconds(round(time.monotonic() - began))
+                self._wd.lose(f"the device answered no probe for {silent} s: it hung or its link is down")
+                return
+            wait = max(0.0, self.interval - (time.monotonic() - asked))
+
+
 class AdbTransport:
     """Commands, pushes and pulls on one adb device (by serial), each bounded by its timeout."""
 
@@ -168,32 +248,45 @@ class AdbTransport:
         if not spec.serial:
             raise ConfigError(spec.source, 'serial: required for transport = "adb"')
         self.device = spec.name
+        self.spec = spec
         self.serial = spec.serial
         self.host, self.port = server_address(spec)
         self._client = _ServerClient(self.host, self.port)
         self._features: frozenset[str] | None = None
+        self._leftovers = Leftovers()
 
     # ---- Transport protocol ---------------------------------------------------------------------
     def run(
         self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None
     ) -> CommandResult:
-        """Run argv on the device (quoted by command_line) and return its real exit code."""
+        """Run argv on the device under the guard and return its real exit code."""
         check_timeout(timeout, self.device)
-        argv_t = tuple(str(a) for a in argv)
-        line = command_line(argv_t, env)
+        argv_t = check_argv(argv)
+        token = new_call_token()
+        line = guarded_command(argv_t, env, token)
+        script: str | None = None
         out = _Output()
         start = time.monotonic()
-        with _Watchdog(timeout) as wd, self._failures(argv_t, wd, out):
-            if "shell_v2" in self._device_features(wd):
-                code = self._shell_v2(line, wd, out)
-            else:
-                code = self._shell_marker(line, wd, out)
+        try:
+            with _Watchdog(timeout) as wd, self._failures(argv_t, wd, out), _Liveness(self, wd):
+                self._clean_leftovers(min(REAP_TIMEOUT_S, wd.remaining() / 3))
+                if len(line.encode()) > INLINE_COMMAND_MAX:
+                    script = posixpath.join(self.spec.workdir, f".edgebench-cmd-{token}.sh")
+                    line = self._as_script(line, script, wd)
+                code = self._shell(line, wd, out)
+        except (CommandTimeout, ConnectionLost) as exc:
+            # The call may live on on the device: kill it now if the device answers, else on the next call.
+            self._leftovers.add(call=token, file=script)
+            if isinstance(exc, CommandTimeout):
+                self._clean_leftovers(reap_budget(timeout))
+            raise
         return CommandResult(
             argv_t, code, out.text(out.stdout), out.text(out.stderr), time.monotonic() - start
         )
 
     def push(self, local: Path, remote: str, *, timeout: float) -> None:
-        """Send a host file to the device path (parents created), with the local file's mode."""
+        """Send a host file to the device path (parents created), with the local file's mode. The bytes go
+        to a temporary name renamed over `remote` once complete; a failed push leaves neither."""
         check_timeout(timeout, self.device)
         argv = ("push", str(local), remote)
         try:
@@ -201,8 +294,23 @@ class AdbTransport:
             source = local.open("rb")
         except OSError as exc:
             raise TransferError(f"push {local}: {exc.strerror}", device=self.device) from None
-        with source, _Watchdog(timeout) as wd, self._failures(argv, wd, _Output(), transfer=True):
-            self._sync_send(source, remote, stat.S_IFREG | stat.S_IMODE(st.st_mode), int(st.st_mtime), wd)
+        tmp = f"{remote}.part-{new_call_token()}"
+        try:
+            with source, _Watchdog(timeout) as wd, self._failures(argv, wd, _Output(), transfer=True):
+                self._clean_leftovers(min(REAP_TIMEOUT_S, wd.remaining() / 3))
+                mode = stat.S_IFREG | stat.S_IMODE(st.st_mode)
+                self._sync_send(source, tmp, mode, int(st.st_mtime), wd)
+                code, _, err = self._exec_plain(["mv", "-f", tmp, remote], wd)
+                if code != 0:
+                    raise TransferError(
+                        f"push {remote}: cannot rename the pushed file into place ({err.strip() or code})",
+                        device=self.device,
+                    )
+        except EdgebenchError as exc:
+            self._leftovers.add(file=tmp)
+            if not isinstance(exc, ConnectionLost):
+                self._clean_leftovers(reap_budget(timeout))
+            raise
 
     def pull(self, remote: str, local: Path, *, timeout: float) -> None:
         """Fetch a device file to a host path; the host file appears only when complete."""
@@ -215,6 +323,7 @@ class AdbTransport:
                 _Watchdog(timeout) as wd,
                 self._failures(argv, wd, _Output(), transfer=True),
             ):
+                self._clean_leftovers(min(REAP_TIMEOUT_S, wd.remaining() / 3))
                 with contextlib.closing(self._sync_recv(remote, wd)) as blocks:
                     for block in blocks:
                         sink.write(block)
@@ -231,13 +340,16 @@ class AdbTransport:
         argv = ("read", remote)
         data = bytearray()
         with _Watchdog(timeout) as wd, self._failures(argv, wd, _Output(), transfer=True):
+            self._clean_leftovers(min(REAP_TIMEOUT_S, wd.remaining() / 3))
             with contextlib.closing(self._sync_recv(remote, wd)) as blocks:
                 for block in blocks:
                     data += block
         return bytes(data).decode("utf-8", errors="replace")
 
     def close(self) -> None:
-        """Nothing to release: every call opens (and closes) its own server connection."""
+        """Every call opens (and closes) its own server connection; what failed calls left on the device
+        is cleaned up now if it answers (within a second)."""
+        self._clean_leftovers(reap_budget(REAP_TIMEOUT_S))
 
     # ---- device facts -----------------------------------------------------------------------------
     def features(self, *, timeout: float) -> frozenset[str]:
@@ -250,21 +362,69 @@ class AdbTransport:
         with _Watchdog(timeout) as wd, self._failures(("get-state",), wd, _Output()):
             return self._host_query(f"host-serial:{self.serial}:get-state", wd)
 
+    def alive(self, *, timeout: float) -> bool:
+        """True when the device itself answers now (it accepts a `sync:` stream within `timeout`)."""
+        try:
+            with _Watchdog(timeout) as wd:
+                conn = self._open_service("sync:", wd)
+                with contextlib.suppress(OSError):
+                    conn.conn.sendall(_SYNC_HEADER.pack(b"QUIT", 0))
+                conn.drop()
+                return not wd.fired
+        except (EdgebenchError, *_WIRE_ERRORS):
+            return False
+
     # ---- plumbing ---------------------------------------------------------------------------------
+    def _shell(self, line: str, wd: _Watchdog, out: _Output) -> int:
+        if "shell_v2" in self._device_features(wd):
+            return self._shell_v2(line, wd, out)
+        return self._shell_marker(line, wd, out)
+
+    def _exec_plain(self, argv: Sequence[str], wd: _Watchdog) -> tuple[int, str, str]:
+        """A short helper command (no guard) inside a call: (exit code, stdout, stderr)."""
+        out = _Output()
+        code = self._shell(command_line(argv), wd, out)
+        return code, out.text(out.stdout), out.text(out.stderr)
+
+    def _as_script(self, line: str, path: str, wd: _Watchdog) -> str:
+        text, short = script_file_command(line, path)
+        self._sync_send(io.BytesIO(text.encode()), path, stat.S_IFREG | 0o600, int(time.time()), wd)
+        return short
+
+    def _clean_leftovers(self, limit: float) -> None:
+        """Kill the processes of earlier failed calls and remove their temporary files, within `limit`
+        seconds; what cannot be cleaned now stays for the next call."""
+        if not self._leftovers or limit <= 0.05:
+            return
+        calls, files = self._leftovers.take()
+        try:
+            with _Watchdog(limit) as wd:
+                _, stdout, _ = self._exec_plain(cleanup_argv(calls, files), wd)
+            if CLEAN_MARK in stdout:
+                return
+        except (EdgebenchError, *_WIRE_ERRORS):
+            pass
+        self._leftovers.give_back(calls, files)
+
     @contextlib.contextmanager
     def _failures(
         self, argv: Sequence[str], wd: _Watchdog, out: _Output, *, transfer: bool = False
     ) -> Iterator[None]:
         """Turn whatever a broken, frozen or vanished device causes into one typed error."""
+        what = argv[0] if argv else "call"
         try:
             yield
         except EdgebenchError:
+            if wd.lost:
+                raise self._lost(argv, what, wd.lost, out) from None
             if wd.fired:
                 raise CommandTimeout(
                     argv, wd.timeout, device=self.device, output=out.text(out.stdout)
                 ) from None
             raise
-        except (AdbError, OSError, EOFError, ValueError, struct.error) as exc:
+        except _WIRE_ERRORS as exc:
+            if wd.lost:
+                raise self._lost(argv, what, wd.lost, out) from None
             if wd.fired or isinstance(exc, (socket.timeout, TimeoutError)):
                 raise CommandTimeout(
                     argv, wd.timeout, device=self.device, output=out.text(out.stdout)
@@ -275,14 +435,16 @@ class AdbTransport:
                     f"{argv[0]} {' '.join(argv[1:])}: connection to the device lost ({detail})",
                     device=self.device,
                 ) from None
-            what = argv[0] if argv else "call"
-            raise ConnectionLost(
-                argv,
-                f"connection to the device lost during {what} ({detail})",
-                device=self.device,
-                stdout=out.text(out.stdout),
-                stderr=out.text(out.stderr),
-            ) from None
+            raise self._lost(argv, what, detail, out) from None
+
+    def _lost(self, argv: Sequence[str], what: str, detail: str, out: _Output) -> ConnectionLost:
+        return ConnectionLost(
+            argv,
+            f"connection to the device lost during {what} ({detail})",
+            device=self.device,
+            stdout=out.text(out.stdout),
+            stderr=out.text(out.stderr),
+        )
 
     def _connect_server(self, wd: _Watchdog) -> _NoSpawnConnection:
         try:

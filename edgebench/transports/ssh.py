@@ -2,37 +2,47 @@
 
 What this module guarantees (each point is a way paramiko setups have hurt labs):
 
-- Host keys are checked against the descriptor's `known_hosts` (default `~/.ssh/known_hosts`). An unknown
-  key is refused (a RejectPolicy that says which host, key and file), a changed key is always refused.
-  Trust-on-first-use happens only with `trust_on_first_use = true` in the descriptor, and then the key is
-  appended to that known_hosts file so the next connection is pinned.
+- Host keys are checked against the descriptor's `known_hosts` (default `~/.ssh/known_hosts`), read as
+  OpenSSH reads it (`hostkeys`): an unknown key is refused (saying which host, key and file), a changed key
+  is always refused, a key marked `@revoked` is refused (even with trust-on-first-use), `@cert-authority`
+  lines are accepted in the file and not used. Trust-on-first-use happens only with
+  `trust_on_first_use = true` in the descriptor, and then the key is appended to that file.
 - Key auth only: the descriptor's `key` (an optional passphrase comes from the environment variable
   EDGEBENCH_SSH_PASSPHRASE), or, without `key`, the ssh-agent and the default ~/.ssh keys. No password auth.
   No key material or passphrase ever appears in an error message.
-- Every call is bounded: connect, banner and auth by `connect_timeout`; commands, transfers and reads by
-  their own `timeout`. stdout and stderr are drained together (a full window on either stream would
-  otherwise stall the remote process and paramiko's exit status forever). On timeout the channel is closed,
-  the remote process tree is killed and CommandTimeout is raised. A connection that dies mid-command raises
-  TransportError (carrying device and argv) as soon as paramiko notices, well within the timeout.
-- Commands are made only by `command_line(argv, env)`; a tiny fixed `sh -c` wrapper reports the remote pid
-  (so a timed-out command can be killed) and then `exec`s the argv unchanged.
+- Every call has one deadline that holds whatever the board does: connect, banner and auth by
+  `connect_timeout`; the session open, the exec and subsystem replies (paramiko waits for those without a
+  limit: here the channel is closed at the deadline), the output and every SFTP operation by the call's
+  `timeout`. stdout and stderr are drained together (a full window on either stream would stall the
+  remote process).
+- Nothing is left running on the board: commands run under the guard of `base` (tagged processes, stdin
+  lifeline). A timed-out command's channel is closed and its processes are killed and checked gone over a
+  new session before CommandTimeout is raised; if the board cannot be reached for that (frozen, cable
+  pulled), the kill is retried on the next working connection, and the guard's watchdog kills it on the
+  board as soon as sshd hears the channel or connection close. A controller that dies closes its
+  connection, which ends its commands the same way (within a second on a reachable board).
+- A frozen board or a dead link is found by keepalives that expect replies (OpenSSH's ServerAliveInterval
+  and ServerAliveCountMax: the descriptor's `keepalive_interval`, default 10 s, and `keepalive_count_max`,
+  default 3): the connection is closed and every call on it ends with ConnectionLost, well within a minute
+  and not only at the command timeout.
+- Failed pushes leave no temporary file: it is removed at once, or on the next working connection.
 - The connection is opened when the transport is made (so errors surface early) and reopened lazily when it
   dropped between calls.
 """
 
 from __future__ import annotations
 
-import base64
 import errno
-import hashlib
 import logging
 import os
 import posixpath
 import select
 import socket
 import stat
+import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,6 +53,7 @@ from ..errors import (
     CommandTimeout,
     ConfigError,
     ConnectionLost,
+    EdgebenchError,
     HostKeyError,
     TransferError,
     TransportError,
@@ -50,7 +61,24 @@ from ..errors import (
     seconds,
 )
 from ..lab.descriptors import DeviceSpec
-from .base import CommandResult, check_timeout, command_line
+from .base import (
+    CLEAN_MARK,
+    INLINE_COMMAND_MAX,
+    REAP_TIMEOUT_S,
+    CommandResult,
+    Leftovers,
+    check_argv,
+    check_timeout,
+    cleanup_argv,
+    command_line,
+    guarded_command,
+    new_call_token,
+    reap_budget,
+    script_file_command,
+)
+from .hostkeys import KnownHosts, fingerprint, host_entry, known_hosts_line, read_known_hosts
+
+__all__ = ["SshTransport", "fingerprint", "known_hosts_line", "PASSPHRASE_ENV"]
 
 # paramiko logs handshake failures with tracebacks from its transport thread; without a handler they
 # would reach stderr through logging's last resort. Our callers get one typed line instead; an
@@ -58,32 +86,12 @@ from .base import CommandResult, check_timeout, command_line
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 PASSPHRASE_ENV = "EDGEBENCH_SSH_PASSPHRASE"
-KEEPALIVE_S = 15
+KEEPALIVE_REQUEST = "keepalive@openssh.com"  # what OpenSSH's client sends; sshd answers it (with failure)
 POLL_S = 0.2
-KILL_TIMEOUT_S = 5.0
 CHUNK = 1 << 16
-PID_MARKER = "@edgebench-pid "
-
-# Prints the shell's pid on stderr, then becomes the command (same pid), so a timed-out command can be
-# found and killed. "$@" keeps every argument exactly as quoted by command_line.
-WRAPPER = "printf '" + PID_MARKER + '%s\\n\' "$$" >&2; exec "$@"'
-
-# Kills a process and all its descendants (found through /proc, parents first so nothing re-forks).
-KILL_TREE = (
-    "all=$1; new=$1\n"
-    'while [ -n "$new" ]; do\n'
-    '  next=""\n'
-    "  for s in /proc/[0-9]*/stat; do\n"
-    '    { read -r l < "$s"; } 2>/dev/null || continue\n'
-    "    set -- ${l##*) }\n"
-    "    for p in $new; do\n"
-    '      if [ "$2" = "$p" ]; then c=${s#/proc/}; next="$next ${c%/stat}"; fi\n'
-    "    done\n"
-    "  done\n"
-    '  all="$all$next"; new=$next\n'
-    "done\n"
-    "kill -KILL $all 2>/dev/null; true\n"
-)
+# A call still stuck this long after its channel was closed at the deadline (a write blocked on a dead
+# link) closes the whole connection.
+EXPIRY_GRACE_S = 1.0
 
 T = TypeVar("T")
 
@@ -97,9 +105,13 @@ class SshTransport:
         self.device = spec.name
         self.spec = spec
         self._lock = threading.RLock()
-        self._client: Any = None  # paramiko.SSHClient, imported lazily
+        self._client: Any = None  # paramiko.SSHClient
         self._sftp: Any = None
         self._pkey: Any = None
+        self._known: KnownHosts | None = None
+        self._keepalive: _Keepalive | None = None
+        self._silent: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._leftovers = Leftovers()
         self.connect()
 
     # ---- connection -----------------------------------------------------------------------------
@@ -120,6 +132,12 @@ class SshTransport:
             if not self._alive():
                 self._close_quietly()
                 self._client = self._open_client(max(limit, 0.1))
+                self._keepalive = _Keepalive(
+                    self._client.get_transport(),
+                    self.spec.keepalive_interval_s,
+                    self.spec.keepalive_count_max,
+                    self._keepalive_lost,
+                )
 
     def _alive(self) -> bool:
         transport = self._client.get_transport() if self._client is not None else None
@@ -129,6 +147,16 @@ class SshTransport:
         """The live paramiko Transport, reconnecting if the connection dropped since the last call."""
         self.connect(timeout)
         return self._client.get_transport()
+
+    def _keepalive_lost(self, transport: Any, silent_s: float) -> None:
+        """Keepalives went unanswered: close that connection, so every call on it ends now, and say why."""
+        self._silent[transport] = (
+            f"no answer to keepalives for {seconds(round(silent_s))} s: the board hung or the link is down"
+        )
+        try:
+            transport.close()
+        except Exception:  # noqa: BLE001, S110 - closing a dead link may fail; it is closed either way
+            pass
 
     def _open_client(self, limit: float) -> Any:
         spec = self.spec
@@ -157,8 +185,9 @@ class SshTransport:
             raise
         except paramiko.BadHostKeyException as exc:
             client.close()
+            self.refuse_revoked(exc.key)
             raise HostKeyError(
-                f"host key for {_host_entry(spec.host, spec.port)} CHANGED: the board offers "
+                f"host key for {host_entry(spec.host, spec.port)} CHANGED: the board offers "
                 f"{exc.key.get_name()} {fingerprint(exc.key)} but {self.known_hosts_path} pins "
                 f"{fingerprint(exc.expected_key)}; refusing to connect (if the board was reinstalled, "
                 f"remove its old line from that file)",
@@ -167,14 +196,13 @@ class SshTransport:
         except BaseException as exc:  # noqa: BLE001 - every failure becomes one typed line
             client.close()
             raise self._connect_error(exc, limit, started) from None
-        transport = client.get_transport()
-        transport.set_keepalive(KEEPALIVE_S)
         return client
 
     def _load_known_hosts(self, client: Any) -> None:
         path = self.known_hosts_path
         if not path.exists():
             if self.spec.trust_on_first_use:
+                self._known = KnownHosts(path)
                 return
             raise HostKeyError(
                 f"known_hosts file {path} does not exist, so the host key of {self.address} cannot be "
@@ -182,15 +210,22 @@ class SshTransport:
                 device=self.device,
             )
         try:
-            client.load_host_keys(str(path))
+            self._known = read_known_hosts(path)
         except (OSError, UnicodeDecodeError) as exc:
             raise HostKeyError(
                 f"cannot read known_hosts file {path}: {_reason(exc)}", device=self.device
             ) from None
-        except Exception as exc:  # noqa: BLE001 - paramiko raises various errors on malformed lines
+        self._known.install(client.get_host_keys())
+
+    def refuse_revoked(self, key: Any) -> None:
+        """HostKeyError if the known_hosts file marks this key @revoked."""
+        entry = self._known.revocation(key) if self._known is not None else None
+        if entry is not None:
             raise HostKeyError(
-                f"known_hosts file {path} is malformed: {type(exc).__name__}", device=self.device
-            ) from None
+                f"host key of {self.address} ({key.get_name()} {fingerprint(key)}) is marked @revoked in "
+                f"{self.known_hosts_path} line {entry.line}; refusing to connect",
+                device=self.device,
+            )
 
     def _private_key(self) -> Any:
         """The descriptor's key, loaded once; error messages name the descriptor, never key contents."""
@@ -247,6 +282,9 @@ class SshTransport:
         return TransportError(f"cannot connect to {where}: {why}", device=self.device)
 
     def _close_quietly(self) -> None:
+        if self._keepalive is not None:
+            self._keepalive.stop()
+            self._keepalive = None
         for thing in (self._sftp, self._client):
             if thing is not None:
                 try:
@@ -257,31 +295,75 @@ class SshTransport:
         self._client = None
 
     def close(self) -> None:
+        """Disconnect; first, if the board answers, kill what failed calls left behind."""
         with self._lock:
+            if self._leftovers and self._alive():
+                self._clean_leftovers(time.monotonic() + REAP_TIMEOUT_S)
             self._close_quietly()
+
+    # ---- leftovers ------------------------------------------------------------------------------
+    def _clean_leftovers(self, deadline: float) -> None:
+        """Kill the processes of earlier failed calls and remove their temp files, within a short bound
+        (taken from the call's own budget); what cannot be cleaned now is kept for the next connection."""
+        if not self._leftovers or not self._alive():
+            return
+        calls, files = self._leftovers.take()
+        limit = min(REAP_TIMEOUT_S, (deadline - time.monotonic()) / 3)
+        try:
+            if limit > 0.05:
+                argv = tuple(cleanup_argv(calls, files))
+                res = self._run_command(argv, command_line(argv), time.monotonic() + limit, limit, None)
+                if CLEAN_MARK in res.stdout:
+                    return
+        except EdgebenchError:
+            pass
+        self._leftovers.give_back(calls, files)
 
     # ---- commands -------------------------------------------------------------------------------
     def run(
         self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None
     ) -> CommandResult:
-        """Run argv on the board; stdout and stderr drained together; bounded by `timeout`."""
+        """Run argv on the board under the guard; stdout and stderr drained together; bounded by `timeout`."""
+        argv_t = check_argv(argv)
         check_timeout(timeout, self.device)
-        argv = tuple(str(a) for a in argv)
-        if not argv:
-            raise ValueError("empty argv")
-        command = command_line(["sh", "-c", WRAPPER, "sh", *argv], env)
         start = time.monotonic()
         deadline = start + timeout
+        self.connect(deadline - start)
+        self._clean_leftovers(deadline)
+        token = new_call_token()
+        line = guarded_command(argv_t, env, token)
+        if len(line.encode()) <= INLINE_COMMAND_MAX:
+            return self._run_command(argv_t, line, deadline, timeout, token, start)
+        # Too long to send inline: a script on the board that removes itself when it starts.
+        script = posixpath.join(self.spec.workdir, f".edgebench-cmd-{token}.sh")
+        text, short = script_file_command(line, script)
+        with tempfile.TemporaryDirectory() as folder:
+            (Path(folder) / "cmd.sh").write_text(text)
+            self.push(Path(folder) / "cmd.sh", script, timeout=max(deadline - time.monotonic(), 0.1))
+        try:
+            return self._run_command(argv_t, short, deadline, timeout, token, start)
+        except TransportError:
+            self._leftovers.add(file=script)  # it may never have started (and removed itself)
+            raise
+
+    def _run_command(
+        self,
+        argv: tuple[str, ...],
+        command: str,
+        deadline: float,
+        timeout: float,
+        token: str | None,
+        start: float | None = None,
+    ) -> CommandResult:
+        start = time.monotonic() if start is None else start
         channel = self._open_channel(argv, deadline, timeout)
         out, err = bytearray(), bytearray()
         try:
-            channel.exec_command(command)
-            channel.shutdown_write()  # stdin at EOF, as for the local transport
-            status = self._drain(channel, argv, deadline, out, err, timeout)
+            self._exec(channel, argv, command, deadline, timeout, token)
+            status = self._drain(channel, argv, deadline, out, err, timeout, token)
         finally:
             channel.close()
-        stderr, _ = split_pid_marker(_text(err))
-        return CommandResult(argv, status, _text(out), stderr, time.monotonic() - start)
+        return CommandResult(argv, status, _text(out), _text(err), time.monotonic() - start)
 
     def _open_channel(self, argv: Sequence[str], deadline: float, timeout: float) -> Any:
         """A new session channel before `deadline`; one reconnect if the link died since the last call."""
@@ -292,13 +374,48 @@ class SshTransport:
                 return transport.open_session(timeout=limit)
             except Exception as exc:  # noqa: BLE001
                 if transport.is_active() and time.monotonic() >= deadline - 0.05:
-                    raise CommandTimeout(argv, timeout, device=self.device) from None  # board not answering
+                    raise CommandTimeout(
+                        argv, timeout, device=self.device, detail="the board did not open a session"
+                    ) from None
                 # The connection may have died just now; nothing ran yet, so one reconnect is safe.
                 if attempt == 2 or transport.is_active():
                     raise TransportError(
-                        f"cannot open a session for {argv[0]}: {_reason(exc)}", device=self.device
+                        f"cannot open a session for {argv[0]}: {self._why_lost(transport) or _reason(exc)}",
+                        device=self.device,
                     ) from None
         raise AssertionError("unreachable")
+
+    def _exec(
+        self,
+        channel: Any,
+        argv: tuple[str, ...],
+        command: str,
+        deadline: float,
+        timeout: float,
+        token: str | None,
+    ) -> None:
+        """Send the exec request and wait for its reply, no longer than the deadline."""
+        with _Expiry(deadline, channel, grace_close=channel.get_transport()) as expiry:
+            try:
+                channel.exec_command(command)
+                return
+            except Exception as exc:  # noqa: BLE001 - becomes one typed error below
+                failure = exc
+        channel.close()
+        if token:
+            # Unanswered or lost: the board may still start the command once it catches up.
+            self._leftovers.add(call=token)
+        if expiry.fired:
+            if token:
+                self._clean_leftovers(time.monotonic() + 3 * reap_budget(timeout))
+            raise CommandTimeout(
+                argv, timeout, device=self.device, detail="the board did not answer the exec request"
+            )
+        if not self._alive():
+            raise self._lost(argv, bytearray(), bytearray(), channel)
+        raise TransportError(
+            f"the board refused to run {argv[0]} ({_reason(failure)})", device=self.device
+        ) from None
 
     def _drain(
         self,
@@ -308,62 +425,70 @@ class SshTransport:
         out: bytearray,
         err: bytearray,
         timeout: float,
+        token: str | None,
     ) -> int:
         """Read both streams until the command exits; raise typed errors on timeout or a lost link.
 
-        OpenSSH sends data, EOF, exit-status (or exit-signal), CLOSE; exit-status can come before the last
-        data, so a command is finished only once EOF has arrived too. A process killed by a signal has no
-        exit status: paramiko reports -1, like a negative returncode locally.
+        OpenSSH sends data, EOF, exit-status, CLOSE; exit-status can come before the last data, so a
+        command is finished only once EOF has arrived too.
         """
         while True:
             _read_available(channel, out, err)
             if channel.eof_received and channel.exit_status_ready():
                 _read_available(channel, out, err)
-                if channel.exit_status == -1 and not self._alive():
-                    raise self._lost(argv, out, err)
+                if channel.exit_status == -1:  # no exit-status: the session itself was killed
+                    if token:
+                        self._leftovers.add(call=token)
+                    if not self._alive():
+                        raise self._lost(argv, out, err, channel)
+                    raise ConnectionLost(
+                        argv,
+                        f"the session running {argv[0]} ended without an exit status (killed on the board)",
+                        device=self.device,
+                        stdout=_text(out),
+                        stderr=_text(err),
+                    )
                 return int(channel.exit_status)
             if channel.closed or not self._alive():
                 _read_available(channel, out, err)
                 if channel.exit_status != -1:
                     return int(channel.exit_status)
-                raise self._lost(argv, out, err)
+                if token:
+                    self._leftovers.add(call=token)  # the link may be down with the command still running
+                raise self._lost(argv, out, err, channel)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self._kill_remote(channel, err)
+                channel.close()  # the guard's lifeline: the board kills the call as soon as it hears this
+                if token:
+                    self._leftovers.add(call=token)
+                    self._clean_leftovers(time.monotonic() + 3 * reap_budget(timeout))
                 raise CommandTimeout(argv, timeout, device=self.device, output=_text(out)[-2000:])
             if channel.eof_received:
                 channel.status_event.wait(min(POLL_S, remaining))  # only the exit status is still due
             else:
                 select.select([channel], [], [], min(POLL_S, remaining))
 
-    def _lost(self, argv: tuple[str, ...], out: bytearray, err: bytearray) -> ConnectionLost:
+    def _why_lost(self, transport: Any) -> str | None:
+        return self._silent.get(transport) if transport is not None else None
+
+    def _lost(self, argv: tuple[str, ...], out: bytearray, err: bytearray, channel: Any) -> ConnectionLost:
+        why = self._why_lost(channel.get_transport())
         return ConnectionLost(
             argv,
-            f"connection to {self.address} lost while running {argv[0]}",
+            f"connection to {self.address} lost while running {argv[0]}" + (f" ({why})" if why else ""),
             device=self.device,
             stdout=_text(out),
-            stderr=split_pid_marker(_text(err))[0],
+            stderr=_text(err),
         )
-
-    def _kill_remote(self, channel: Any, err: bytearray) -> None:
-        """Close the channel and, in the background (the caller hears of the timeout at once), kill the
-        timed-out command's process tree on the board. Best effort, bounded by KILL_TIMEOUT_S."""
-        channel.close()
-        _, pid = split_pid_marker(_text(err))
-        transport = self._client.get_transport() if self._client is not None else None
-        if pid is None or transport is None or not transport.is_active():
-            return
-        threading.Thread(
-            target=_kill_tree, args=(transport, pid), name=f"ssh-kill-{self.device}-{pid}", daemon=True
-        ).start()
 
     # ---- files ----------------------------------------------------------------------------------
     def push(self, local: Path, remote: str, *, timeout: float) -> None:
-        """Upload to a temporary name, then rename over `remote`: a half-written file never has the name."""
+        """Upload to a temporary name, then rename over `remote`: a half-written file never has the name,
+        and a failed upload's temporary file is removed (now, or by the next working connection)."""
         local = Path(local)
         if not local.is_file():
             raise TransferError(f"push {local}: no such local file", device=self.device)
-        tmp = f"{remote}.part-{os.getpid()}-{threading.get_ident() % 100000}"
+        tmp = f"{remote}.part-{new_call_token()}"
 
         def upload(sftp: Any) -> None:
             _sftp_makedirs(sftp, posixpath.dirname(remote))
@@ -372,7 +497,8 @@ class SshTransport:
                     sftp.putfo(fh, tmp, file_size=local.stat().st_size, confirm=True)
                 _sftp_replace(sftp, tmp, remote)
             except BaseException:
-                _sftp_remove_quietly(sftp, tmp)
+                if not _sftp_remove(sftp, tmp):
+                    self._leftovers.add(file=tmp)
                 raise
 
         self._sftp_call(f"push {local.name} -> {remote}", timeout, upload)
@@ -398,72 +524,168 @@ class SshTransport:
 
         return self._sftp_call(f"read {remote}", timeout, read)
 
-    def _sftp_client(self, what: str, deadline: float, timeout: float) -> Any:
+    def _sftp_client(self, argv: tuple[str, ...], deadline: float, timeout: float) -> Any:
+        """The SFTP session (opened once per connection); the subsystem reply is awaited no longer than
+        the deadline."""
         with self._lock:
-            if self._sftp is None or not self._alive() or self._sftp.get_channel().closed:
-                self._sftp = None
-                channel = self._open_channel([what.split()[0], what], deadline, timeout)
+            if self._sftp is not None and self._alive() and not self._sftp.get_channel().closed:
+                return self._sftp
+            self._sftp = None
+            channel = self._open_channel(argv, deadline, timeout)
+            with _Expiry(deadline, channel) as expiry:
                 try:
                     channel.settimeout(max(deadline - time.monotonic(), 0.1))
                     channel.invoke_subsystem("sftp")
                     self._sftp = paramiko.SFTPClient(channel)
-                except Exception as exc:  # noqa: BLE001
-                    channel.close()
-                    if time.monotonic() >= deadline - 0.05:
-                        raise CommandTimeout([what.split()[0], what], timeout, device=self.device) from None
-                    raise TransferError(
-                        f"{what} failed: no SFTP session ({_reason(exc)}; does the board's "
-                        "sshd have `Subsystem sftp`?)",
-                        device=self.device,
-                    ) from None
-            return self._sftp
+                    return self._sftp
+                except Exception as exc:  # noqa: BLE001 - becomes one typed error below
+                    failure = exc
+            channel.close()
+            if expiry.fired or isinstance(failure, socket.timeout | TimeoutError):
+                raise CommandTimeout(
+                    argv, timeout, device=self.device, detail="the board did not answer the SFTP request"
+                )
+            if not self._alive():
+                raise self._lost(argv, bytearray(), bytearray(), channel)
+            raise TransferError(
+                f"{argv[1]} failed: no SFTP session ({_reason(failure)}; does the board's "
+                "sshd have `Subsystem sftp`?)",
+                device=self.device,
+            )
 
     def _sftp_call(self, what: str, timeout: float, fn: Callable[[Any], T]) -> T:
-        """Run one SFTP operation under a watchdog: past the deadline the connection is torn down
-        (blocked paramiko reads then fail at once) and CommandTimeout is raised."""
+        """Run one SFTP operation before its deadline: at the deadline its channel is closed (blocked
+        paramiko reads and writes then fail at once; the connection goes too if that is not enough)."""
+        argv = (what.split()[0], what)
         check_timeout(timeout, self.device)
         deadline = time.monotonic() + timeout
-        sftp = self._sftp_client(what, deadline, timeout)
-        remaining = max(deadline - time.monotonic(), 0.1)
-        sftp.get_channel().settimeout(remaining)
-        client = self._client
-        fired = threading.Event()
-
-        def expire() -> None:
-            fired.set()
-            try:
-                client.close()
-            except Exception:  # noqa: BLE001, S110
-                pass
-
-        watchdog = threading.Timer(remaining, expire)
-        watchdog.daemon = True
-        watchdog.start()
+        self.connect(timeout)
+        self._clean_leftovers(deadline)
+        sftp = self._sftp_client(argv, deadline, timeout)
+        channel = sftp.get_channel()
+        channel.settimeout(max(deadline - time.monotonic(), 0.1))
+        expiry = _Expiry(deadline, channel, grace_close=channel.get_transport())
         try:
-            return fn(sftp)
+            with expiry:
+                return fn(sftp)
         except FileNotFoundError:
             raise TransferError(f"{what} failed: no such file", device=self.device) from None
         except PermissionError:
             raise TransferError(f"{what} failed: permission denied", device=self.device) from None
+        except KeyboardInterrupt:
+            raise
         except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            if fired.is_set() or isinstance(exc, socket.timeout | TimeoutError):
-                self.close()
-                raise CommandTimeout([what.split()[0], what], timeout, device=self.device) from None
+            if expiry.fired or isinstance(exc, socket.timeout | TimeoutError):
+                raise CommandTimeout(argv, timeout, device=self.device) from None
             if not self._alive():
-                self.close()
+                why = self._why_lost(channel.get_transport())
                 raise ConnectionLost(
-                    [what.split()[0], what],
-                    f"{what} failed: connection to {self.address} lost",
+                    argv,
+                    f"{what} failed: connection to {self.address} lost" + (f" ({why})" if why else ""),
                     device=self.device,
                 ) from None
             raise TransferError(f"{what} failed: {_reason(exc)}", device=self.device) from None
         finally:
-            watchdog.cancel()
-            if fired.is_set():
+            if expiry.fired:
                 with self._lock:
-                    self._sftp = None
+                    if self._sftp is sftp:
+                        self._sftp = None
+
+
+class _Expiry:
+    """A deadline over paramiko waits that have none (exec and subsystem replies, SFTP transfers): at the
+    deadline the channel is closed, which wakes whatever waits on it; if the call is still stuck a grace
+    period later (a write blocked on a dead link), `grace_close` (the connection) is closed as well."""
+
+    def __init__(self, deadline: float, channel: Any, grace_close: Any = None) -> None:
+        self._channel = channel
+        self._grace_close = grace_close
+        self._done = threading.Event()
+        self._fired = threading.Event()
+        delay = max(0.0, deadline - time.monotonic())
+        self._timers = [threading.Timer(delay, self._expire)]
+        if grace_close is not None:
+            self._timers.append(threading.Timer(delay + EXPIRY_GRACE_S, self._give_up))
+        for timer in self._timers:
+            timer.daemon = True
+
+    @property
+    def fired(self) -> bool:
+        return self._fired.is_set()
+
+    def __enter__(self) -> _Expiry:
+        for timer in self._timers:
+            timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        for timer in self._timers:
+            timer.cancel()
+
+    def _expire(self) -> None:
+        if self._done.is_set():
+            return
+        self._fired.set()
+        try:
+            self._channel.close()
+        except Exception:  # noqa: BLE001, S110 - a channel on a dead link may fail to close cleanly
+            pass
+
+    def _give_up(self) -> None:
+        if not self._done.is_set():
+            try:
+                self._grace_close.close()
+            except Exception:  # noqa: BLE001, S110
+                pass
+
+
+class _Keepalive:
+    """OpenSSH's ServerAliveInterval / ServerAliveCountMax: every `interval` seconds a request that wants a
+    reply; one left unanswered for `count_max` intervals calls `lost(transport, silent_s)`.
+
+    One request is outstanding at a time (paramiko's global_request waits on one shared event), each in a
+    short-lived daemon thread that returns when the reply comes or the connection closes."""
+
+    def __init__(
+        self, transport: Any, interval: float, count_max: int, lost: Callable[[Any, float], None]
+    ) -> None:
+        self._transport = transport
+        self.interval = interval
+        self.count_max = count_max
+        self._lost = lost
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="edgebench-ssh-keepalive", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        answered: threading.Event | None = None
+        sent = 0.0
+        while not self._stop.wait(self.interval):
+            if not self._transport.is_active():
+                return
+            now = time.monotonic()
+            if answered is None or answered.is_set():
+                answered, sent = self._ask(), now
+            elif now - sent >= self.interval * self.count_max - 1e-3:
+                self._lost(self._transport, now - sent)
+                return
+
+    def _ask(self) -> threading.Event:
+        answered = threading.Event()
+
+        def ask() -> None:
+            try:
+                self._transport.global_request(KEEPALIVE_REQUEST, wait=True)
+            except Exception:  # noqa: BLE001, S110 - a failing connection is found by the loop
+                pass
+            answered.set()
+
+        threading.Thread(target=ask, name="edgebench-ssh-keepalive-ask", daemon=True).start()
+        return answered
 
 
 # ---- host keys ---------------------------------------------------------------------------------------
@@ -474,10 +696,17 @@ class _RejectUnknown(paramiko.RejectPolicy):
         self._t = transport
 
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        self._t.refuse_revoked(key)
         spec = self._t.spec
+        known = self._t._known  # noqa: SLF001 - the policy belongs to the transport
+        note = (
+            " (its @cert-authority lines are not used: edgebench pins host keys)"
+            if known is not None and known.cert_authority_lines
+            else ""
+        )
         raise HostKeyError(
             f"host key for {hostname} ({key.get_name()} {fingerprint(key)}) is not in "
-            f"{self._t.known_hosts_path}; refusing to connect (verify it and add the line "
+            f"{self._t.known_hosts_path}{note}; refusing to connect (verify it and add the line "
             f"'{known_hosts_line(spec.host or hostname, spec.port, key)}', "
             f"or set trust_on_first_use = true in {spec.source})",
             device=self._t.device,
@@ -486,7 +715,8 @@ class _RejectUnknown(paramiko.RejectPolicy):
 
 class _TrustOnFirstUse(paramiko.MissingHostKeyPolicy):
     """Descriptor opt-in: accept an unknown key once and append it to the known_hosts file.
-    A *changed* key never reaches this policy: paramiko raises BadHostKeyException first."""
+    A *changed* key never reaches this policy: paramiko raises BadHostKeyException first; a revoked key is
+    refused here."""
 
     def __init__(self, transport: SshTransport) -> None:
         self._t = transport
@@ -494,6 +724,7 @@ class _TrustOnFirstUse(paramiko.MissingHostKeyPolicy):
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
         from filelock import FileLock
 
+        self._t.refuse_revoked(key)
         path = self._t.known_hosts_path
         line = known_hosts_line(self._t.spec.host or hostname, self._t.spec.port, key)
         try:
@@ -514,50 +745,7 @@ class _TrustOnFirstUse(paramiko.MissingHostKeyPolicy):
         client.get_host_keys().add(hostname, key.get_name(), key)
 
 
-def _host_entry(host: str | None, port: int) -> str:
-    return f"{host}" if port == 22 else f"[{host}]:{port}"
-
-
-def known_hosts_line(host: str, port: int, key: Any) -> str:
-    """The OpenSSH known_hosts line pinning `key` for host:port (`[host]:port` when port != 22)."""
-    return f"{_host_entry(host, port)} {key.get_name()} {key.get_base64()}"
-
-
-def fingerprint(key: Any) -> str:
-    """OpenSSH-style SHA256 fingerprint of a public key (what `ssh-keygen -lf` prints)."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
-
-
 # ---- helpers ------------------------------------------------------------------------------------------
-def split_pid_marker(stderr: str) -> tuple[str, int | None]:
-    """Remove the wrapper's pid line from stderr; return (stderr, pid).
-
-    The line is usually first, but a login shell's rc files (sshd runs the user's shell) may print
-    before it, so the first line carrying the marker is taken wherever it is.
-    """
-    start = 0 if stderr.startswith(PID_MARKER) else stderr.find("\n" + PID_MARKER) + 1
-    if start == 0 and not stderr.startswith(PID_MARKER):
-        return stderr, None
-    end = stderr.find("\n", start)
-    line = stderr[start:] if end < 0 else stderr[start:end]
-    try:
-        pid = int(line[len(PID_MARKER) :].strip())
-    except ValueError:
-        return stderr, None
-    return stderr[:start] + ("" if end < 0 else stderr[end + 1 :]), pid
-
-
-def _kill_tree(transport: Any, pid: int) -> None:
-    try:
-        kill = transport.open_session(timeout=KILL_TIMEOUT_S)
-        kill.exec_command(command_line(["sh", "-c", KILL_TREE, "sh", str(pid)]))
-        kill.status_event.wait(KILL_TIMEOUT_S)
-        kill.close()
-    except Exception:  # noqa: BLE001, S110 - the timeout is what the caller needs to hear about
-        pass
-
-
 def _read_available(channel: Any, out: bytearray, err: bytearray) -> None:
     while channel.recv_ready():
         out += channel.recv(CHUNK)
@@ -585,15 +773,19 @@ def _sftp_replace(sftp: Any, tmp: str, remote: str) -> None:
     try:
         sftp.posix_rename(tmp, remote)  # OpenSSH extension: atomic replace
     except OSError:
-        _sftp_remove_quietly(sftp, remote)
+        _sftp_remove(sftp, remote)
         sftp.rename(tmp, remote)
 
 
-def _sftp_remove_quietly(sftp: Any, path: str) -> None:
+def _sftp_remove(sftp: Any, path: str) -> bool:
+    """Remove a file; True when it is gone (or was never there), False when the link could not tell."""
     try:
         sftp.remove(path)
-    except Exception:  # noqa: BLE001, S110 - cleanup of a temp file on a possibly dead link
-        pass
+    except FileNotFoundError:
+        return True
+    except Exception:  # noqa: BLE001 - cleanup of a temp file on a possibly dead link
+        return False
+    return True
 
 
 def _local_user() -> str:

@@ -128,20 +128,22 @@ def test_killed_mid_transfer_is_a_transfer_error_not_a_hang(
     adb = AdbTransport(adb_phone.spec())
     big = tmp_path / "big.bin"
     big.write_bytes(os.urandom(48 * 1024 * 1024))
+    pushed = adb_phone.phone.host_path("/data/local/tmp/big2.bin")
     if direction == "push":
-        partial = adb_phone.phone.host_path("/data/local/tmp/big2.bin")
         call: Callable[[], None] = partial_call(adb.push, big, "/data/local/tmp/big2.bin", timeout=30)
+        folder, prefix = pushed.parent, pushed.name  # the bytes go to a temporary name beside it
     else:
         adb.push(big, "/data/local/tmp/big.bin", timeout=30)
-        partial = tmp_path / "got.bin.part"
         call = partial_call(adb.pull, "/data/local/tmp/big.bin", tmp_path / "got.bin", timeout=30)
+        folder, prefix = tmp_path, "got.bin.part"
     outcome: list[BaseException | None] = []
     start = time.monotonic()
     worker = threading.Thread(target=lambda: outcome.append(_raised(call)))
     worker.start()
-    while not (partial.exists() and partial.stat().st_size > 0) and time.monotonic() - start < 10:
+    while not (partial := _growing(folder, prefix)) and time.monotonic() - start < 10:
         time.sleep(0.001)
     adb_phone.phone.freeze()  # hold the transfer half-way ...
+    assert partial is not None
     moved = partial.stat().st_size
     adb_phone.phone.kill()  # ... and pull the cable
     worker.join(15)
@@ -150,6 +152,23 @@ def test_killed_mid_transfer_is_a_transfer_error_not_a_hang(
     assert isinstance(outcome[0], TransferError), outcome
     assert "connection to the device lost" in str(outcome[0]) and str(outcome[0]).startswith("phone: ")
     assert not (tmp_path / "got.bin").exists() and not (tmp_path / "got.bin.part").exists()
+    assert not pushed.exists()  # a failed push never leaves a truncated file under the real name
+    if direction == "push":
+        # Plugged back in: the next call removes the half-written temporary file.
+        adb_phone.phone.power_on()
+        adb.run(["true"], timeout=20)
+        assert [p.name for p in folder.iterdir() if p.name.startswith(prefix)] == []
+
+
+def _growing(folder: Path, prefix: str) -> Path | None:
+    """A non-empty file in `folder` whose name starts with `prefix`."""
+    for path in folder.glob(prefix + "*"):
+        try:
+            if path.stat().st_size > 0:
+                return path
+        except FileNotFoundError:
+            continue
+    return None
 
 
 def _raised(call: Callable[[], object]) -> BaseException | None:

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -69,3 +70,43 @@ def test_transfer_errors_are_typed(tmp_path: Path) -> None:
         LocalTransport("dev").pull(str(tmp_path / "missing"), tmp_path / "x", timeout=5)
     with pytest.raises(TransferError):
         LocalTransport("dev").read_text(str(tmp_path / "missing"), timeout=5)
+
+
+def test_a_signal_death_reads_128_plus_n() -> None:
+    res = LocalTransport().run(["sh", "-c", "kill -9 $$"], timeout=10)
+    assert (res.returncode, res.signal) == (137, 9)
+
+
+def test_file_calls_honour_their_timeout(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # opening it for reading blocks until a writer comes: it never does
+    outcome: list[BaseException | None] = []
+
+    def read() -> None:
+        try:
+            LocalTransport("dev").read_text(str(fifo), timeout=0.5)
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - inspected below
+            outcome.append(exc)
+
+    start = time.monotonic()
+    caller = threading.Thread(target=read, daemon=True)
+    caller.start()
+    caller.join(10)
+    if caller.is_alive():  # unblock the reader before failing
+        with open(fifo, "w"):
+            pass
+    assert not caller.is_alive() and time.monotonic() - start < 5
+    assert isinstance(outcome[0], CommandTimeout) and "dev" in str(outcome[0])
+    with open(fifo, "w"):  # let the abandoned worker finish
+        pass
+
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(64 << 20))
+    dest = tmp_path / "out" / "big.bin"
+    with pytest.raises(CommandTimeout):
+        LocalTransport("dev").push(big, str(dest), timeout=1e-6)
+    time.sleep(0.5)  # the worker stops at its next chunk and removes its temporary file
+    assert not dest.exists() and not [p for p in dest.parent.glob("*")]
+    LocalTransport("dev").push(big, str(dest), timeout=60)
+    assert dest.read_bytes() == big.read_bytes() and [p.name for p in dest.parent.iterdir()] == ["big.bin"]

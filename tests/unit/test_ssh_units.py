@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import paramiko
-import psutil
 import pytest
 
 from edgebench.errors import CommandTimeout, ConfigError, HostKeyError, TransportError
@@ -20,15 +19,11 @@ from edgebench.lab.health import FACTS_SCRIPT, DeviceCheck, check_rows, failed, 
 from edgebench.testing.sshd import generate_key
 from edgebench.transports.local import LocalTransport
 from edgebench.transports.ssh import (
-    KILL_TREE,
     PASSPHRASE_ENV,
-    PID_MARKER,
-    WRAPPER,
     SshTransport,
     _TrustOnFirstUse,
     fingerprint,
     known_hosts_line,
-    split_pid_marker,
 )
 
 
@@ -52,42 +47,6 @@ def spec(tmp_path: Path, **kw) -> DeviceSpec:  # type: ignore[no-untyped-def]
     return DeviceSpec(**base)
 
 
-def test_split_pid_marker() -> None:
-    assert split_pid_marker(f"{PID_MARKER}12\nboom\n") == ("boom\n", 12)
-    assert split_pid_marker(f"rc noise\n{PID_MARKER}13\nboom") == ("rc noise\nboom", 13)
-    assert split_pid_marker(f"{PID_MARKER}14") == ("", 14)
-    assert split_pid_marker("plain\n") == ("plain\n", None)
-    assert split_pid_marker(f"x {PID_MARKER}3\n") == (f"x {PID_MARKER}3\n", None)
-
-
-def test_wrapper_reports_its_pid_and_execs_argv_verbatim() -> None:
-    argv = ["sh", "-c", 'echo $$; printf "%s|" "$@"', "x", "a b", "$(id)"]
-    res = subprocess.run(["sh", "-c", WRAPPER, "sh", *argv], capture_output=True, text=True, timeout=30)
-    stderr, pid = split_pid_marker(res.stderr)
-    shown_pid, args = res.stdout.split("\n", 1)
-    assert pid == int(shown_pid)  # exec kept the pid, so the marker names the command itself
-    assert args == "a b|$(id)|" and stderr == ""
-
-
-def test_kill_tree_kills_the_command_and_its_descendants() -> None:
-    proc = subprocess.Popen(
-        ["sh", "-c", "sleep 60 & (sleep 60 & sleep 60; true) & sleep 60; true"], start_new_session=True
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while len(psutil.Process(proc.pid).children(recursive=True)) < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-        assert len(tree) >= 5
-        subprocess.run(["sh", "-c", KILL_TREE, "sh", str(proc.pid)], timeout=30, check=True)
-        gone, alive = psutil.wait_procs(tree, timeout=10)
-        assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, 9)
-        proc.wait(10)
-
-
 def test_known_hosts_line_and_fingerprint_match_openssh(tmp_path: Path) -> None:
     generate_key(tmp_path / "k")
     key = paramiko.Ed25519Key.from_private_key_file(str(tmp_path / "k"))
@@ -108,6 +67,7 @@ def test_trust_on_first_use_appends_once_with_private_permissions(tmp_path: Path
     transport = SshTransport.__new__(SshTransport)  # the policy only needs spec and device
     transport.spec = spec(tmp_path, known_hosts=str(known), port=2200, trust_on_first_use=True)
     transport.device = "b1"
+    transport._known = None
     client = paramiko.SSHClient()
     for _ in range(2):
         _TrustOnFirstUse(transport).missing_host_key(client, "[127.0.0.1]:2200", key)
@@ -240,3 +200,49 @@ def test_timeouts_in_messages_are_rounded() -> None:
     assert "timed out after 2 s" in str(CommandTimeout(["echo", "hi"], 1.9999931))
     assert "timed out after 0.25 s" in str(CommandTimeout(["echo"], 0.25))
     assert "timed out after 1800 s" in str(CommandTimeout(["echo"], 1800.0))
+
+
+def test_a_bad_env_name_fails_only_its_device(tmp_path: Path) -> None:
+    from edgebench.lab.descriptors import load_lab
+    from edgebench.lab.health import check_devices
+
+    lab_dir = tmp_path / "lab"
+    lab_dir.mkdir()
+    (lab_dir / "bad.toml").write_text('transport = "local"\nenv = { "OMP-THREADS" = "2" }\n')
+    bad, good = check_devices(load_lab(lab_dir), ["bad", "local"], timeout=60)
+    assert bad.misconfigured and not bad.usable
+    assert bad.status == (
+        f"misconfigured: {lab_dir / 'bad.toml'}: env: invalid environment variable name 'OMP-THREADS' "
+        "(letters, digits and _ only)"
+    )
+    assert good.status == "ok"  # the rest of the lab is still checked
+    assert failed([bad, good]) == [bad]
+
+
+def test_known_hosts_is_read_as_openssh_reads_it(tmp_path: Path) -> None:
+    from edgebench.transports.hostkeys import read_known_hosts
+
+    keys = {}
+    for name in ("board", "old", "ca"):
+        generate_key(tmp_path / name)
+        keys[name] = paramiko.Ed25519Key.from_private_key_file(str(tmp_path / name))
+    hashed = paramiko.HostKeys.hash_host("[10.0.0.7]:2222")
+    known = tmp_path / "known_hosts"
+    known.write_text(
+        "# lab boards\n\n"
+        f"@cert-authority *.lab {keys['ca'].get_name()} {keys['ca'].get_base64()}\n"
+        f"@revoked * {keys['old'].get_name()} {keys['old'].get_base64()}\n"
+        f"10.0.0.5 {keys['old'].get_name()} {keys['old'].get_base64()}\n"  # pins a revoked key: pins nothing
+        f"{hashed} {keys['board'].get_name()} {keys['board'].get_base64()}\n"
+        "10.0.0.6 ssh-ed25519 not-base64!\n"
+        "@unknown-marker 10.0.0.8 ssh-ed25519 AAAA\n"
+    )
+    parsed = read_known_hosts(known)
+    assert parsed.cert_authority_lines == [3] and parsed.skipped_lines == [7, 8]
+    assert parsed.revocation(keys["old"]).line == 4 and parsed.revocation(keys["board"]) is None
+    host_keys = paramiko.HostKeys()
+    parsed.install(host_keys)
+    assert host_keys.lookup("10.0.0.5") is None
+    assert host_keys.lookup("[10.0.0.7]:2222")["ssh-ed25519"] == keys["board"]
+    with pytest.raises(Exception):  # noqa: B017 - paramiko's own loader refuses this file outright
+        paramiko.HostKeys(str(known))

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from edgebench.analysis.stats import MAD_TO_SIGMA, count_outliers, summarize
+from edgebench.errors import UserError
 from edgebench.execution.jobs import Job
 from edgebench.transports.base import command_line
 
@@ -42,7 +43,7 @@ def test_command_line_quotes_every_argument(evil: str) -> None:
 
 
 def test_command_line_refuses_bad_env_names() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError, match="invalid environment variable name 'A;B'"):  # one line, exit 2
         command_line(["true"], env={"A;B": "x"})
 
 
