@@ -69,9 +69,11 @@ from .base import (
     cleanup_argv,
     command_line,
     guarded_command,
+    heartbeat_s,
     new_call_token,
     reap_budget,
     script_file_command,
+    validate_env,
 )
 
 DEFAULT_SERVER_PORT = 5037
@@ -79,7 +81,7 @@ SERVER_PORT_ENV = "ANDROID_ADB_SERVER_PORT"
 SYNC_DATA_MAX = 64 * 1024
 _SHELL_HEADER = struct.Struct("<BI")
 _SYNC_HEADER = struct.Struct("<4sI")
-_STDOUT, _STDERR, _EXIT = 1, 2, 3
+_STDIN, _STDOUT, _STDERR, _EXIT = 0, 1, 2, 3
 _WIRE_ERRORS = (AdbError, OSError, EOFError, ValueError, struct.error)
 
 
@@ -263,17 +265,20 @@ class AdbTransport:
         check_timeout(timeout, self.device)
         argv_t = check_argv(argv)
         token = new_call_token()
-        line = guarded_command(argv_t, env, token)
+        validate_env(env)
         script: str | None = None
         out = _Output()
         start = time.monotonic()
         try:
             with _Watchdog(timeout) as wd, self._failures(argv_t, wd, out), _Liveness(self, wd):
                 self._clean_leftovers(min(REAP_TIMEOUT_S, wd.remaining() / 3))
+                # The heartbeat needs the shell protocol's stdin packets (without it stdin is a terminal).
+                beat = self.spec.keepalive_interval_s if "shell_v2" in self._device_features(wd) else 0.0
+                line = guarded_command(argv_t, env, token, heartbeat_s(self.spec) if beat else 0.0)
                 if len(line.encode()) > INLINE_COMMAND_MAX:
                     script = posixpath.join(self.spec.workdir, f".edgebench-cmd-{token}.sh")
                     line = self._as_script(line, script, wd)
-                code = self._shell(line, wd, out)
+                code = self._shell(line, wd, out, beat)
         except (CommandTimeout, ConnectionLost) as exc:
             # The call may live on on the device: kill it now if the device answers, else on the next call.
             self._leftovers.add(call=token, file=script)
@@ -375,9 +380,9 @@ class AdbTransport:
             return False
 
     # ---- plumbing ---------------------------------------------------------------------------------
-    def _shell(self, line: str, wd: _Watchdog, out: _Output) -> int:
+    def _shell(self, line: str, wd: _Watchdog, out: _Output, heartbeat: float = 0.0) -> int:
         if "shell_v2" in self._device_features(wd):
-            return self._shell_v2(line, wd, out)
+            return self._shell_v2(line, wd, out, heartbeat)
         return self._shell_marker(line, wd, out)
 
     def _exec_plain(self, argv: Sequence[str], wd: _Watchdog) -> tuple[int, str, str]:
@@ -499,10 +504,15 @@ class AdbTransport:
             )
         raise AdbError(f"unexpected adb server reply {status!r}")
 
-    def _shell_v2(self, line: str, wd: _Watchdog, out: _Output) -> int:
+    def _shell_v2(self, line: str, wd: _Watchdog, out: _Output, heartbeat: float = 0.0) -> int:
         conn = self._open_service(f"shell,v2,raw:{line}", wd)
+        stop = threading.Event()
         try:
             sock = conn.conn
+            if heartbeat > 0:
+                # The controller's heartbeat, as stdin packets to the guard (see base.GUARD_SCRIPT).
+                beat = _SHELL_HEADER.pack(_STDIN, 1) + b"\n"
+                threading.Thread(target=_beat, args=(sock, beat, heartbeat, stop), daemon=True).start()
             while True:
                 kind, length = _SHELL_HEADER.unpack(_recv_exact(sock, _SHELL_HEADER.size))
                 data = _recv_exact(sock, length) if length else b""
@@ -513,6 +523,7 @@ class AdbTransport:
                 elif kind == _EXIT:
                     return data[0] if data else 255
         finally:
+            stop.set()
             conn.drop()
 
     def _shell_marker(self, line: str, wd: _Watchdog, out: _Output) -> int:
@@ -600,3 +611,12 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 def _describe(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _beat(sock: socket.socket, packet: bytes, interval: float, stop: threading.Event) -> None:
+    """Send `packet` every `interval` seconds until `stop` (or the socket closes)."""
+    while not stop.wait(interval):
+        try:
+            sock.sendall(packet)
+        except OSError:
+            return

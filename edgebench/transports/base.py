@@ -20,10 +20,11 @@ import re
 import secrets
 import shlex
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ..errors import CommandError, UserError, signal_of
 
@@ -159,16 +160,24 @@ REAP_SCRIPT = (
     'echo "edgebench-left:$left"; exit 1\n'
 )
 
-# argv: REAP_SCRIPT COMMAND... The command runs in the background with stdin at /dev/null; a watchdog reads
-# the channel's stdin (kept on fd 3) and, at EOF, becomes the reaper of this call (its environment no
-# longer carries the token, so it spares itself). When the command ends, leftovers and the watchdog are
-# reaped (sparing the guard itself) and the command's status is passed on: 128 + N for signal N.
+# argv: REAP_SCRIPT HEARTBEAT_S COMMAND... The command runs in the background with stdin at /dev/null; a
+# watchdog reads the channel's stdin (kept on fd 3) and, at EOF, becomes the reaper of this call (its
+# environment no longer carries the token, so it spares itself). With HEARTBEAT_S > 0 the controller also
+# sends a line at least that often: each line restarts a dead man's timer, and a controller that stops
+# sending (frozen, its host gone silent) is taken for dead after HEARTBEAT_S and its call reaped, so a
+# controller that may have lost the device's lease cannot go on measuring (the old timer is killed with
+# SIGKILL: mksh's background subshells outlive SIGTERM while they wait). When the command ends,
+# leftovers and the watchdog are reaped (sparing the guard itself) and the command's status is passed on:
+# 128 + N for signal N.
 GUARD_SCRIPT = (
-    "reap=$1; shift\n"
+    "reap=$1; hb=$2; shift 2\n"
     "exec 3<&0\n"
     '"$@" </dev/null 3<&- &\n'
     "cmd=$!\n"
-    "{ while read -r _; do :; done; exec env " + CALL_ENV + '= sh -c "$reap" sh 0 "$' + CALL_ENV + '"; } '
+    '{ dm=; deadman() { [ -z "$dm" ] || kill -KILL "$dm" 2>/dev/null; [ "$hb" = 0 ] && return; '
+    '{ sleep "$hb"; exec env ' + CALL_ENV + '= sh -c "$reap" sh 0 "$' + CALL_ENV + '"; } & dm=$!; }; '
+    'deadman; while read -r _; do deadman; done; [ -z "$dm" ] || kill -KILL "$dm" 2>/dev/null; '
+    "exec env " + CALL_ENV + '= sh -c "$reap" sh 0 "$' + CALL_ENV + '"; } '
     "<&3 >/dev/null 2>&1 &\n"
     "watch=$!\n"
     "exec 3<&-\n"
@@ -194,12 +203,40 @@ def new_call_token() -> str:
     return secrets.token_hex(8)
 
 
-def guarded_command(argv: Sequence[str], env: Mapping[str, str] | None, token: str) -> str:
-    """The command line that runs argv (with env) under the guard, its processes tagged with `token`."""
+def guarded_command(
+    argv: Sequence[str], env: Mapping[str, str] | None, token: str, heartbeat_s: float = 0.0
+) -> str:
+    """The command line that runs argv (with env) under the guard, its processes tagged with `token`.
+    With `heartbeat_s` > 0 the caller must send a line on the command's stdin at least that often."""
     _check_token(token)
     validate_env(env)
-    guard = ["sh", "-c", GUARD_SCRIPT, "sh", REAP_SCRIPT, *argv]
+    beat = f"{heartbeat_s:.3f}".rstrip("0").rstrip(".") if heartbeat_s > 0 else "0"
+    guard = ["sh", "-c", GUARD_SCRIPT, "sh", REAP_SCRIPT, beat, *argv]
     return command_line(guard, {**(env or {}), CALL_ENV: token})
+
+
+def heartbeat_s(spec: Any) -> float:
+    """How long a guarded call outlives a silent controller: the descriptor's keepalive interval times its
+    count (the same rule that finds a silent device), 0 without keepalives. Lease periods must be longer."""
+    interval = float(getattr(spec, "keepalive_interval_s", 0.0) or 0.0)
+    return interval * int(getattr(spec, "keepalive_count_max", 0) or 0)
+
+
+class Heartbeat:
+    """Sends the guard a line every `interval` seconds (from the call's own reading loop)."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._next = time.monotonic() + interval if interval > 0 else float("inf")
+
+    def send_when_due(self, send: Callable[[bytes], object]) -> None:
+        if time.monotonic() < self._next:
+            return
+        self._next = time.monotonic() + self.interval
+        try:
+            send(b"\n")
+        except (OSError, EOFError):
+            pass  # a closed channel ends the call anyway; its reading loop reports it
 
 
 def script_file_command(line: str, path: str) -> tuple[str, str]:

@@ -66,12 +66,14 @@ from .base import (
     INLINE_COMMAND_MAX,
     REAP_TIMEOUT_S,
     CommandResult,
+    Heartbeat,
     Leftovers,
     check_argv,
     check_timeout,
     cleanup_argv,
     command_line,
     guarded_command,
+    heartbeat_s,
     new_call_token,
     reap_budget,
     script_file_command,
@@ -331,7 +333,7 @@ class SshTransport:
         self.connect(deadline - start)
         self._clean_leftovers(deadline)
         token = new_call_token()
-        line = guarded_command(argv_t, env, token)
+        line = guarded_command(argv_t, env, token, heartbeat_s(self.spec))
         if len(line.encode()) <= INLINE_COMMAND_MAX:
             return self._run_command(argv_t, line, deadline, timeout, token, start)
         # Too long to send inline: a script on the board that removes itself when it starts.
@@ -430,9 +432,12 @@ class SshTransport:
         """Read both streams until the command exits; raise typed errors on timeout or a lost link.
 
         OpenSSH sends data, EOF, exit-status, CLOSE; exit-status can come before the last data, so a
-        command is finished only once EOF has arrived too.
+        command is finished only once EOF has arrived too. Meanwhile a line goes to the guard every
+        keepalive interval: the controller's heartbeat (see `base.GUARD_SCRIPT`).
         """
+        beat = Heartbeat(self.spec.keepalive_interval_s)
         while True:
+            beat.send_when_due(channel.sendall)
             _read_available(channel, out, err)
             if channel.eof_received and channel.exit_status_ready():
                 _read_available(channel, out, err)

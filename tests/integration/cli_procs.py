@@ -30,10 +30,12 @@ def start(*args: object, cwd: Path, env: Mapping[str, str] | None = None) -> sub
     return popen([sys.executable, "-m", "edgebench", *args], cwd, env)
 
 
-def board_suite(board: Any, folder: Path, suite_text: str, name: str = "board") -> tuple[Path, Path]:
+def board_suite(
+    board: Any, folder: Path, suite_text: str, name: str = "board", **descriptor: Any
+) -> tuple[Path, Path]:
     """A lab folder holding the ssh board's descriptor (as `name`) and a suite file: (lab, suite)."""
     lab = folder / "lab"
-    board.write_descriptor(lab, name=name)
+    board.write_descriptor(lab, name=name, **descriptor)
     suite = folder / "suite.toml"
     suite.write_text(suite_text)
     return lab, suite

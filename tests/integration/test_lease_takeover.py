@@ -122,15 +122,16 @@ cooldown = false
 """
 
 
-@pytest.mark.xfail(
-    reason="needs remote agents that die with their controller (transports branch)", strict=False
-)
 def test_a_frozen_controllers_agent_stops_measuring_on_the_board(
     fresh_ssh_board: Any, tmp_path: Path
 ) -> None:
+    """The controller's heartbeat (one line a keepalive interval on the call's stdin) stops when it freezes:
+    after interval x count the board reaps the agent, before the lease could pass to another controller."""
     import psutil
 
-    lab, suite = board_suite(fresh_ssh_board, tmp_path, LONG_SUITE)
+    lab, suite = board_suite(
+        fresh_ssh_board, tmp_path, LONG_SUITE, keepalive_interval=0.5, keepalive_count_max=4
+    )
     argv = [sys.executable, "-c", CONTROLLER, suite, lab, tmp_path / "s.db", tmp_path / "locks", str(LEASE_S)]
 
     def agents() -> list[int]:

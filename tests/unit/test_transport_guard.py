@@ -51,10 +51,12 @@ def shell_path(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return f"{bin_dir}:{os.environ['PATH']}"
 
 
-def start(path: str, argv: list[str], token: str | None = None) -> tuple[str, subprocess.Popen[bytes]]:
+def start(
+    path: str, argv: list[str], token: str | None = None, heartbeat_s: float = 0.0
+) -> tuple[str, subprocess.Popen[bytes]]:
     """LINE as sshd/adbd run it: `sh -c LINE` in a new session, stdin a pipe the test holds open."""
     token = token or new_call_token()
-    line = guarded_command(argv, {"EB_X": "1"}, token)
+    line = guarded_command(argv, {"EB_X": "1"}, token, heartbeat_s)
     proc = subprocess.Popen(
         ["sh", "-c", line],
         stdin=subprocess.PIPE,
@@ -216,3 +218,32 @@ def test_leftovers_are_taken_and_given_back() -> None:
     assert (calls, files) == (["a" * 16], ["/w/x.part-1"]) and not pending
     pending.give_back(calls, files)
     assert pending.take() == (calls, files)
+
+
+def test_a_silent_controller_is_taken_for_dead_after_its_heartbeat(shell_path: str) -> None:
+    """A controller that keeps the channel open but sends nothing (frozen) loses its call after the
+    heartbeat period: the board reaps it, so it cannot go on measuring after its lease ran out."""
+    marker = f"10{os.getpid()}"
+    _, proc = start(shell_path, ["sleep", f"1013.{marker}"], heartbeat_s=1.0)
+    start_s = time.monotonic()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the call outlived its silent controller")
+    took = time.monotonic() - start_s
+    assert 0.8 < took < 5.0, took
+    wait_gone(marker)
+    assert proc.stdin is not None
+    proc.stdin.close()
+
+
+def test_a_beating_controller_keeps_its_call(shell_path: str) -> None:
+    _, proc = start(shell_path, ["sh", "-c", "sleep 2.5; echo slept"], heartbeat_s=1.0)
+    assert proc.stdin is not None
+    for _ in range(10):
+        if proc.poll() is not None:
+            break
+        proc.stdin.write(b"\n")
+        proc.stdin.flush()
+        time.sleep(0.3)
+    assert finish(proc)[:2] == (0, "slept\n")
