@@ -8,7 +8,7 @@ from ..execution.jobs import Job
 from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, RecordContext
 from .common import job_timeout, push_model_and_inputs, runtime_of, shape_lists
-from .registry import BenchParams
+from .registry import BenchParams, values
 
 
 def bench_task(params: BenchParams, runtime: str, remote_model: str, remote_inputs: str | None) -> BenchTask:
@@ -26,14 +26,26 @@ def bench_task(params: BenchParams, runtime: str, remote_model: str, remote_inpu
         runs=params.runs,
         min_seconds=params.min_seconds,
         max_seconds=params.max_seconds,
+        values=values(params.value),
+        cold_load=params.cold_load,
     )
+
+
+def bench_identity(params: BenchParams) -> dict:
+    """The identity params of a bench's records: the typed identity, plus the one-value inputs."""
+    given = values(params.value)
+    return {**params.identity(), **({"value": given} if given else {})}
 
 
 def run_bench(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     params = BenchParams.of(job)
+    if params.stream:
+        from .stream import run_stream
+
+        return run_stream(device, job, ctx)
     runtime = runtime_of(job.model, job.runtime)
     ctx.runtime = runtime
-    ctx.base_params = params.identity()
+    ctx.base_params = bench_identity(params)
     remote_model, remote_inputs = push_model_and_inputs(device, job, runtime, params.inputs)
     reply = device.run_agent(
         bench_task(params, runtime, remote_model, remote_inputs), job_timeout(device, job)
@@ -60,6 +72,8 @@ def bench_records(ctx: RecordContext, reply: AgentReply) -> ProbeResult:
             "the device was disturbed; consider a longer warm-up or a quieter device"
         )
     out.records.append(ctx.record("load_ms", r["load_ms"], "ms"))
+    if r.get("cold_load"):
+        out.extend(cold_load_records(ctx, r["cold_load"], r["load_ms"]))
     out.records.append(ctx.record("first_inference_ms", r["first_inference_ms"], "ms"))
     out.records.append(
         ctx.record(
@@ -70,4 +84,15 @@ def bench_records(ctx: RecordContext, reply: AgentReply) -> ProbeResult:
         )
     )
     out.samples.append(ctx.samples("latency_ms", "ms", samples))
+    return out
+
+
+def cold_load_records(ctx: RecordContext, cold: dict, warm_ms: float) -> ProbeResult:
+    """`load_ms` with cache = cold (the file evicted first), beside the warm one; unverified says so."""
+    out = ProbeResult()
+    notes = {k: cold.get(k) for k in ("resident_before", "resident_after", "eviction_verified", "check")}
+    notes["warm_load_ms"] = warm_ms
+    out.records.append(ctx.record("load_ms", cold["load_ms"], "ms", annotations=notes, cache="cold"))
+    if not cold.get("eviction_verified"):
+        out.warnings.append(f"cold load: {cold.get('note') or 'eviction could not be verified'}")
     return out

@@ -101,12 +101,72 @@ class BenchParams(ProbeParams):
     profile: bool = param(
         False, PO, "bool", "Native runners: ask the tool for per-op times.", native_only=True, cli=False
     )
+    value: tuple[str, ...] | None = param(
+        None, ID, "strs", "Inputs given as one value, NAME=V (e.g. sr=16000), filled over their shape."
+    )
+    cold_load: bool = param(
+        False, PO, "bool", "Also load with the model file evicted from the page cache (load_ms, cache=cold)."
+    )
+    stream: bool = param(False, ID, "bool", "Feed the model frame by frame, its state carried (--state).")
+    state: tuple[str, ...] | None = param(
+        None, ID, "strs", "Streaming: output OUT feeds input IN of the next frame, OUT=IN."
+    )
+    frame_seconds: float | None = param(
+        None, ID, "float", "Streaming: audio or video time one frame holds.", unit="s", positive=True
+    )
+    frames: int | None = param(
+        None, PO, "int", "Streaming: timed frames (default: runs and min_seconds).", minimum=1
+    )
 
     def check(self) -> None:
         if self.max_seconds < self.min_seconds:
             raise ParamError(
                 "max_seconds", f"{self.max_seconds:g} s is below min_seconds {self.min_seconds:g} s"
             )
+        values(self.value)
+        state_pairs(self.state)
+        if not self.stream:
+            for name in ("state", "frame_seconds", "frames"):
+                if getattr(self, name) is not None:
+                    raise ParamError(name, "applies to streaming (stream = true, --stream)")
+        elif self.frame_seconds is None:
+            raise ParamError("frame_seconds", "streaming needs the time one frame holds (--frame-seconds)")
+        if self.stream and self.cold_load:
+            raise ParamError("cold_load", "measure a cold load with a plain bench, not a stream")
+
+
+def _pairs(key: str, items: tuple[str, ...] | None, what: str) -> list[tuple[str, str]]:
+    out = []
+    for text in items or ():
+        left, sep, right = text.partition("=")
+        if not sep or not left.strip() or not right.strip():
+            raise ParamError(key, f"expected {what}, got {text!r}")
+        out.append((left.strip(), right.strip()))
+    return out
+
+
+def state_pairs(items: tuple[str, ...] | None) -> dict[str, str]:
+    """--state OUT=IN pairs as {output: input}; an input fed twice is refused."""
+    pairs = _pairs("state", items, "OUT=IN like stateN=state")
+    fed = [inp for _, inp in pairs]
+    dup = next((i for i in fed if fed.count(i) > 1), None)
+    if dup:
+        raise ParamError("state", f"input '{dup}' is fed by two outputs")
+    return dict(pairs)
+
+
+def values(items: tuple[str, ...] | None) -> dict[str, float]:
+    """--value NAME=V pairs as {input: number}."""
+    out: dict[str, float] = {}
+    for name, text in _pairs("value", items, "NAME=V like sr=16000"):
+        try:
+            number = float(text)
+        except ValueError:
+            raise ParamError("value", f"{name}={text}: {text!r} is not a number") from None
+        if number != number or number in (float("inf"), float("-inf")):
+            raise ParamError("value", f"{name}={text}: must be finite")
+        out[name] = int(number) if number.is_integer() else number
+    return out
 
 
 @dataclass(frozen=True)
