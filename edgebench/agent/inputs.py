@@ -53,7 +53,7 @@ def make_inputs(
     arrays: dict[str, Any] = {}
     if npz_path:
         with np.load(npz_path, allow_pickle=False) as data:
-            arrays = {k: np.ascontiguousarray(data[k]) for k in data.files}
+            arrays = {k: np.array(data[k], order="C") for k in data.files}  # 0-d arrays stay 0-d
         missing = [i.name for i in infos if i.name not in arrays]
         if missing:
             raise InputError(f"inputs file has no array '{missing[0]}' (it has: {', '.join(sorted(arrays))})")

@@ -3,7 +3,9 @@
 Every frame is one `session.outputs(feeds)`: the inputs copied in, one inference, the outputs copied out
 (the state must come out to go back in), which is what a streaming application pays per frame. The state
 inputs start at zeros (or at the arrays of the task's .npz); the other inputs are the task's inputs.
-Warm-up frames carry the state too; the state is reset to its start before the timed frames.
+Warm-up frames carry the state too; the state is reset to its start before the timed frames. An array of
+the .npz with one more leading axis than its input declares is a sequence of frames (a recording): frame i
+gets its entry i (modulo its length), set before the frame's timer starts.
 
 After the timed frames the first `check_frames` are run again with the state reset before each one: if the
 non-state outputs do not change, the pairing has no effect (a wrong pairing, or a stateless model) and a
@@ -50,19 +52,43 @@ def initial_state(task: dict, feeds: dict[str, Any], state: dict[str, str]) -> d
     return {inp: np.zeros_like(feeds[inp]) for inp in state.values()}
 
 
+def split_sequences(session: Any, feeds: dict[str, Any], state: dict[str, str]) -> dict[str, Any]:
+    """Inputs given as a sequence of frames (one more leading axis than declared), taken out of `feeds`."""
+    ranks = {i.name: len(i.shape) for i in session.inputs}
+    sequences = {}
+    for name, array in list(feeds.items()):
+        if name not in state.values() and array.ndim == ranks[name] + 1 and array.shape[0] > 0:
+            sequences[name] = array
+            feeds[name] = array[0]
+    return sequences
+
+
 class Stream:
     """Frames through one session, the state carried from each call to the next."""
 
-    def __init__(self, session: Any, feeds: dict[str, Any], state: dict[str, str], start: dict[str, Any]):
+    def __init__(
+        self,
+        session: Any,
+        feeds: dict[str, Any],
+        state: dict[str, str],
+        start: dict[str, Any],
+        sequences: dict[str, Any] | None = None,
+    ):
         self.session, self.state, self.start = session, state, start
         self.feeds = {**feeds, **start}
+        self.sequences = sequences or {}
+        self.index = 0
         self.checked = False
 
     def reset(self) -> None:
         self.feeds.update(self.start)
+        self.index = 0
 
     def frame(self) -> tuple[float, dict[str, Any]]:
         """One timed frame; its outputs' state goes into the next frame's inputs."""
+        for name, frames in self.sequences.items():
+            self.feeds[name] = frames[self.index % len(frames)]
+        self.index += 1
         clock = time.perf_counter_ns
         t0 = clock()
         outputs = self.session.outputs(self.feeds)
@@ -145,6 +171,7 @@ def state_effect(stream: Stream, head: list[dict[str, list[float]]], frames: int
     worst = 0.0
     for i in range(frames):
         stream.reset()
+        stream.index = i
         reset = small_outputs(stream.frame()[1], stream.state)
         for name, values in head[i].items():
             worst = max(worst, max(abs(a - b) for a, b in zip(values, reset[name], strict=True)))
@@ -158,7 +185,8 @@ def run(task: dict) -> tuple[dict, list[str]]:
     feeds = model_inputs(task, session, warnings)
     state = dict(task.get("state") or {})
     check_pairs(session, state)
-    stream = Stream(session, feeds, state, initial_state(task, feeds, state))
+    sequences = split_sequences(session, feeds, state)
+    stream = Stream(session, feeds, state, initial_state(task, feeds, state), sequences)
     policy = TimingPolicy(
         **{
             k: task[k]
@@ -197,4 +225,5 @@ def run(task: dict) -> tuple[dict, list[str]]:
         "state_effect_max_abs": effect,
         "peak_rss_mb": peak_rss_mb(),
         "inputs": {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feeds.items()},
+        "sequences": {k: len(v) for k, v in sequences.items()},
     }, warnings

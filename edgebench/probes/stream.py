@@ -88,6 +88,7 @@ def stream_records(ctx: RecordContext, reply: AgentReply) -> ProbeResult:
         "state_shapes": r.get("state_shapes"),
         "state_effect_max_abs": r.get("state_effect_max_abs"),
         "frames": len(latencies),
+        "sequences": r.get("sequences") or None,
     }
     out = ProbeResult(warnings=list(reply.warnings))
     s = summarize(latencies)
