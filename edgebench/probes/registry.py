@@ -455,6 +455,67 @@ class SensitivityParams(ProbeParams):
     seed: int = _seed()
 
 
+@dataclass(frozen=True)
+class SoakParams(ProbeParams):
+    KIND = "soak"
+    threads: int = _threads()
+    affinity: tuple[int, ...] | None = _affinity()
+    shapes: dict[str, tuple[int, ...]] | None = _shapes()
+    inputs: str | None = _inputs()
+    seed: int = _seed()
+    value: tuple[str, ...] | None = param(None, ID, "strs", "Inputs given as one value, NAME=V.")
+    minutes: float = param(
+        60.0, ID, "float", "Length of the run (fractions allowed).", unit="min", positive=True
+    )
+    rate_hz: float = param(0.0, ID, "float", "Inferences per second (0: back to back).", unit="Hz", minimum=0)
+    period_s: float | None = param(
+        None,
+        PO,
+        "float",
+        "Sampling window of RSS and latency (default: 1/60 of the run, 0.25 to 60 s).",
+        unit="s",
+        positive=True,
+    )
+    warmup: int = param(1, PO, "int", "At least this many warm-up runs.", minimum=0)
+    confidence: float = param(
+        0.95, PO, "float", "Confidence of the growth interval.", minimum=0.5, maximum=0.999
+    )
+    leak_floor_mb: float = param(
+        1.0, PO, "float", "Growth over the run below this is not called a leak.", unit="MB", minimum=0
+    )
+
+    def check(self) -> None:
+        values(self.value)
+        if self.period_s is not None and self.period_s * 3 > self.minutes * 60:
+            raise ParamError(
+                "period_s", f"{self.period_s:g} s leaves fewer than 3 samples in {self.minutes:g} min"
+            )
+
+
+@dataclass(frozen=True)
+class ContentionParams(ProbeParams):
+    KIND = "contention"
+    threads: tuple[int, ...] | str | None = _sweep_threads()
+    affinity: tuple[int, ...] | None = _affinity()
+    shapes: dict[str, tuple[int, ...]] | None = _shapes()
+    inputs: str | None = _inputs()
+    seed: int = _seed()
+    value: tuple[str, ...] | None = param(None, ID, "strs", "Inputs given as one value, NAME=V.")
+    corunner_threads: tuple[int, ...] | None = param(
+        None, ID, "ints", "Busy co-runner threads beside the model, e.g. 1,2 (default: 1).", minimum=1
+    )
+    runs: int = param(100, PO, "int", "At least this many timed runs per phase.", minimum=1)
+    warmup: int = param(1, PO, "int", "At least this many warm-up runs.", minimum=0)
+    warmup_seconds: float = param(0.5, PO, "float", "At least this long warming up.", unit="s", minimum=0)
+    min_seconds: float = param(
+        1.0, PO, "float", "Time each phase for at least this long.", unit="s", minimum=0
+    )
+    max_seconds: float = param(60.0, PO, "float", "Stop a phase after this long.", unit="s", positive=True)
+
+    def check(self) -> None:
+        values(self.value)
+
+
 # ---- the kinds ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ProbeKind:
@@ -605,6 +666,24 @@ KINDS: dict[str, ProbeKind] = {
             None,
             frozenset(),
             "Per-layer quantization sensitivity.",
+        ),
+        ProbeKind(
+            "soak",
+            SoakParams,
+            True,
+            "soak:run_soak",
+            None,
+            frozenset(),
+            "A long run: RSS growth per hour with its confidence interval, latency drift.",
+        ),
+        ProbeKind(
+            "contention",
+            ContentionParams,
+            True,
+            "contention:run_contention",
+            None,
+            frozenset(),
+            "Latency beside a busy co-runner, and the co-runner's own slowdown.",
         ),
     )  # fmt: skip
 }
