@@ -32,6 +32,11 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("power", "Power and energy"),
     ("ops", "Top ops"),
     ("accuracy", "Accuracy"),
+    ("divergence", "Layer-wise divergence"),
+    ("streaming", "Streaming and real-time factor"),
+    ("coldload", "Cold load"),
+    ("soak", "Soak: memory and latency over a long run"),
+    ("contention", "Contention with a co-running load"),
     ("history", "History"),
     ("fit", "Which model fits which chip"),
     ("deltas", "Changes between runs"),
@@ -922,6 +927,13 @@ def _errors(d: ReportData) -> tuple[str, bool]:
     return table(["device", "probe", "model", "kind", "error", "run", "when"], rows), True
 
 
+def _workloads(name: str, d: ReportData) -> tuple[str, bool]:
+    """A section of `workloads.py` (imported here, on use: it builds on this module's helpers)."""
+    from . import workloads
+
+    return getattr(workloads, name)(d)
+
+
 BUILDERS: dict[str, Callable[[ReportData], tuple[str, bool]]] = {
     "summary": _summary,
     "matrix": _matrix,
@@ -933,6 +945,11 @@ BUILDERS: dict[str, Callable[[ReportData], tuple[str, bool]]] = {
     "power": _power,
     "ops": _ops,
     "accuracy": _accuracy,
+    "divergence": lambda d: _workloads("divergence", d),
+    "streaming": lambda d: _workloads("streaming", d),
+    "coldload": lambda d: _workloads("cold_load", d),
+    "soak": lambda d: _workloads("soak", d),
+    "contention": lambda d: _workloads("contention", d),
     "history": _history,
     "fit": _fit,
     "deltas": _deltas,
