@@ -441,6 +441,10 @@ class AccuracyParams(ProbeParams):
     shapes: dict[str, tuple[int, ...]] | None = _shapes()
     inputs: str | None = _inputs()
     seed: int = _seed()
+    per_op: bool = param(False, ID, "bool", "Compare every intermediate tensor, name the first divergent op.")
+    tolerance: float = param(
+        1e-3, PO, "float", "Per-op: relative error over which an op diverges.", positive=True
+    )
 
 
 @dataclass(frozen=True)
