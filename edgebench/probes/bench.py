@@ -11,7 +11,7 @@ from ..analysis.stats import OUTLIER_Z, summarize
 from ..execution.jobs import Job
 from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, RecordContext
-from .common import job_timeout, push_model_and_inputs, runtime_of, shape_lists
+from .common import bench_identity, job_timeout, push_model_and_inputs, runtime_of, shape_lists
 from .registry import BenchParams, values
 
 COLD_ALPHA = 0.05  # cold counts as slower than warm below this one-sided p-value
@@ -35,12 +35,6 @@ def bench_task(params: BenchParams, runtime: str, remote_model: str, remote_inpu
         values=values(params.value),
         cold_load=params.cold_load,
     )
-
-
-def bench_identity(params: BenchParams) -> dict:
-    """The identity params of a bench's records: the typed identity, plus the one-value inputs."""
-    given = values(params.value)
-    return {**params.identity(), **({"value": given} if given else {})}
 
 
 def run_bench(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:

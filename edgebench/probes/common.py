@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..errors import ModelError, UserError
 from ..execution.jobs import Job
 from ..lab.device import Device
 from ..models.refs import ModelRef
-from .registry import RUNTIMES
+from .registry import RUNTIMES, BenchParams, values
 
 
 def job_timeout(device: Device, job: Job) -> float:
@@ -69,3 +70,9 @@ def push_model_and_inputs(
 def shape_lists(shapes: Mapping[str, Sequence[int]] | None) -> dict[str, list[int]]:
     """Typed params' shapes as the agent takes them: {input: [dims]}."""
     return {k: list(v) for k, v in (shapes or {}).items()}
+
+
+def bench_identity(params: BenchParams) -> dict[str, Any]:
+    """The identity params of a bench's records: the typed identity, plus the one-value inputs."""
+    given = values(params.value)
+    return {**params.identity(), **({"value": given} if given else {})}

@@ -23,8 +23,7 @@ from ..errors import UserError
 from ..execution.jobs import Job
 from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, RecordContext
-from .bench import bench_identity
-from .common import job_timeout, push_model_and_inputs, runtime_of, shape_lists
+from .common import bench_identity, job_timeout, push_model_and_inputs, runtime_of, shape_lists
 from .registry import BenchParams, state_pairs, values
 
 RTF_STATS = ("p50", "p90", "p99", "mean")

@@ -12,7 +12,7 @@ from typing import Any
 from ...records import Record
 from . import frames, plots
 from .data import ReportData
-from .html import esc, figure, fmt, nodata, table
+from .markup import esc, figure, fmt, nodata, table
 
 
 def _latest(records: Sequence[Record], probe: str, metrics: Sequence[str], **match: Any) -> list[Record]:
