@@ -19,7 +19,7 @@ from ..analysis.stats import summarize
 from ..execution.jobs import Job
 from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, RecordContext
-from .common import job_timeout, push_model_and_inputs, runtime_of, shape_lists
+from .common import job_timeout, model_fields, push_model_and_inputs, runtime_of, timing_fields
 from .knobs import device_cpus, thread_counts
 from .registry import ContentionParams, values
 
@@ -30,19 +30,8 @@ def contention_task(
     params: ContentionParams, threads: int, runtime: str, model: str, inputs: str | None
 ) -> ContentionTask:
     return ContentionTask(
-        model=model,
-        runtime=runtime,
-        threads=threads,
-        shapes=shape_lists(params.shapes),
-        seed=params.seed,
-        inputs=inputs,
-        affinity=list(params.affinity) if params.affinity else None,
-        warmup=params.warmup,
-        warmup_seconds=params.warmup_seconds,
-        runs=params.runs,
-        min_seconds=params.min_seconds,
-        max_seconds=params.max_seconds,
-        values=values(params.value),
+        **{**model_fields(params, runtime, model, inputs), "threads": threads},
+        **timing_fields(params),
         corunner_threads=list(params.corunner_threads or (1,)),
         corunner_seconds=CORUNNER_SECONDS,
     )

@@ -22,7 +22,7 @@ from ..agent.protocol import SoakTask
 from ..execution.jobs import Job
 from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, RecordContext
-from .common import job_timeout, push_model_and_inputs, runtime_of, shape_lists
+from .common import job_timeout, model_fields, push_model_and_inputs, runtime_of
 from .registry import SoakParams, values
 
 MIN_WINDOWS = 3
@@ -92,18 +92,11 @@ def run_soak(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     remote_model, remote_inputs = push_model_and_inputs(device, job, runtime, params.inputs)
     duration = params.minutes * 60
     task = SoakTask(
-        model=remote_model,
-        runtime=runtime,
-        threads=params.threads,
-        shapes=shape_lists(params.shapes),
-        seed=params.seed,
-        inputs=remote_inputs,
-        affinity=list(params.affinity) if params.affinity else None,
+        **model_fields(params, runtime, remote_model, remote_inputs),
         duration_s=duration,
         rate_hz=params.rate_hz,
         period_s=period_for(params),
         warmup=params.warmup,
-        values=given,
     )
     reply = device.run_agent(task, timeout=duration + job_timeout(device, job))
     return soak_records(ctx, reply, params.confidence, params.leak_floor_mb)

@@ -23,8 +23,15 @@ from ..errors import UserError
 from ..execution.jobs import Job
 from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, RecordContext
-from .common import bench_identity, job_timeout, push_model_and_inputs, runtime_of, shape_lists
-from .registry import BenchParams, state_pairs, values
+from .common import (
+    bench_identity,
+    job_timeout,
+    model_fields,
+    push_model_and_inputs,
+    runtime_of,
+    timing_fields,
+)
+from .registry import BenchParams, state_pairs
 
 RTF_STATS = ("p50", "p90", "p99", "mean")
 
@@ -33,19 +40,8 @@ def stream_task(
     params: BenchParams, runtime: str, remote_model: str, remote_inputs: str | None
 ) -> StreamTask:
     return StreamTask(
-        model=remote_model,
-        runtime=runtime,
-        threads=params.threads,
-        shapes=shape_lists(params.shapes),
-        seed=params.seed,
-        inputs=remote_inputs,
-        affinity=list(params.affinity) if params.affinity else None,
-        warmup=params.warmup,
-        warmup_seconds=params.warmup_seconds,
-        runs=params.runs,
-        min_seconds=params.min_seconds,
-        max_seconds=params.max_seconds,
-        values=values(params.value),
+        **model_fields(params, runtime, remote_model, remote_inputs),
+        **timing_fields(params),
         state=state_pairs(params.state),
         frame_seconds=float(params.frame_seconds or 0.0),
         frames=params.frames,
