@@ -6,6 +6,7 @@ import os
 import time
 
 from .inputs import InputError, describe, make_inputs
+from .loading import cold_load, given_values
 from .main import TaskError
 from .runtimes import ModelLoadError, RuntimeMissing, open_session
 from .timing import TimingPolicy, current_rss_mb, peak_rss_mb, sample, time_once, warm_up
@@ -44,7 +45,9 @@ def load(task: dict, warnings: list[str]):  # type: ignore[no-untyped-def]
 def run(task: dict) -> tuple[dict, list[str]]:
     warnings: list[str] = []
     affinity = pin(task.get("affinity"))
+    cold = cold_load(task) if task.get("cold_load") else None  # before the warm load below
     session, feeds, load_ms, rss_before = load(task, warnings)
+    feeds = given_values(task, session, feeds)
     step = session.prepare(feeds)
     try:
         first_ms = time_once(step)
@@ -77,4 +80,5 @@ def run(task: dict) -> tuple[dict, list[str]]:
         "rss_before_load_mb": rss_before,
         "inputs": describe(feeds),
         "execution": session.execution() if hasattr(session, "execution") else None,
+        "cold_load": cold,
     }, warnings

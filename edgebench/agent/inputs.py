@@ -53,7 +53,7 @@ def make_inputs(
     arrays: dict[str, Any] = {}
     if npz_path:
         with np.load(npz_path, allow_pickle=False) as data:
-            arrays = {k: np.ascontiguousarray(data[k]) for k in data.files}
+            arrays = {k: np.array(data[k], order="C") for k in data.files}  # 0-d arrays stay 0-d
         missing = [i.name for i in infos if i.name not in arrays]
         if missing:
             raise InputError(f"inputs file has no array '{missing[0]}' (it has: {', '.join(sorted(arrays))})")
@@ -67,3 +67,23 @@ def make_inputs(
 
 def describe(arrays: dict[str, Any]) -> dict[str, dict]:
     return {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in arrays.items()}
+
+
+def apply_values(
+    feeds: dict[str, Any], values: dict[str, float] | None, infos: list[InputInfo]
+) -> dict[str, Any]:
+    """Inputs given as one value (a sample rate, a flag) filled over the input's shape and dtype."""
+    import numpy as np
+
+    if not values:
+        return feeds
+    declared = {i.name: i for i in infos}
+    unknown = [name for name in values if name not in declared]
+    if unknown:
+        names = ", ".join(declared)
+        raise InputError(f"--value names unknown input '{unknown[0]}' (inputs: {names})")
+    out = dict(feeds)
+    for name, value in values.items():
+        shape = feeds[name].shape if name in feeds else ()
+        out[name] = np.full(shape, value, dtype=declared[name].dtype)
+    return out

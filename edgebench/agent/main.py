@@ -27,6 +27,9 @@ TASKS = {
     "sample": "sustained",
     "matmul": "matmul",
     "bandwidth": "bandwidth",
+    "stream": "stream",
+    "soak": "soak",
+    "contention": "contention",
 }
 
 

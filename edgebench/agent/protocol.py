@@ -62,6 +62,40 @@ class BenchTask(ModelTask):
     runs: int = 100
     min_seconds: float = 1.0
     max_seconds: float = 60.0
+    values: dict[str, float] = field(default_factory=dict)  # inputs filled with one value (sr = 16000)
+    cold_load: bool = False  # also load once with the model file evicted from the page cache
+
+
+@dataclass(frozen=True)
+class StreamTask(BenchTask):
+    """A stateful model fed frame by frame: outputs named in `state` feed the inputs they map to."""
+
+    KIND = "stream"
+    state: dict[str, str] = field(default_factory=dict)  # output name -> input name
+    frame_seconds: float = 0.032
+    frames: int | None = None  # exactly this many timed frames (default: runs and min_seconds)
+    check_frames: int = 16  # frames re-run with the state reset each frame, to show the state matters
+
+
+@dataclass(frozen=True)
+class SoakTask(ModelTask):
+    """Inferences for `duration_s` (back to back, or at `rate_hz`), RSS and latency sampled over time."""
+
+    KIND = "soak"
+    duration_s: float = 60.0
+    rate_hz: float = 0.0
+    period_s: float = 1.0
+    warmup: int = 1
+    values: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ContentionTask(BenchTask):
+    """The model alone, the model beside `corunner_threads` busy co-runner processes, the co-runner alone."""
+
+    KIND = "contention"
+    corunner_threads: list[int] = field(default_factory=lambda: [1])
+    corunner_seconds: float = 1.0  # how long the co-runner's own throughput is measured alone
 
 
 @dataclass(frozen=True)
@@ -69,6 +103,8 @@ class OutputsTask(ModelTask):
     KIND = "outputs"
     out: str = ""
     inputs_out: str | None = None
+    values: dict[str, float] = field(default_factory=dict)
+    per_op: bool = False  # also save every intermediate tensor (graph outputs added / MNN callbacks)
 
 
 @dataclass(frozen=True)
@@ -176,7 +212,7 @@ TASKS: dict[str, type[Task]] = {
     t.KIND: t
     for t in (
         InfoTask, BenchTask, OutputsTask, ProfileTask, SensitivityTask, ThermalTask, PowerTask, IdleTask,
-        SampleTask, MatmulTask, BandwidthTask,
+        SampleTask, MatmulTask, BandwidthTask, StreamTask, SoakTask, ContentionTask,
     )
 }  # fmt: skip
 

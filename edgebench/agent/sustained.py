@@ -16,6 +16,7 @@ from typing import Any
 from .bench import load, pin
 from .main import TaskError
 from .sensors import CHARGING_STATUSES, DEFAULT_PERIOD_S, Sampler, SensorSet, battery_status, discover
+from .soak import RssSampler
 from .timing import TimingPolicy, time_once, warm_up
 
 
@@ -108,11 +109,14 @@ def run_thermal(task: dict) -> tuple[dict, list[str]]:
     step, model = prepare_model(task, warnings)
     origin = time.monotonic()
     sampler = Sampler(sensors, _period(task), origin, dumpsys=bool(task.get("dumpsys", True))).start()
+    rss = RssSampler(max(1.0, _period(task)), origin).start()
     try:
         load_log = run_load(step, float(task["duration_s"]), float(task.get("rate_hz") or 0), origin)
     finally:
         sensor_log = sampler.stop()
+        rss_log = rss.stop()
     return {
+        "rss": rss_log,
         **model,
         "affinity": affinity,
         "duration_s": float(task["duration_s"]),

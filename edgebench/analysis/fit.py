@@ -69,7 +69,10 @@ class Budget:
 
 
 _LATENCY_KEY = re.compile(r"^latency_(p50|p90|p99|mean|min|max)_ms$")
-BUDGET_KEYS_HELP = "latency_<p50|p90|p99|mean|max>_ms, memory_mb, energy_mj, load_ms"
+_RTF_KEY = re.compile(r"^rtf_(p50|p90|p99|mean)$")  # real-time factor of a streaming bench
+BUDGET_KEYS_HELP = (
+    "latency_<p50|p90|p99|mean|max>_ms, memory_mb, energy_mj, load_ms, cold_load_ms, rtf_<p50|p90|p99|mean>"
+)
 
 
 def make_budget(key: str, limit: Any, where: str = "--budget") -> Budget:
@@ -85,7 +88,15 @@ def make_budget(key: str, limit: Any, where: str = "--budget") -> Budget:
     m = _LATENCY_KEY.match(key)
     if m:
         return Budget(key, limit, "latency", m.group(1), "ms")
-    fixed = {"memory_mb": ("memory", "MB"), "energy_mj": ("energy", "mJ"), "load_ms": ("load", "ms")}
+    m = _RTF_KEY.match(key)
+    if m:
+        return Budget(key, limit, "rtf", m.group(1), "ratio")
+    fixed = {
+        "memory_mb": ("memory", "MB"),
+        "energy_mj": ("energy", "mJ"),
+        "load_ms": ("load", "ms"),
+        "cold_load_ms": ("cold_load", "ms"),
+    }
     if key in fixed:
         quantity, unit = fixed[key]
         return Budget(key, limit, quantity, None, unit)
@@ -297,6 +308,8 @@ class Observation:
     energy_mj: float | None = None
     samples_n: int | None = None
     estimated: tuple[str, ...] = ()
+    rtf: dict[str, float] = field(default_factory=dict)  # stat -> real-time factor (bench --stream)
+    cold_load_ms: float | None = None  # bench --cold-load
 
     @property
     def target(self) -> tuple[str, str | None]:
@@ -344,7 +357,8 @@ def observations(
                 "config": r.key().series().param_dict(),
             },
         )
-        if r.metric == "latency_ms" and r.params.get("stat") in STATS:
+        # A streaming bench's frame latency is its latency (a model measured only frame by frame still fits).
+        if r.metric in ("latency_ms", "frame_latency_ms") and r.params.get("stat") in STATS:
             g["latency"][r.params["stat"]] = r.value
         elif r.metric in ("peak_rss_mb", "load_ms", "samples_n"):
             g[r.metric] = r.value
@@ -354,6 +368,7 @@ def observations(
         if s.probe in MEASURING_PROBES and s.metric == "latency_ms"
     }
     energy = _energy_by_pair(records, order)
+    streams = _workloads_by_pair(records, order)
     latest: dict[tuple, tuple] = {}
     for key, g in groups.items():
         if "p50" not in g["latency"]:
@@ -382,11 +397,34 @@ def observations(
             energy_mj=energy.get((device, runtime, model)),
             samples_n=int(g["samples_n"]) if g.get("samples_n") else None,
             estimated=tuple(estimated),
+            rtf={
+                k[4:]: v for k, v in streams.get((device, runtime, model), {}).items() if k.startswith("rtf:")
+            },
+            cold_load_ms=streams.get((device, runtime, model), {}).get("cold_load_ms"),
         )
         ident2 = (device, runtime, model)
         if ident2 not in best or obs.latency["p50"] < best[ident2].latency["p50"]:
             best[ident2] = obs
     return sorted(best.values(), key=lambda o: (o.device, o.runtime or "", o.model))
+
+
+def _workloads_by_pair(records: Sequence[Record], order: Mapping[str, int]) -> dict[tuple, dict[str, float]]:
+    """Per (device, runtime, model), the latest streaming RTF by stat (`rtf:p99`) and cold load time."""
+    out: dict[tuple, dict[str, tuple]] = {}
+    for r in records:
+        if r.probe != "bench" or not r.model or r.value is None:
+            continue
+        if r.metric == "rtf" and r.params.get("stat"):
+            name = f"rtf:{r.params['stat']}"
+        elif r.metric == "load_ms" and r.params.get("cache") == "cold":
+            name = "cold_load_ms"
+        else:
+            continue
+        slot = out.setdefault((r.device, r.runtime, r.model), {})
+        rank = (order.get(r.run_id, -1), r.ts)
+        if name not in slot or rank > slot[name][0]:
+            slot[name] = (rank, r.value)
+    return {k: {n: v for n, (_, v) in d.items()} for k, d in out.items()}
 
 
 def _energy_by_pair(records: Sequence[Record], order: Mapping[str, int]) -> dict[tuple, float]:
@@ -1229,6 +1267,10 @@ def _measured_verdict(
             values[b.key] = o.memory_mb
         elif b.quantity == "load":
             values[b.key] = o.load_ms
+        elif b.quantity == "cold_load":
+            values[b.key] = o.cold_load_ms
+        elif b.quantity == "rtf":
+            values[b.key] = o.rtf.get(b.stat or "p99")
         elif b.quantity == "energy":
             values[b.key] = o.energy_mj
             if o.energy_mj is None:
@@ -1277,8 +1319,8 @@ def _predicted_verdict(
         elif b.quantity == "energy":
             rate = engine.energy_rate(key, None)
             values[b.key] = None if rate is None else rate * p50
-        elif b.quantity == "load":
-            values[b.key] = None  # load time is not predicted: it depends on the file system and format
+        elif b.quantity in ("load", "cold_load", "rtf"):
+            values[b.key] = None  # not predicted: load depends on the storage, RTF on a streaming bench
     mem = engine.memory(key, model, None)
     if mem is not None:
         predicted["predicted_memory_mb"] = mem

@@ -52,7 +52,9 @@ from .jobs import Job
 # Params naming host files (kind "path" in the probe registry) resolve against the suite file, like models.
 PATH_PARAMS = ("inputs", "reference")
 # The budgets `fit` and the report judge by (edgebench.analysis.fit.make_budget).
-_BUDGET_KEY = re.compile(r"^(latency_(p50|p90|p99|mean|min|max)_ms|memory_mb|energy_mj|load_ms)$")
+_BUDGET_KEY = re.compile(
+    r"^(latency_(p50|p90|p99|mean|min|max)_ms|memory_mb|energy_mj|load_ms|cold_load_ms|rtf_(p50|p90|p99|mean))$"
+)
 _GATE_THRESHOLDS = ("max_slowdown", "max_increase", "max_drop")
 
 
@@ -416,7 +418,8 @@ def _budget(t: TableReader) -> dict[str, float]:
         if not _BUDGET_KEY.match(key):
             raise t.error(
                 key,
-                "unknown budget (use latency_<p50|p90|p99|mean|min|max>_ms, memory_mb, energy_mj, load_ms)",
+                "unknown budget (use latency_<p50|p90|p99|mean|min|max>_ms, memory_mb, energy_mj, load_ms, "
+                "cold_load_ms, rtf_<p50|p90|p99|mean>)",
             )
         value = t.get(key, float)
         if value <= 0:

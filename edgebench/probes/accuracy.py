@@ -45,6 +45,11 @@ def run_accuracy(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     timeout = job_timeout(device, job)
     result = ProbeResult()
     user_inputs = params.inputs
+    if params.per_op:
+        from .divergence import instrument
+
+        originals = (variant, reference)
+        variant, reference = instrument(variant), instrument(reference)
     with scratch_dir() as tmp:
         workdir = Path(tmp)
         remote_inputs = _push_inputs(device, user_inputs, timeout)
@@ -64,8 +69,37 @@ def run_accuracy(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     }
     if not user_inputs:
         ctx.base_params.update(inputs="random", seed=params.seed)
+    if params.per_op:
+        _per_op(ctx, originals, ref, out, params.tolerance, result)
+        return result
     _compare(ctx, ref, out, result)
     return result
+
+
+def _per_op(
+    ctx: RecordContext,
+    originals: tuple[ModelRef, ModelRef],
+    ref: DeviceOutputs,
+    out: DeviceOutputs,
+    tolerance: float,
+    result: ProbeResult,
+) -> None:
+    """The final outputs compared as usual, then every matched intermediate tensor."""
+    from .divergence import divergence_records, fold_successors, load_onnx, match_tensors
+
+    variant, reference = (load_onnx(m.path) for m in originals)
+    finals = [o.name for o in reference.graph.output]
+    cand_finals = [o.name for o in variant.graph.output]
+    _compare(ctx, _only(ref, finals), _only(out, cand_finals), result)
+    matches = match_tensors(reference, variant)
+    folds = fold_successors(reference)
+    result.extend(divergence_records(ctx, matches, ref.arrays, out.arrays, tolerance, folds))
+
+
+def _only(outputs: DeviceOutputs, names: list[str]) -> DeviceOutputs:
+    """The model's own outputs among everything the instrumented copy returned."""
+    arrays = {n: outputs.arrays[n] for n in names if n in outputs.arrays}
+    return DeviceOutputs(arrays, [n for n in names if n in arrays], outputs.runtime_version)
 
 
 def _push_inputs(device: Device, inputs: str | None, timeout: float) -> str | None:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
 from ..agent.protocol import BenchTask
 from ..analysis.stats import OUTLIER_Z, summarize
 from ..execution.jobs import Job
 from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, RecordContext
-from .common import job_timeout, push_model_and_inputs, runtime_of, shape_lists
-from .registry import BenchParams
+from .common import bench_identity, job_timeout, push_model_and_inputs, runtime_of, shape_lists
+from .registry import BenchParams, values
+
+COLD_ALPHA = 0.05  # cold counts as slower than warm below this one-sided p-value
 
 
 def bench_task(params: BenchParams, runtime: str, remote_model: str, remote_inputs: str | None) -> BenchTask:
@@ -26,14 +32,20 @@ def bench_task(params: BenchParams, runtime: str, remote_model: str, remote_inpu
         runs=params.runs,
         min_seconds=params.min_seconds,
         max_seconds=params.max_seconds,
+        values=values(params.value),
+        cold_load=params.cold_load,
     )
 
 
 def run_bench(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     params = BenchParams.of(job)
+    if params.stream:
+        from .stream import run_stream
+
+        return run_stream(device, job, ctx)
     runtime = runtime_of(job.model, job.runtime)
     ctx.runtime = runtime
-    ctx.base_params = params.identity()
+    ctx.base_params = bench_identity(params)
     remote_model, remote_inputs = push_model_and_inputs(device, job, runtime, params.inputs)
     reply = device.run_agent(
         bench_task(params, runtime, remote_model, remote_inputs), job_timeout(device, job)
@@ -60,6 +72,8 @@ def bench_records(ctx: RecordContext, reply: AgentReply) -> ProbeResult:
             "the device was disturbed; consider a longer warm-up or a quieter device"
         )
     out.records.append(ctx.record("load_ms", r["load_ms"], "ms"))
+    if r.get("cold_load"):
+        out.extend(cold_load_records(ctx, r["cold_load"]))
     out.records.append(ctx.record("first_inference_ms", r["first_inference_ms"], "ms"))
     out.records.append(
         ctx.record(
@@ -70,4 +84,34 @@ def bench_records(ctx: RecordContext, reply: AgentReply) -> ProbeResult:
         )
     )
     out.samples.append(ctx.samples("latency_ms", "ms", samples))
+    return out
+
+
+def cold_load_records(ctx: RecordContext, cold: dict[str, Any]) -> ProbeResult:
+    """`load_ms` with cache = cold: the median of loads with the file evicted, each paired with a warm load
+    right after it; whether cold is really slower is tested (one-sided Mann-Whitney U), not assumed."""
+    from scipy.stats import mannwhitneyu
+
+    out = ProbeResult()
+    cold_ms, warm_ms = [float(v) for v in cold["cold_ms"]], [float(v) for v in cold["warm_ms"]]
+    cold_p50, warm_p50 = float(np.median(cold_ms)), float(np.median(warm_ms))
+    p_value = float(mannwhitneyu(cold_ms, warm_ms, alternative="greater").pvalue)
+    notes = {
+        "cold_ms": cold_ms,
+        "warm_ms": warm_ms,
+        "warm_median_ms": warm_p50,
+        "cold_to_warm": cold_p50 / warm_p50 if warm_p50 > 0 else None,
+        "slower_p_value": p_value,
+        "distinct": p_value < COLD_ALPHA,
+        **{k: cold.get(k) for k in ("eviction_verified", "resident_before", "resident_after", "check")},
+    }
+    out.records.append(ctx.record("load_ms", cold_p50, "ms", annotations=notes, cache="cold"))
+    if not cold.get("eviction_verified"):
+        out.warnings.append(f"cold load: {cold.get('note') or 'eviction could not be verified'}")
+    if p_value >= COLD_ALPHA:
+        out.warnings.append(
+            f"cold load ({cold_p50:.3g} ms) is not distinguishably slower than warm ({warm_p50:.3g} ms; "
+            f"p={p_value:.2f}): the storage is about as fast as the page cache here, or loading is not "
+            "bound by reading the file"
+        )
     return out

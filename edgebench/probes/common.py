@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..errors import ModelError, UserError
 from ..execution.jobs import Job
 from ..lab.device import Device
 from ..models.refs import ModelRef
-from .registry import RUNTIMES
+from .registry import RUNTIMES, BenchParams, values
 
 
 def job_timeout(device: Device, job: Job) -> float:
@@ -69,3 +70,29 @@ def push_model_and_inputs(
 def shape_lists(shapes: Mapping[str, Sequence[int]] | None) -> dict[str, list[int]]:
     """Typed params' shapes as the agent takes them: {input: [dims]}."""
     return {k: list(v) for k, v in (shapes or {}).items()}
+
+
+def bench_identity(params: BenchParams) -> dict[str, Any]:
+    """The identity params of a bench's records: the typed identity, plus the one-value inputs."""
+    given = values(params.value)
+    return {**params.identity(), **({"value": given} if given else {})}
+
+
+def model_fields(params: Any, runtime: str, model: str, inputs: str | None) -> dict[str, Any]:
+    """What every model task (`agent.protocol.ModelTask`) takes from a probe's typed params."""
+    return {
+        "model": model,
+        "runtime": runtime,
+        "threads": params.threads,
+        "shapes": shape_lists(params.shapes),
+        "seed": params.seed,
+        "inputs": inputs,
+        "affinity": list(params.affinity) if params.affinity else None,
+        "values": values(params.value),
+    }
+
+
+def timing_fields(params: Any) -> dict[str, Any]:
+    """The timing policy a bench-like task takes from its params."""
+    names = ("warmup", "warmup_seconds", "runs", "min_seconds", "max_seconds")
+    return {name: getattr(params, name) for name in names}

@@ -101,12 +101,72 @@ class BenchParams(ProbeParams):
     profile: bool = param(
         False, PO, "bool", "Native runners: ask the tool for per-op times.", native_only=True, cli=False
     )
+    value: tuple[str, ...] | None = param(
+        None, ID, "strs", "Inputs given as one value, NAME=V (e.g. sr=16000), filled over their shape."
+    )
+    cold_load: bool = param(
+        False, PO, "bool", "Also load with the model file evicted from the page cache (load_ms, cache=cold)."
+    )
+    stream: bool = param(False, ID, "bool", "Feed the model frame by frame, its state carried (--state).")
+    state: tuple[str, ...] | None = param(
+        None, ID, "strs", "Streaming: output OUT feeds input IN of the next frame, OUT=IN."
+    )
+    frame_seconds: float | None = param(
+        None, ID, "float", "Streaming: audio or video time one frame holds.", unit="s", positive=True
+    )
+    frames: int | None = param(
+        None, PO, "int", "Streaming: timed frames (default: runs and min_seconds).", minimum=1
+    )
 
     def check(self) -> None:
         if self.max_seconds < self.min_seconds:
             raise ParamError(
                 "max_seconds", f"{self.max_seconds:g} s is below min_seconds {self.min_seconds:g} s"
             )
+        values(self.value)
+        state_pairs(self.state)
+        if not self.stream:
+            for name in ("state", "frame_seconds", "frames"):
+                if getattr(self, name) is not None:
+                    raise ParamError(name, "applies to streaming (stream = true, --stream)")
+        elif self.frame_seconds is None:
+            raise ParamError("frame_seconds", "streaming needs the time one frame holds (--frame-seconds)")
+        if self.stream and self.cold_load:
+            raise ParamError("cold_load", "measure a cold load with a plain bench, not a stream")
+
+
+def _pairs(key: str, items: tuple[str, ...] | None, what: str) -> list[tuple[str, str]]:
+    out = []
+    for text in items or ():
+        left, sep, right = text.partition("=")
+        if not sep or not left.strip() or not right.strip():
+            raise ParamError(key, f"expected {what}, got {text!r}")
+        out.append((left.strip(), right.strip()))
+    return out
+
+
+def state_pairs(items: tuple[str, ...] | None) -> dict[str, str]:
+    """--state OUT=IN pairs as {output: input}; an input fed twice is refused."""
+    pairs = _pairs("state", items, "OUT=IN like stateN=state")
+    fed = [inp for _, inp in pairs]
+    dup = next((i for i in fed if fed.count(i) > 1), None)
+    if dup:
+        raise ParamError("state", f"input '{dup}' is fed by two outputs")
+    return dict(pairs)
+
+
+def values(items: tuple[str, ...] | None) -> dict[str, float]:
+    """--value NAME=V pairs as {input: number}."""
+    out: dict[str, float] = {}
+    for name, text in _pairs("value", items, "NAME=V like sr=16000"):
+        try:
+            number = float(text)
+        except ValueError:
+            raise ParamError("value", f"{name}={text}: {text!r} is not a number") from None
+        if number != number or number in (float("inf"), float("-inf")):
+            raise ParamError("value", f"{name}={text}: must be finite")
+        out[name] = int(number) if number.is_integer() else number
+    return out
 
 
 @dataclass(frozen=True)
@@ -381,6 +441,10 @@ class AccuracyParams(ProbeParams):
     shapes: dict[str, tuple[int, ...]] | None = _shapes()
     inputs: str | None = _inputs()
     seed: int = _seed()
+    per_op: bool = param(False, ID, "bool", "Compare every intermediate tensor, name the first divergent op.")
+    tolerance: float = param(
+        1e-3, PO, "float", "Per-op: relative error over which an op diverges.", positive=True
+    )
 
 
 @dataclass(frozen=True)
@@ -393,6 +457,67 @@ class SensitivityParams(ProbeParams):
     shapes: dict[str, tuple[int, ...]] | None = _shapes()
     inputs: str | None = _inputs()
     seed: int = _seed()
+
+
+@dataclass(frozen=True)
+class SoakParams(ProbeParams):
+    KIND = "soak"
+    threads: int = _threads()
+    affinity: tuple[int, ...] | None = _affinity()
+    shapes: dict[str, tuple[int, ...]] | None = _shapes()
+    inputs: str | None = _inputs()
+    seed: int = _seed()
+    value: tuple[str, ...] | None = param(None, ID, "strs", "Inputs given as one value, NAME=V.")
+    minutes: float = param(
+        60.0, ID, "float", "Length of the run (fractions allowed).", unit="min", positive=True
+    )
+    rate_hz: float = param(0.0, ID, "float", "Inferences per second (0: back to back).", unit="Hz", minimum=0)
+    period_s: float | None = param(
+        None,
+        PO,
+        "float",
+        "Sampling window of RSS and latency (default: 1/60 of the run, 0.25 to 60 s).",
+        unit="s",
+        positive=True,
+    )
+    warmup: int = param(1, PO, "int", "At least this many warm-up runs.", minimum=0)
+    confidence: float = param(
+        0.95, PO, "float", "Confidence of the growth interval.", minimum=0.5, maximum=0.999
+    )
+    leak_floor_mb: float = param(
+        1.0, PO, "float", "Growth over the run below this is not called a leak.", unit="MB", minimum=0
+    )
+
+    def check(self) -> None:
+        values(self.value)
+        if self.period_s is not None and self.period_s * 3 > self.minutes * 60:
+            raise ParamError(
+                "period_s", f"{self.period_s:g} s leaves fewer than 3 samples in {self.minutes:g} min"
+            )
+
+
+@dataclass(frozen=True)
+class ContentionParams(ProbeParams):
+    KIND = "contention"
+    threads: tuple[int, ...] | str | None = _sweep_threads()
+    affinity: tuple[int, ...] | None = _affinity()
+    shapes: dict[str, tuple[int, ...]] | None = _shapes()
+    inputs: str | None = _inputs()
+    seed: int = _seed()
+    value: tuple[str, ...] | None = param(None, ID, "strs", "Inputs given as one value, NAME=V.")
+    corunner_threads: tuple[int, ...] | None = param(
+        None, ID, "ints", "Busy co-runner threads beside the model, e.g. 1,2 (default: 1).", minimum=1
+    )
+    runs: int = param(100, PO, "int", "At least this many timed runs per phase.", minimum=1)
+    warmup: int = param(1, PO, "int", "At least this many warm-up runs.", minimum=0)
+    warmup_seconds: float = param(0.5, PO, "float", "At least this long warming up.", unit="s", minimum=0)
+    min_seconds: float = param(
+        1.0, PO, "float", "Time each phase for at least this long.", unit="s", minimum=0
+    )
+    max_seconds: float = param(60.0, PO, "float", "Stop a phase after this long.", unit="s", positive=True)
+
+    def check(self) -> None:
+        values(self.value)
 
 
 # ---- the kinds ----------------------------------------------------------------------------------------
@@ -545,6 +670,24 @@ KINDS: dict[str, ProbeKind] = {
             None,
             frozenset(),
             "Per-layer quantization sensitivity.",
+        ),
+        ProbeKind(
+            "soak",
+            SoakParams,
+            True,
+            "soak:run_soak",
+            None,
+            frozenset(),
+            "A long run: RSS growth per hour with its confidence interval, latency drift.",
+        ),
+        ProbeKind(
+            "contention",
+            ContentionParams,
+            True,
+            "contention:run_contention",
+            None,
+            frozenset(),
+            "Latency beside a busy co-runner, and the co-runner's own slowdown.",
         ),
     )  # fmt: skip
 }

@@ -33,6 +33,7 @@ from .sensing import (
     sustained_fields,
     window_mean,
 )
+from .soak import rss_records
 
 DEFAULT_MARGIN = ThermalParams.margin
 STABILITY_PASS = 0.97
@@ -351,6 +352,7 @@ def thermal_records(
             out.records.append(ctx.record("freq_mhz", mhz, "MHz", cpus=cpus, **at))
         for cpus, mhz in w.cap_mhz.items():
             out.records.append(ctx.record("freq_cap_mhz", mhz, "MHz", cpus=cpus, **at))
+    out.records += rss_records(ctx, r.get("rss"))  # resident memory over the run, as soak records it
     # Params name what was measured (signal, spans, pass line), never measured values, so runs pair up.
     for onset in a.onsets:
         out.records.append(

@@ -295,8 +295,67 @@ def assert_self_contained(text: str) -> None:
     assert "@import" not in text and "url(" not in text
 
 
+def workload_records() -> list[Record]:
+    """One record set of each workload section: stream, cold load, soak, contention, per-op divergence."""
+
+    def r(probe: str, metric: str, value: float, notes: dict | None = None, **params: object) -> Record:
+        return Record(
+            R2, "phone", probe, "enc", "onnxruntime", metric, value, "", dict(params), annotations=notes or {}
+        )
+
+    stream = {"stream": True, "frame_s": 0.032}
+    out = [r("bench", "rtf", 0.3, stat=s, **stream) for s in ("p50", "p99", "mean")]
+    out += [
+        r("bench", "frame_latency_ms", 9.6, stat="p50", **stream),
+        r("bench", "deadline_miss_ratio", 0.0, **stream),
+    ]
+    out.append(
+        r(
+            "bench",
+            "load_ms",
+            400.0,
+            {
+                "distinct": True,
+                "eviction_verified": True,
+                "warm_median_ms": 90.0,
+                "cold_to_warm": 4.4,
+                "slower_p_value": 0.004,
+            },
+            cache="cold",
+        )
+    )
+    out += [r("soak", "rss_mb", 50.0 + t / 10, t_s=float(t)) for t in range(5)]
+    out.append(
+        r("soak", "rss_growth_mb_per_hour", 360.0, {"ci_low": 300.0, "ci_high": 420.0, "verdict": "leak"})
+    )
+    out += [
+        r("contention", "latency_ms", v, stat="p50", threads=1, corunner_threads=n)
+        for n, v in ((0, 5.0), (2, 8.0))
+    ]
+    out += [
+        r("contention", "corunner_slowdown", 1.6, threads=1, corunner_threads=2, victim=v)
+        for v in ("model", "corunner")
+    ]
+    op = {"variant": "enc-int8", "reference": "enc", "tolerance": 1e-3}
+    out.append(r("accuracy", "first_divergent_op", 0.2, op="fc2", tensor="h2", **op))
+    out.append(
+        r(
+            "accuracy",
+            "op_rel_error",
+            0.2,
+            {"order": 3},
+            op="fc2",
+            tensor="h2",
+            variant="enc-int8",
+            reference="enc",
+        )
+    )
+    return out
+
+
 def test_every_section_and_plot_rendered_self_contained() -> None:
     recs, samples = every_probe_records()
+    recs += workload_records()
     errors = (
         {
             "run_id": R2,

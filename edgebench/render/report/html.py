@@ -6,11 +6,9 @@ a one-line "no data" note, so a reader (and a test) finds the same structure in 
 
 from __future__ import annotations
 
-import html
 import json
 import math
-import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -18,8 +16,9 @@ import pandas as pd
 
 from ... import __version__
 from ...execution.provenance import redact_argv
-from . import frames, plots
+from . import frames, plots, workloads
 from .data import ReportData
+from .markup import esc, figure, fmt, nodata, pct, table
 
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("summary", "Run summary"),
@@ -32,6 +31,11 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("power", "Power and energy"),
     ("ops", "Top ops"),
     ("accuracy", "Accuracy"),
+    ("divergence", "Layer-wise divergence"),
+    ("streaming", "Streaming and real-time factor"),
+    ("coldload", "Cold load"),
+    ("soak", "Soak: memory and latency over a long run"),
+    ("contention", "Contention with a co-running load"),
     ("history", "History"),
     ("fit", "Which model fits which chip"),
     ("deltas", "Changes between runs"),
@@ -52,77 +56,8 @@ _FINGERPRINT_KEYS = (
 )
 
 
-_SCHEME = re.compile(r"\b([a-z])([a-z0-9+.-]*:)(?=&#47;|//)", re.IGNORECASE)
-
-
-def esc(value: Any) -> str:
-    """HTML-escaped text in which no address survives literally.
-
-    Stored text (an error message, a build string) may quote an address; it is shown as written, but with
-    `://` and the scheme's second letter as character references, so nothing in the file reads (or is
-    followed) as a link.
-    """
-    text = html.escape("" if value is None else str(value), quote=True).replace("://", ":&#47;&#47;")
-    return _SCHEME.sub(lambda m: f"{m.group(1)}&#{ord(m.group(2)[0])};{m.group(2)[1:]}", text)
-
-
-def fmt(value: Any, digits: int = 3) -> str:
-    """A number with a few significant digits, thousands separated; blanks for missing."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int | float):
-        v = float(value)
-        if v != 0 and abs(v) >= 10**digits:
-            return f"{v:,.0f}"
-        if v != 0 and abs(v) < 1e-3:
-            return f"{v:.2e}"
-        return f"{v:.{digits}g}"
-    return esc(value)
-
-
-def pct(value: Any, signed: bool = False) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return f"{value:+.1%}" if signed else f"{value:.1%}"
-
-
 def css() -> str:
     return resources.files(__package__).joinpath("report.css").read_text(encoding="utf-8")
-
-
-def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "", raw: bool = False) -> str:
-    """An HTML table. Cells are escaped text, numbers formatted right-aligned; `raw=True` trusts str cells."""
-    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
-    body = []
-    for row in rows:
-        cells = []
-        for v in row:
-            if isinstance(v, int | float) and not isinstance(v, bool):
-                cells.append(f'<td class="num">{fmt(v)}</td>')
-            elif raw and isinstance(v, str):
-                cells.append(f"<td>{v}</td>")
-            else:
-                cells.append(f"<td>{fmt(v) if isinstance(v, bool) or v is None else esc(v)}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    klass = f' class="{cls}"' if cls else ""
-    rows_html = "".join(body)
-    return (
-        f'<div class="wrap"><table{klass}><thead><tr>{head}</tr></thead>'
-        f"<tbody>{rows_html}</tbody></table></div>"
-    )
-
-
-def figure(uri: str, name: str, caption: str) -> str:
-    return (
-        f'<figure class="plot" data-plot="{esc(name)}"><img src="{uri}" alt="{esc(caption)}">'
-        f"<figcaption>{esc(caption)}</figcaption></figure>"
-    )
-
-
-def nodata(what: str) -> str:
-    return f'<p class="nodata">No {esc(what)} in the selected runs.</p>'
 
 
 # --------------------------------------------------------------------------------------------- sections
@@ -933,6 +868,11 @@ BUILDERS: dict[str, Callable[[ReportData], tuple[str, bool]]] = {
     "power": _power,
     "ops": _ops,
     "accuracy": _accuracy,
+    "divergence": workloads.divergence,
+    "streaming": workloads.streaming,
+    "coldload": workloads.cold_load,
+    "soak": workloads.soak,
+    "contention": workloads.contention,
     "history": _history,
     "fit": _fit,
     "deltas": _deltas,
