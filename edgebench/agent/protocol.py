@@ -113,6 +113,22 @@ class PowerTask(SustainedTask):
     monitor: bool = False
 
 
+@dataclass(frozen=True)
+class DecodeTask(ModelTask):
+    """An LLM decode loop: prefill `prompt_tokens`, then `new_tokens` greedy steps with the KV cache fed
+    back; warm-up rounds by count and time, then rounds until `rounds` and `min_seconds`."""
+
+    KIND = "decode"
+    prompt_tokens: int = 128
+    new_tokens: int = 64
+    rounds: int = 3
+    warmup: int = 1
+    warmup_seconds: float = 0.5
+    min_seconds: float = 0.0
+    max_seconds: float = 600.0
+    verify: bool = True
+
+
 # ---- device tasks --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class InfoTask(Task):
@@ -176,7 +192,7 @@ TASKS: dict[str, type[Task]] = {
     t.KIND: t
     for t in (
         InfoTask, BenchTask, OutputsTask, ProfileTask, SensitivityTask, ThermalTask, PowerTask, IdleTask,
-        SampleTask, MatmulTask, BandwidthTask,
+        SampleTask, MatmulTask, BandwidthTask, DecodeTask,
     )
 }  # fmt: skip
 
