@@ -58,7 +58,7 @@ def decode(
             note(f"edgebench: DRAM bandwidth {found.gbps:.3g} GB/s from run {found.run_id} (the store)")
             params = dataclasses.replace(params, bandwidth=found.to_params())
     if params.floor and params.bandwidth is None:
-        note(f"edgebench: no stored DRAM bandwidth for {device}: measuring it first (probe bandwidth, read)")
+        note(f"edgebench: no stored DRAM bandwidth for {device}: measuring it first (probe bandwidth)")
     run_id, records = run_one(device, "decode", params, timeout, store, no_store, lab, model, runtime)
     decoded = [r for r in records if r.probe == "decode"]
     if as_json:

@@ -50,7 +50,9 @@ from .jobs import Job
 # Params naming host files (kind "path" in the probe registry) resolve against the suite file, like models.
 PATH_PARAMS = ("inputs", "reference")
 # The budgets `fit` and the report judge by (edgebench.analysis.fit.make_budget).
-_BUDGET_KEY = re.compile(r"^(latency_(p50|p90|p99|mean|min|max)_ms|memory_mb|energy_mj|load_ms)$")
+_BUDGET_KEY = re.compile(
+    r"^(latency_(p50|p90|p99|mean|min|max)_ms|memory_mb|energy_mj|load_ms|decode_tokens_per_s_min)$"
+)
 _GATE_THRESHOLDS = ("max_slowdown", "max_increase", "max_drop")
 
 
@@ -385,7 +387,8 @@ def _budget(t: TableReader) -> dict[str, float]:
         if not _BUDGET_KEY.match(key):
             raise t.error(
                 key,
-                "unknown budget (use latency_<p50|p90|p99|mean|min|max>_ms, memory_mb, energy_mj, load_ms)",
+                "unknown budget (use latency_<p50|p90|p99|mean|min|max>_ms, memory_mb, energy_mj, load_ms, "
+                "decode_tokens_per_s_min)",
             )
         value = t.get(key, float)
         if value <= 0:
