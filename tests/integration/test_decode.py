@@ -10,9 +10,7 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
 from edgebench.agent.decode import prompt_ids
@@ -20,6 +18,7 @@ from edgebench.models.decoders import decoder_model, kv_bytes_per_position, pars
 from edgebench.records import Record
 from edgebench.results.store import Store
 from edgebench.testing.cli import edgebench
+from edgebench.testing.decode_ref import greedy_tokens
 
 pytestmark = pytest.mark.integration
 
@@ -49,30 +48,6 @@ def ok_json(res: subprocess.CompletedProcess[str]) -> dict:
 
 def by_key(records: list[dict]) -> dict[tuple[str, str | None], dict]:
     return {(r["metric"], r["params"].get("stat")): r for r in records if r["probe"] == "decode"}
-
-
-def bare_greedy(path: Path, prompt: list[int], steps: int) -> list[int]:
-    """The host's own greedy loop over the same model file: plain onnxruntime, none of the agent's code."""
-    c = parse_decoder(KEY)
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    kv = [f"past_key_values.{i}.{p}" for i in range(c.layers) for p in ("key", "value")]
-    past = {n: np.zeros((1, c.heads, 0, c.head_dim), np.float32) for n in kv}
-    ids, start, tokens = prompt, 0, []
-    for _ in range(steps + 1):
-        feeds = {
-            "input_ids": np.array([ids], np.int64),
-            "attention_mask": np.ones((1, start + len(ids)), np.int64),
-            "position_ids": np.arange(start, start + len(ids), dtype=np.int64)[None],
-            **past,
-        }
-        logits, *present = sess.run(None, feeds)
-        past, start, ids = (
-            dict(zip(kv, present, strict=True)),
-            start + len(ids),
-            [int(logits[0, -1].argmax())],
-        )
-        tokens.append(ids[0])
-    return tokens
 
 
 @pytest.fixture(params=DEVICES)
@@ -117,7 +92,7 @@ def test_decode_gives_the_same_answer_on_every_kind_of_device(
     ]
     # The device decoded what the host's own loop decodes from the same prompt.
     _, path = decoder_model(KEY)
-    assert notes["generated_tokens"] == bare_greedy(path, prompt_ids(0, PROMPT, c.vocab), NEW)
+    assert notes["generated_tokens"] == greedy_tokens(path, prompt_ids(0, PROMPT, c.vocab), NEW)
     assert {(r["device"], r["model"], r["runtime"]) for r in doc["records"]} == {(name, NAME, "onnxruntime")}
     assert all(r["params"]["prompt_tokens"] == PROMPT and r["params"]["threads"] == 1 for r in doc["records"])
     with Store(store) as st:

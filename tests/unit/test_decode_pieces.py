@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
 from edgebench.agent.decode import find_io, prompt_ids
@@ -27,6 +25,7 @@ from edgebench.probes.decode import (
 )
 from edgebench.records import RecordContext
 from edgebench.results.store import Store
+from edgebench.testing.decode_ref import greedy_tokens
 
 TINY = "decoder:layers=2,hidden=64,heads=4,vocab=97,ffn=128"
 KV = [1, 4, None, 16]
@@ -121,31 +120,6 @@ def test_the_host_refuses_a_misnamed_model_before_pushing(tmp_path: Path) -> Non
 
 
 # ---- the agent's loop against a bare one -------------------------------------------------------------
-def bare_greedy(path: Path, prompt: list[int], steps: int) -> list[int]:
-    """A plain onnxruntime greedy loop, written here without the agent's code."""
-    c = parse_decoder(TINY)
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    past = {
-        f"past_key_values.{i}.{p}": np.zeros((1, c.heads, 0, c.head_dim), np.float32)
-        for i in range(c.layers)
-        for p in ("key", "value")
-    }
-    ids, start, tokens = prompt, 0, []
-    for _ in range(steps + 1):
-        feeds = {
-            "input_ids": np.array([ids], np.int64),
-            "attention_mask": np.ones((1, start + len(ids)), np.int64),
-            "position_ids": np.arange(start, start + len(ids), dtype=np.int64)[None],
-            **past,
-        }
-        logits, *kv = sess.run(None, feeds)
-        past = dict(zip(past, kv, strict=True))
-        start += len(ids)
-        ids = [int(logits[0, -1].argmax())]
-        tokens.append(ids[0])
-    return tokens
-
-
 def test_the_agent_decodes_the_tokens_a_bare_loop_decodes(tmp_path: Path) -> None:
     _, path = decoder_model(TINY, tmp_path)
     task = {
@@ -155,7 +129,7 @@ def test_the_agent_decodes_the_tokens_a_bare_loop_decodes(tmp_path: Path) -> Non
     doc = run_task(task)
     r = doc["result"]
     c = parse_decoder(TINY)
-    assert r["tokens"] == bare_greedy(path, prompt_ids(5, 12, c.vocab), 9)
+    assert r["tokens"] == greedy_tokens(path, prompt_ids(5, 12, c.vocab), 9)
     assert len(r["ttft_ms"]) == 2 and [len(s) for s in r["step_ms"]] == [9, 9]
     assert r["kv_cache_bytes"] == kv_bytes_per_position(c) * (12 + 9) == r["kv_bytes_per_position"] * 21
     assert r["check"] == {
