@@ -140,6 +140,32 @@ def test_the_agent_decodes_the_tokens_a_bare_loop_decodes(tmp_path: Path) -> Non
     assert r["rounds_agree"] and r["vocab"] == c.vocab and r["position_ids"] and doc["warnings"] == []
 
 
+def test_the_past_naming_and_a_merged_decoders_branch_input_decode_the_same(tmp_path: Path) -> None:
+    _, path = decoder_model(TINY, tmp_path)
+    model = onnx.load(str(path))
+    for value in model.graph.input:
+        value.name = value.name.replace("past_key_values.", "past.")
+    for node in model.graph.node:
+        node.input[:] = [n.replace("past_key_values.", "past.") for n in node.input]
+    # Optimum's merged decoders take a use_cache_branch flag; this one ignores it, the agent must feed it.
+    model.graph.input.append(
+        onnx.helper.make_tensor_value_info("use_cache_branch", onnx.TensorProto.BOOL, [1])
+    )
+    other = tmp_path / "past.onnx"
+    onnx.save(model, other)
+    task = {
+        "kind": "decode",
+        "prompt_tokens": 6,
+        "new_tokens": 5,
+        "rounds": 1,
+        "warmup": 0,
+        "warmup_seconds": 0,
+    }
+    want = run_task({**task, "model": str(path)})["result"]
+    got = run_task({**task, "model": str(other)})["result"]
+    assert got["tokens"] == want["tokens"] and got["cache_inputs"] == ["past.0.key", "past.0.value"]
+
+
 def test_too_long_a_run_for_the_models_positions_is_refused(tmp_path: Path) -> None:
     _, path = decoder_model(TINY + ",ctx=16", tmp_path)
     with pytest.raises(TaskError, match="prompt_tokens \\+ new_tokens = 20 is over the model's 16 positions"):
