@@ -30,6 +30,7 @@ TASKS = {
     "stream": "stream",
     "soak": "soak",
     "contention": "contention",
+    "decode": "decode",
 }
 
 

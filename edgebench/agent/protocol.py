@@ -149,6 +149,22 @@ class PowerTask(SustainedTask):
     monitor: bool = False
 
 
+@dataclass(frozen=True)
+class DecodeTask(ModelTask):
+    """An LLM decode loop: prefill `prompt_tokens`, then `new_tokens` greedy steps with the KV cache fed
+    back; warm-up rounds by count and time, then rounds until `rounds` and `min_seconds`."""
+
+    KIND = "decode"
+    prompt_tokens: int = 128
+    new_tokens: int = 64
+    rounds: int = 3
+    warmup: int = 1
+    warmup_seconds: float = 0.5
+    min_seconds: float = 0.0
+    max_seconds: float = 600.0
+    verify: bool = True
+
+
 # ---- device tasks --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class InfoTask(Task):
@@ -212,7 +228,7 @@ TASKS: dict[str, type[Task]] = {
     t.KIND: t
     for t in (
         InfoTask, BenchTask, OutputsTask, ProfileTask, SensitivityTask, ThermalTask, PowerTask, IdleTask,
-        SampleTask, MatmulTask, BandwidthTask, StreamTask, SoakTask, ContentionTask,
+        SampleTask, MatmulTask, BandwidthTask, StreamTask, SoakTask, ContentionTask, DecodeTask,
     )
 }  # fmt: skip
 

@@ -59,19 +59,26 @@ MIN_SAMPLES_P99 = 100
 
 @dataclass(frozen=True)
 class Budget:
-    """One budget: `latency_p99_ms=15`, `memory_mb=60`, `energy_mj=5`, `load_ms=300`."""
+    """One budget: `latency_p99_ms=15`, `memory_mb=60`, `energy_mj=5`, `load_ms=300`,
+    `decode_tokens_per_s_min=20` (a floor: the value must reach the limit, not stay under it)."""
 
     key: str
     limit: float
-    quantity: str  # latency | memory | energy | load
+    quantity: str  # latency | memory | energy | load | decode
     stat: str | None = None  # for latency
     unit: str = ""
+    at_least: bool = False  # the value must be at least the limit (a rate), not at most
+
+    def margin(self, value: float) -> float:
+        """Headroom as a share of the limit: >= 0 fits."""
+        return (value - self.limit if self.at_least else self.limit - value) / self.limit
 
 
 _LATENCY_KEY = re.compile(r"^latency_(p50|p90|p99|mean|min|max)_ms$")
 _RTF_KEY = re.compile(r"^rtf_(p50|p90|p99|mean)$")  # real-time factor of a streaming bench
 BUDGET_KEYS_HELP = (
-    "latency_<p50|p90|p99|mean|max>_ms, memory_mb, energy_mj, load_ms, cold_load_ms, rtf_<p50|p90|p99|mean>"
+    "latency_<p50|p90|p99|mean|max>_ms, memory_mb, energy_mj, load_ms, cold_load_ms, rtf_<p50|p90|p99|mean>, "
+    "decode_tokens_per_s_min"
 )
 
 
@@ -100,6 +107,8 @@ def make_budget(key: str, limit: Any, where: str = "--budget") -> Budget:
     if key in fixed:
         quantity, unit = fixed[key]
         return Budget(key, limit, quantity, None, unit)
+    if key == "decode_tokens_per_s_min":
+        return Budget(key, limit, "decode", None, "tokens/s", at_least=True)
     raise UserError(f"{where} {key}: unknown budget (use {BUDGET_KEYS_HELP})")
 
 
@@ -310,6 +319,7 @@ class Observation:
     estimated: tuple[str, ...] = ()
     rtf: dict[str, float] = field(default_factory=dict)  # stat -> real-time factor (bench --stream)
     cold_load_ms: float | None = None  # bench --cold-load
+    decode_tokens_per_s: float | None = None
 
     @property
     def target(self) -> tuple[str, str | None]:
@@ -369,6 +379,7 @@ def observations(
     }
     energy = _energy_by_pair(records, order)
     streams = _workloads_by_pair(records, order)
+    decode = decode_by_pair(records, order)
     latest: dict[tuple, tuple] = {}
     for key, g in groups.items():
         if "p50" not in g["latency"]:
@@ -401,6 +412,9 @@ def observations(
                 k[4:]: v for k, v in streams.get((device, runtime, model), {}).items() if k.startswith("rtf:")
             },
             cold_load_ms=streams.get((device, runtime, model), {}).get("cold_load_ms"),
+            decode_tokens_per_s=decode[(device, runtime, model)].rate
+            if (device, runtime, model) in decode
+            else None,
         )
         ident2 = (device, runtime, model)
         if ident2 not in best or obs.latency["p50"] < best[ident2].latency["p50"]:
@@ -436,6 +450,71 @@ def _energy_by_pair(records: Sequence[Record], order: Mapping[str, int]) -> dict
             if ident not in out or rank > out[ident][0]:
                 out[ident] = (rank, r.value)
     return {k: v for k, (_, v) in out.items()}
+
+
+@dataclass(frozen=True)
+class DecodeSpeed:
+    """A model's decode on a target: the fastest decode_tokens_per_s of its latest decode run."""
+
+    rate: float
+    run_id: str
+    config: dict[str, Any]
+    memory_mb: float | None = None
+    load_ms: float | None = None
+
+
+def decode_by_pair(
+    records: Sequence[Record], order: Mapping[str, int] | None = None
+) -> dict[tuple, DecodeSpeed]:
+    """(device, runtime, model) -> its decode speed, from `decode` records: the latest run that decoded
+    the model there, its fastest configuration (with that configuration's peak memory and load time)."""
+    order = order or {}
+    decode = [r for r in records if r.probe == "decode" and r.model and r.value is not None]
+    latest: dict[tuple, tuple] = {}
+    for r in decode:
+        if r.metric == "decode_tokens_per_s":
+            ident, rank = (r.device, r.runtime, r.model), (order.get(r.run_id, -1), r.ts)
+            if ident not in latest or rank > latest[ident][0]:
+                latest[ident] = (rank, r.run_id)
+    by_config = {(r.run_id, config_key(r), r.metric): r.value for r in decode}
+    out: dict[tuple, DecodeSpeed] = {}
+    for r in decode:
+        ident = (r.device, r.runtime, r.model)
+        if r.metric != "decode_tokens_per_s" or r.run_id != latest[ident][1]:
+            continue
+        if ident not in out or float(r.value or 0.0) > out[ident].rate:
+            cfg = config_key(r)
+            out[ident] = DecodeSpeed(
+                float(r.value or 0.0),
+                r.run_id,
+                r.key().series().param_dict(),
+                by_config.get((r.run_id, cfg, "peak_rss_mb")),
+                by_config.get((r.run_id, cfg, "load_ms")),
+            )
+    return out
+
+
+def _decode_verdict(
+    ident: tuple[str, str | None, str], speed: DecodeSpeed, budgets: Sequence[Budget]
+) -> Verdict:
+    """A model only decoded on a target (never benched): judged on what the decode measured."""
+    measured = {"decode": speed.rate, "memory": speed.memory_mb, "load": speed.load_ms}
+    values = {b.key: measured.get(b.quantity) for b in budgets}
+    fits, limiting, margin, margins, unchecked = _judge(values, budgets)
+    device, runtime, model = ident
+    return Verdict(
+        device,
+        runtime,
+        model,
+        "measured",
+        {k: v for k, v in values.items() if v is not None},
+        fits,
+        limiting,
+        margin,
+        margins,
+        unchecked,
+        config=speed.config,
+    )
 
 
 # ------------------------------------------------------------------------------------------- prediction
@@ -994,8 +1073,9 @@ def assess(
         counts.setdefault(name, c)
     result = FitResult(budgets=tuple(budgets))
     obs_all = observations(records, samples, run_order)
+    decoded = decode_by_pair(records, {rid: i for i, rid in enumerate(run_order)})
     if devices:
-        known = {o.device for o in obs_all}
+        known = {o.device for o in obs_all} | {ident[0] for ident in decoded}
         for d in devices:
             if d not in known:
                 raise UserError(
@@ -1054,6 +1134,10 @@ def assess(
                     result.warnings.append(
                         f"{t.device}: no measured model with counts to calibrate a prediction for {model}"
                     )
+    benched = {(o.device, o.runtime, o.model) for o in obs_all}
+    for ident, speed in sorted(decoded.items(), key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2])):
+        if ident not in benched and (not devices or ident[0] in devices):
+            result.verdicts.append(_decode_verdict(ident, speed, budgets))
     result.cv = engine.cross_validate()
     for key, t in targets.items():
         n = sum(1 for m in t.obs if m in counts)
@@ -1244,7 +1328,7 @@ class _Engine:
 def _judge(
     values: Mapping[str, float | None], budgets: Sequence[Budget]
 ) -> tuple[bool | None, str | None, float | None, dict[str, float], tuple[str, ...]]:
-    margins = {b.key: (b.limit - v) / b.limit for b in budgets if (v := values.get(b.key)) is not None}
+    margins = {b.key: b.margin(v) for b in budgets if (v := values.get(b.key)) is not None}
     unchecked = tuple(b.key for b in budgets if values.get(b.key) is None)
     if not budgets:
         return None, None, None, margins, unchecked
@@ -1271,6 +1355,8 @@ def _measured_verdict(
             values[b.key] = o.cold_load_ms
         elif b.quantity == "rtf":
             values[b.key] = o.rtf.get(b.stat or "p99")
+        elif b.quantity == "decode":
+            values[b.key] = o.decode_tokens_per_s
         elif b.quantity == "energy":
             values[b.key] = o.energy_mj
             if o.energy_mj is None:

@@ -7,7 +7,12 @@ import importlib
 import typer
 
 # Modules under edgebench.cli that add `probe` sub-commands; each has register(probe_app).
-PROBE_COMMAND_MODULES: tuple[str, ...] = ("probe_sustained", "probe_compute", "probe_workloads")
+PROBE_COMMAND_MODULES: tuple[str, ...] = (
+    "probe_sustained",
+    "probe_compute",
+    "probe_workloads",
+    "probe_decode",
+)
 
 
 def register(app: typer.Typer) -> None:

@@ -53,7 +53,8 @@ from .jobs import Job
 PATH_PARAMS = ("inputs", "reference")
 # The budgets `fit` and the report judge by (edgebench.analysis.fit.make_budget).
 _BUDGET_KEY = re.compile(
-    r"^(latency_(p50|p90|p99|mean|min|max)_ms|memory_mb|energy_mj|load_ms|cold_load_ms|rtf_(p50|p90|p99|mean))$"
+    r"^(latency_(p50|p90|p99|mean|min|max)_ms|memory_mb|energy_mj|load_ms|cold_load_ms|rtf_(p50|p90|p99|mean)"
+    r"|decode_tokens_per_s_min)$"
 )
 _GATE_THRESHOLDS = ("max_slowdown", "max_increase", "max_drop")
 
@@ -419,7 +420,7 @@ def _budget(t: TableReader) -> dict[str, float]:
             raise t.error(
                 key,
                 "unknown budget (use latency_<p50|p90|p99|mean|min|max>_ms, memory_mb, energy_mj, load_ms, "
-                "cold_load_ms, rtf_<p50|p90|p99|mean>)",
+                "cold_load_ms, rtf_<p50|p90|p99|mean>, decode_tokens_per_s_min)",
             )
         value = t.get(key, float)
         if value <= 0:

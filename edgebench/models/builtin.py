@@ -181,7 +181,8 @@ BUILTINS: dict[str, Callable[[], onnx.ModelProto]] = {
 def builtin_model(name: str, cache_dir: Path | None = None) -> Path:
     """Write the built-in model NAME (once) and return its path."""
     if name not in BUILTINS:
-        raise ModelError(f"unknown built-in model '{name}' (known: {', '.join(sorted(BUILTINS))})")
+        known = ", ".join([*sorted(BUILTINS), "decoder:layers=L,hidden=H,heads=A,vocab=V,ffn=F,dtype=D"])
+        raise ModelError(f"unknown built-in model '{name}' (known: {known})")
     folder = cache_dir or models_cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.r{BUILTIN_REVISION}.onnx"

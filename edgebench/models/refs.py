@@ -1,4 +1,5 @@
-"""Model references: a path (`models/enc.onnx`, `net.mnn`) or `builtin:NAME`, checked before anything is
+"""Model references: a path (`models/enc.onnx`, `net.mnn`), `builtin:NAME` or
+`builtin:decoder:layers=L,...` (models.decoders), checked before anything is
 pushed to a device. Light on purpose: every layer holds ModelRefs, few need onnx."""
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ def resolve_model(ref: str, base_dir: Path | None = None, name: str | None = Non
         if is_tflite_builtin(key):
             builtin_name, tflite_path = tflite_builtin_model(key)
             return ModelRef(name or builtin_name, tflite_path)
+        if key == "decoder" or key.startswith("decoder:"):
+            from .decoders import decoder_model
+
+            decoder_name, decoder_path = decoder_model(key)
+            return ModelRef(name or decoder_name, decoder_path)
         from .builtin import builtin_model
 
         return ModelRef(name or key, builtin_model(key))

@@ -520,6 +520,45 @@ class ContentionParams(ProbeParams):
         values(self.value)
 
 
+@dataclass(frozen=True)
+class DecodeParams(ProbeParams):
+    KIND = "decode"
+    prompt_tokens: int = param(128, ID, "int", "Prompt tokens of the prefill.", unit="tokens", minimum=1)
+    new_tokens: int = param(64, ID, "int", "Greedy decode steps after the prefill.", unit="tokens", minimum=1)
+    threads: int = _threads()
+    affinity: tuple[int, ...] | None = _affinity()
+    seed: int = param(0, PO, "int", "Seed of the random prompt.", minimum=0)
+    rounds: int = param(3, PO, "int", "At least this many timed rounds (prefill and decode).", minimum=1)
+    warmup: int = param(
+        1, PO, "int", "At least this many warm-up rounds (a prefill and two steps).", minimum=0
+    )
+    warmup_seconds: float = param(0.5, PO, "float", "At least this long warming up.", unit="s", minimum=0)
+    min_seconds: float = param(0.0, PO, "float", "Time rounds for at least this long.", unit="s", minimum=0)
+    max_seconds: float = param(
+        600.0, PO, "float", "Start no new round after this long.", unit="s", positive=True
+    )
+    verify: bool = param(
+        True, PO, "bool", "Run the whole sequence once without the cache and compare the tokens."
+    )
+    floor: bool = param(
+        True,
+        PO,
+        "bool",
+        "The bandwidth floor per token (DRAM bandwidth from the store, else measured first).",
+    )
+    bandwidth_mb: float | None = param(
+        None,
+        PO,
+        "float",
+        "Arrays of the DRAM bandwidth run when one is needed (default: 4x the last-level cache).",
+        unit="MiB",
+        positive=True,
+    )
+    bandwidth: dict[str, Any] | None = param(
+        None, PO, "mapping", "DRAM bandwidth found in the store.", cli=False, suite=False
+    )
+
+
 # ---- the kinds ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ProbeKind:
@@ -688,6 +727,15 @@ KINDS: dict[str, ProbeKind] = {
             None,
             frozenset(),
             "Latency beside a busy co-runner, and the co-runner's own slowdown.",
+        ),
+        ProbeKind(
+            "decode",
+            DecodeParams,
+            True,
+            "decode:run_decode",
+            None,
+            frozenset(),
+            "LLM decode: prefill and decode tokens/s, KV cache, the bandwidth floor per token.",
         ),
     )  # fmt: skip
 }

@@ -191,6 +191,32 @@ def test_measured_verdicts_under_and_over_budget() -> None:
         assert list(r.to_dict()) == list(RECORD_FIELDS) and r.probe == "fit"
 
 
+def decode_rate(device: str, model: str, rate: float, run_id: str = "r1", threads: int = 2) -> list[Record]:
+    seq = {"prompt_tokens": 128, "new_tokens": 64, "threads": threads}
+    return [
+        Record(run_id, device, "decode", model, "onnxruntime", "decode_tokens_per_s", rate, "tokens/s", seq),
+        Record(run_id, device, "decode", model, "onnxruntime", "peak_rss_mb", 900.0, "MB", seq),
+    ]
+
+
+def test_decode_tokens_per_s_min_is_a_floor_not_a_ceiling() -> None:
+    [budget] = fit.parse_budgets(["decode_tokens_per_s_min=20"])
+    assert budget.at_least and budget.unit == "tokens/s" and budget.margin(25.0) == pytest.approx(0.25)
+    records = bench_records("phone", "llm", 30.0) + decode_rate("phone", "llm", 25.0)
+    records += decode_rate("phone", "tiny-llm", 12.0, run_id="old") + decode_rate("phone", "tiny-llm", 15.0)
+    records += decode_rate("phone", "tiny-llm", 18.0, threads=4)
+    budgets = fit.parse_budgets(["decode_tokens_per_s_min=20", "memory_mb=1000"])
+    by = {v.model: v for v in fit.assess(records, budgets, run_order=["old", "r1"]).verdicts}
+    assert by["llm"].fits is True and by["llm"].values["decode_tokens_per_s_min"] == 25.0
+    # Only decoded (never benched): judged on the decode's own figures, its fastest configuration.
+    tiny = by["tiny-llm"]
+    assert tiny.fits is False and tiny.basis == "measured" and tiny.limiting == "decode_tokens_per_s_min"
+    assert tiny.values == {"decode_tokens_per_s_min": 18.0, "memory_mb": 900.0}
+    assert tiny.margin == pytest.approx((18 - 20) / 20) and tiny.config["threads"] == 4
+    with pytest.raises(UserError, match="decode_tokens_per_s_min"):
+        fit.parse_budgets(["decode_tokens_per_s=3"])
+
+
 def test_latest_run_wins_and_best_configuration_is_used() -> None:
     records = (
         bench_records("phone", "m", 10.0, run_id="old")

@@ -55,6 +55,25 @@ def bench(run: str, device: str, model: str, p50: float, rss: float, slow: float
     return out
 
 
+def decode(run: str, device: str, model: str, ms_per_token: float, floor_ms: float) -> list[Record]:
+    """A decode run's records: 64 prompt tokens, 32 new, its floor and efficiency."""
+    seq = {"prompt_tokens": 64, "new_tokens": 32, "threads": 2}
+    floor = dataclasses.replace(
+        rec(run, device, "decode", model, "decode_floor_ms", floor_ms, "ms", **seq),
+        annotations={"regime": "dram", "uncertain": False},
+    )
+    return [
+        rec(run, device, "decode", model, "ttft_ms", 40.0, "ms", **seq, stat="p50"),
+        rec(run, device, "decode", model, "prefill_tokens_per_s", 1600.0, "tokens/s", **seq),
+        rec(run, device, "decode", model, "decode_ms_per_token", ms_per_token, "ms", **seq, stat="p50"),
+        rec(run, device, "decode", model, "decode_tokens_per_s", 1e3 / ms_per_token, "tokens/s", **seq),
+        rec(run, device, "decode", model, "kv_cache_mb", 3.0, "MB", **seq),
+        rec(run, device, "decode", model, "peak_rss_mb", 300.0, "MB", **seq),
+        floor,
+        rec(run, device, "decode", model, "decode_efficiency", floor_ms / ms_per_token, "ratio", **seq),
+    ]
+
+
 def every_probe_records() -> tuple[list[Record], list[Samples]]:
     """Two runs on two devices with records of every probe the report knows."""
     recs: list[Record] = []
@@ -161,6 +180,7 @@ def every_probe_records() -> tuple[list[Record], list[Samples]]:
             {},
         )
     )
+    recs += decode(R1, "phone", "llm", 50.0, 40.0)
     for node, op, ms in (("conv1", "Conv", 1.5), ("mm1", "MatMul", 1.0), ("relu1", "Relu", 0.2)):
         recs.append(rec(R1, "phone", "profile", "enc", "op_time_ms", ms, "ms", node=node, op_type=op))
     for metric, v in (("cosine", 0.9999), ("max_abs_err", 0.002), ("snr_db", 48.0)):
@@ -468,6 +488,28 @@ def test_markdown_summary() -> None:
     assert "120 MB ❌" in md and "## Which model fits which chip" in md
     assert "## Changes between runs" in md and "+20.0%" in md
     assert "## Measured ceilings" in md and "<img" not in md
+
+
+def test_decode_section_shows_tokens_per_s_with_the_floor_and_the_budget() -> None:
+    recs = bench(R1, "phone", "enc", 4.0, 50.0) + decode(R1, "phone", "llm", 50.0, 40.0)
+    recs += decode(R1, "board", "llm", 125.0, 100.0)
+    data = make_data(recs, runs=(R1,), budgets=parse_budgets(["decode_tokens_per_s_min=15"]))
+    doc = parse(render(data, "html"))
+    assert doc.sections["decode"] == "data"
+    html_text = render(data, "html")
+    section = html_text[html_text.index('id="decode"') : html_text.index('id="fit"')]
+    assert '<span class="q ok" data-status="ok">20</span>' in section  # phone: 20 tok/s, floor 25
+    assert '<span class="q over" data-status="over">8</span>' in section  # board: 8 < 15 tok/s
+    assert "80.0%" in section and ">25<" in section and ">10<" in section
+    md = render(data, "md")
+    assert "## LLM decode" in md and "| phone | llm | onnxruntime | 64+32 | 40 | 50 | 20 | 25 | 80.0% |" in md
+    assert "| board | llm | onnxruntime | 64+32 | 40 | 125 | 8 ❌ | 10 | 80.0% |" in md
+    fit = [r for r in data.fit_records if r.metric == "fits" and r.model == "llm"]
+    assert {(r.device, r.value) for r in fit} == {("phone", 1.0), ("board", 0.0)}
+    assert all(
+        r.params["values"] == {"decode_tokens_per_s_min": 1e3 / (50.0 if r.device == "phone" else 125.0)}
+        for r in fit
+    )
 
 
 def test_live_fit_in_report_uses_stored_counts() -> None:

@@ -107,7 +107,7 @@ def _fit_records(
         latest = max({r.run_id for r in stored}, key=lambda rid: order.get(rid, -1))
         return [r for r in stored if r.run_id == latest], f"fit run {latest}", []
     measured = [r for r in records if r.probe != FIT_PROBE]
-    if not any(r.probe in MEASURING_PROBES for r in measured):
+    if not any(r.probe in MEASURING_PROBES or r.probe == "decode" for r in measured):
         return [], "", []
     result = assess(measured, budgets, samples=samples, device_info=devices, run_order=run_order)
     return (

@@ -126,13 +126,56 @@ def bench_matrix(
     return pd.DataFrame(rows, columns=cols)
 
 
+DECODE_COLUMNS = (
+    "device", "model", "runtime", "prompt_tokens", "new_tokens", "threads", "ttft_ms", "prefill_tokens_per_s",
+    "decode_ms_per_token", "decode_tokens_per_s", "floor_tokens_per_s", "decode_efficiency", "regime",
+    "uncertain", "kv_cache_mb", "peak_rss_mb", "run_id",
+)  # fmt: skip
+
+
+def decode_summary(records: Sequence[Record], run_order: Sequence[str] = ()) -> pd.DataFrame:
+    """LLM decode per device x model x configuration (latest run): tokens/s with the bandwidth floor's
+    tokens/s beside it (1000 / decode_floor_ms: the most a decode that streams its weights from DRAM can
+    reach), the efficiency, and whether the floor is backed."""
+    order = {rid: i for i, rid in enumerate(run_order)}
+    groups: dict[tuple, dict[str, Any]] = {}
+    for r in _select(records, "decode"):
+        p = r.params
+        ident = (
+            r.device,
+            r.model or "",
+            r.runtime or "",
+            p.get("prompt_tokens"),
+            p.get("new_tokens"),
+            p.get("threads"),
+        )
+        rank = (order.get(r.run_id, -1), r.run_id)
+        g = groups.get(ident)
+        if g is None or rank > g["rank"]:
+            g = groups[ident] = {"rank": rank, "run_id": r.run_id}
+        if r.run_id != g["run_id"] or p.get("stat") not in (None, "p50"):
+            continue
+        g[r.metric] = r.value
+        if r.metric == "decode_floor_ms":
+            g["floor_tokens_per_s"] = 1e3 / r.value if r.value else None
+            g["regime"] = r.annotations.get("regime")
+            g["uncertain"] = bool(r.annotations.get("uncertain"))
+    rows = []
+    for ident, g in sorted(groups.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
+        keys = dict(zip(DECODE_COLUMNS[:6], ident, strict=True))
+        rows.append({**keys, **{c: g.get(c) for c in DECODE_COLUMNS[6:]}})
+    return pd.DataFrame(rows, columns=list(DECODE_COLUMNS))
+
+
 def budget_status(value: float | None, budget: Budget | None) -> str:
-    """ok (under, with 10% headroom), near (within 10% under), over, or none (no budget / no value)."""
+    """ok (10% headroom), near (within 10% of the limit), over (past it), or none (no budget / no value).
+    A rate budget (`decode_tokens_per_s_min`) is past its limit below it."""
     if budget is None or value is None or (isinstance(value, float) and math.isnan(value)):
         return "none"
-    if value > budget.limit:
+    margin = budget.margin(value)
+    if margin < 0:
         return "over"
-    return "near" if value > 0.9 * budget.limit else "ok"
+    return "near" if margin < 0.1 else "ok"
 
 
 def ceilings(records: Sequence[Record], device_info: Sequence[Mapping[str, Any]] = ()) -> pd.DataFrame:

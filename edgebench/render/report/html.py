@@ -29,6 +29,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("latency", "Latency distributions"),
     ("thermal", "Thermal"),
     ("power", "Power and energy"),
+    ("decode", "LLM decode"),
     ("ops", "Top ops"),
     ("accuracy", "Accuracy"),
     ("divergence", "Layer-wise divergence"),
@@ -496,6 +497,37 @@ def _power(d: ReportData) -> tuple[str, bool]:
     return "".join(out), True
 
 
+def _decode(d: ReportData) -> tuple[str, bool]:
+    df = frames.decode_summary(d.measurements, d.run_order)
+    if df.empty:
+        return nodata("decode runs (edgebench probe decode)"), False
+    budget = d.budget("decode_tokens_per_s_min")
+    rows = []
+    for r in df.itertuples():
+        status = frames.budget_status(r.decode_tokens_per_s, budget)
+        rate = f'<span class="q {status}" data-status="{status}">{fmt(r.decode_tokens_per_s)}</span>'
+        flag = ' <span class="badge">uncertain</span>' if r.uncertain else ""
+        rows.append(
+            [
+                esc(r.device), esc(r.model), esc(r.runtime), esc(f"{r.prompt_tokens}+{r.new_tokens}"),
+                r.threads, r.ttft_ms, r.prefill_tokens_per_s, r.decode_ms_per_token, rate,
+                r.floor_tokens_per_s, pct(r.decode_efficiency) + flag, esc(r.regime or "–"),
+                r.kv_cache_mb, r.peak_rss_mb,
+            ]
+        )  # fmt: skip
+    columns = [
+        "device", "model", "runtime", "prompt+new", "threads", "ttft ms", "prefill tok/s",
+        "decode ms/token p50", "decode tok/s", "floor tok/s", "efficiency", "regime", "KV MB", "peak MB",
+    ]  # fmt: skip
+    legend = (
+        '<p class="note">floor tok/s = 1000 / decode_floor_ms: the rate at which the weights and KV cache '
+        "one step reads stream from DRAM at the measured bandwidth; efficiency = floor / measured p50. "
+        "uncertain: the weights are under twice the last-level cache, or the bandwidth run did not measure "
+        "DRAM.</p>"
+    )
+    return legend + table(columns, rows, raw=True), True
+
+
 def _pivot_table(df: pd.DataFrame, index: list[str], metrics: list[str]) -> str:
     latest = df.sort_values("run_id").groupby(index + ["metric"], as_index=False).last()
     wide = latest.pivot_table(index=index, columns="metric", values="value", aggfunc="first").reset_index()
@@ -866,6 +898,7 @@ BUILDERS: dict[str, Callable[[ReportData], tuple[str, bool]]] = {
     "latency": _latency,
     "thermal": _thermal,
     "power": _power,
+    "decode": _decode,
     "ops": _ops,
     "accuracy": _accuracy,
     "divergence": workloads.divergence,

@@ -100,6 +100,7 @@ def render_markdown(data: ReportData) -> str:
                 ],
             )
         )
+    out += _decode_section(data)
     out += _fit_section(data)
     if len(data.runs) >= 2:
         d = frames.deltas(data.measurements, data.run_order)
@@ -152,6 +153,27 @@ def render_markdown(data: ReportData) -> str:
     else:
         out.append("_No failed jobs._")
     return "\n".join(out) + "\n"
+
+
+def _decode_section(data: ReportData) -> list[str]:
+    df = frames.decode_summary(data.measurements, data.run_order)
+    if df.empty:
+        return []
+    budget = data.budget("decode_tokens_per_s_min")
+    rows = [
+        [
+            r.device, r.model, r.runtime, f"{r.prompt_tokens}+{r.new_tokens}", cell(r.ttft_ms),
+            cell(r.decode_ms_per_token),
+            cell(r.decode_tokens_per_s) + _MARK[frames.budget_status(r.decode_tokens_per_s, budget)],
+            cell(r.floor_tokens_per_s), _pct(r.decode_efficiency) + (" (uncertain)" if r.uncertain else ""),
+        ]
+        for r in df.itertuples()
+    ]  # fmt: skip
+    columns = [
+        "device", "model", "runtime", "prompt+new", "ttft ms", "ms/token p50", "tokens/s", "floor tokens/s",
+        "efficiency",
+    ]  # fmt: skip
+    return ["", "## LLM decode", "", md_table(columns, rows)]
 
 
 def _fit_section(data: ReportData) -> list[str]:

@@ -1,0 +1,92 @@
+"""The bandwidth floor per token holds on this machine, for a built-in fp32 decoder whose weights read per
+token (1.25 GiB) are at least twice the last-level cache; its int8 and int4 variants decode faster.
+
+"Twice the LLC" is judged against the largest cache figure in play: sysfs inside this VM reports an L3 of
+300 MiB (480 MiB on other hosts of the same pool), while the measured bandwidth curve (`probe bandwidth
+--array-mb N`, read kernel, 2 threads) falls from ~38 GB/s at 32 MiB arrays to its DRAM plateau (5-13 GB/s)
+by 128 MiB: this VM's share of the L3 is far smaller than sysfs says. The weights are past both figures:
+1279 MiB >= 2 x 480 MiB, and ten times the knee of the curve.
+
+The models are big (1.4 GB fp32): they are generated once into a persistent cache (EDGEBENCH_TEST_CACHE, else
+~/.cache), content-addressed by name like every built-in, and the local device's workdir lives there too so
+the pushed copy is reused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from edgebench.testing.cli import edgebench
+
+pytestmark = pytest.mark.integration
+
+BIG = "builtin:decoder:layers=8,hidden=2048,heads=16,ffn=5632,vocab=8000"
+MIB = 2**20
+LARGEST_LLC_SEEN = 480 * MIB  # the biggest L3 sysfs reports on this pool of VMs
+DECODE = ["--prompt-tokens", "32", "--new-tokens", "16", "--rounds", "2", "--no-store", "--json"]
+
+
+@pytest.fixture
+def big_cache() -> dict[str, str]:
+    """The environment that puts the big models and the local workdir in the persistent cache."""
+    folder = Path(os.environ.get("EDGEBENCH_TEST_CACHE") or Path.home() / ".cache")
+    folder.mkdir(parents=True, exist_ok=True)
+    return {"XDG_CACHE_HOME": str(folder)}
+
+
+def run(args: list[object], cwd: Path, env: dict[str, str]) -> dict:
+    res: subprocess.CompletedProcess[str] = edgebench(*args, cwd=cwd, env=env, timeout=1800)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def get(doc: dict, metric: str, stat: str | None = None) -> dict:
+    return next(
+        r
+        for r in doc["records"]
+        if r["probe"] == "decode" and r["metric"] == metric and r["params"].get("stat") == stat
+    )
+
+
+def test_the_floor_holds_for_a_dram_sized_decoder_and_quantized_variants_are_faster(
+    tmp_path: Path, big_cache: dict[str, str]
+) -> None:
+    fp32 = run(["probe", "decode", "--model", BIG, *DECODE], tmp_path, big_cache)
+    floor = get(fp32, "decode_floor_ms")
+    a = floor["annotations"]
+    p50 = get(fp32, "decode_ms_per_token", "p50")["value"]
+    efficiency = get(fp32, "decode_efficiency")["value"]
+    print(
+        f"\nfp32 {get(fp32, 'decode_ms_per_token', 'p50')['model']}: decode p50 {p50:.1f} ms/token, floor "
+        f"{floor['value']:.1f} ms ({a['weight_bytes_per_token'] / MIB:.0f} MiB weights + "
+        f"{a['kv_bytes_per_token'] / MIB:.1f} MiB KV at {a['bandwidth_gbps']:.2f} GB/s {a['bandwidth_kernel']} "
+        f"x{a['bandwidth_threads']}, arrays "
+        f"{a['bandwidth_array_bytes'] / MIB:.0f} MiB, LLC per sysfs {a['llc_bytes'] / MIB:.0f} MiB); "
+        f"decode_efficiency {efficiency:.3f}"
+    )
+    assert a["regime"] == "dram" and a["uncertain"] is False and a["bandwidth_source"] == "measured"
+    assert a["weight_bytes_per_token"] >= 2 * max(a["llc_bytes"], LARGEST_LLC_SEEN)
+    assert p50 >= 0.9 * floor["value"], (
+        f"decode p50 {p50:.1f} ms is under 0.9 x the floor {floor['value']:.1f} ms"
+    )
+    assert efficiency == pytest.approx(floor["value"] / p50)
+
+    # Like with like under drifting load: the quantized ones twice, interleaved, fp32 again at the end,
+    # and each side's least disturbed p50.
+    per_token: dict[str, list[float]] = {"fp32": [p50], "int8": [], "int4": []}
+    for dtype in ("int8", "int4", "int8", "int4", "fp32"):
+        model = BIG if dtype == "fp32" else f"{BIG},dtype={dtype}"
+        doc = run(["probe", "decode", "--model", model, *DECODE, "--no-floor"], tmp_path, big_cache)
+        per_token[dtype].append(get(doc, "decode_ms_per_token", "p50")["value"])
+    best = {dtype: min(values) for dtype, values in per_token.items()}
+    ratios = {dtype: best["fp32"] / best[dtype] for dtype in ("int8", "int4")}
+    print(
+        f"decode ms per token (best p50 of {per_token}): fp32 {best['fp32']:.1f}, "
+        + ", ".join(f"{d} {best[d]:.1f} ({r:.2f}x faster than fp32)" for d, r in ratios.items())
+    )
+    assert all(r > 1.0 for r in ratios.values()), ratios
