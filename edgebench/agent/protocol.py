@@ -242,12 +242,17 @@ class BenchResult(TypedDict, total=False):
     runtime: str
     runtime_version: str
     threads: int
+    effective_threads: int | None  # what the runtime started (threads 0: its default)
     affinity: list[int] | None
-    load_ms: float
+    import_ms: float  # importing the runtime's module
+    load_ms: float  # creating the session only
     first_inference_ms: float
     warmup: int
     warmup_seconds: float
     latencies_ms: list[float]
-    peak_rss_mb: float
-    rss_before_load_mb: float | None
+    self_check: str  # the last timed run's outputs against a fresh inference (selfcheck.py)
+    peak_rss_mb: float  # MB = 1e6 bytes
+    rss_start_mb: float | None
+    rss_before_load_mb: float | None  # after the runtime import, before the session
+    rss_increase_mb: float | None  # peak over rss_before_load_mb
     inputs: dict[str, Any]
