@@ -18,6 +18,7 @@ from .params import ParamError, ProbeParams, param
 
 RUNTIMES = ("onnxruntime", "mnn")
 DTYPES = ("fp32", "fp16", "int8")
+MATMUL_DTYPES = (*DTYPES, "bf16")  # bf16 is measured when asked for
 MATMUL_BACKENDS = ("numpy", "onnxruntime", "mnn")
 ORT_OPS = ("MatMul", "MatMulInteger", "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulInteger:u8u8")
 BANDWIDTH_KERNELS = ("read", "copy", "triad")
@@ -113,7 +114,7 @@ class BenchParams(ProbeParams):
 class MatmulParams(ProbeParams):
     KIND = "matmul"
     dtype: tuple[str, ...] | None = param(
-        None, ID, "choices", "fp32, fp16, int8 (default: all).", choices=DTYPES
+        None, ID, "choices", "fp32, fp16, int8, bf16 (default: fp32, fp16, int8).", choices=MATMUL_DTYPES
     )
     backend: tuple[str, ...] | None = param(
         None, ID, "choices", "numpy, onnxruntime, mnn (default: all present).", choices=MATMUL_BACKENDS

@@ -48,7 +48,7 @@ def test_probe_graphs_are_valid_onnx_and_compute_the_product(op: str, dtype: str
     m, n, k = 3, 5, 64
     kernel = backend.build(op, dtype, m, n, k, threads=1, seed=0)
     kernel.step()
-    ok, detail, checksum = agent_mm.verify(kernel, m, n, agent_mm.tolerance(dtype, op), 0)
+    ok, detail, checksum, _ = agent_mm.verify(kernel, m, n, agent_mm.tolerance(dtype, op), 0)
     assert ok, detail
     assert np.isfinite(checksum)
     _, b = agent_mm.make_operands(dtype, m, n, k, 0)
@@ -85,7 +85,7 @@ def test_wrong_results_fail_verification() -> None:
     kernel = agent_mm.Kernel(
         "fake", lambda: None, lambda: zeros, lambda pts: agent_mm.dot_reference(a, b, pts), operands="f32f32"
     )
-    ok, detail, _ = agent_mm.verify(kernel, 8, 8, 1e-4, 0)
+    ok, detail, _, _ = agent_mm.verify(kernel, 8, 8, 1e-4, 0)
     assert not ok and "relative error" in detail
 
 
