@@ -1,0 +1,69 @@
+"""How a benchmark judges a ratio against its reference on a machine it shares with other work.
+
+Both sides record, per trial, the CPU share they got (process CPU time over wall time x threads; the
+runtimes and kernels measured keep their CPUs busy, so an undisturbed trial is close to 1). A ratio over
+trials that both got their CPUs is like with like and is held to the bound. When the machine was never quiet
+enough for that, the ratio over all trials is only evidence: far under the bound it is still a broken probe
+(fail), above the bound it passes, in between it is reported and the test skipped with the reason, since a
+loaded machine alone can push it there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+QUIET_SHARE = 0.85
+
+
+@dataclass
+class Side:
+    """Every trial of one side: (value, CPU share); larger values are better."""
+
+    trials: list[tuple[float, float]] = field(default_factory=list)
+
+    def add(self, value: float, share: float) -> None:
+        self.trials.append((value, share))
+
+    def best(self, quiet: bool) -> float:
+        values = [v for v, share in self.trials if share >= QUIET_SHARE or not quiet]
+        return max(values, default=0.0)
+
+    def quiet_trials(self) -> int:
+        return sum(1 for _, share in self.trials if share >= QUIET_SHARE)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """`outcome` is pass, fail or skip; `ratio` the figure judged; `basis` which trials it came from."""
+
+    outcome: str
+    ratio: float
+    basis: str
+    reason: str
+
+
+def compare(probe: Side, reference: Side) -> tuple[float, bool]:
+    """probe / reference over quiet trials when both sides have some (True), else over all (False)."""
+    if probe.best(True) and reference.best(True):
+        return probe.best(True) / reference.best(True), True
+    return probe.best(False) / max(reference.best(False), 1e-12), False
+
+
+def judge(name: str, probe: Side, reference: Side, bound: float, broken: float) -> Verdict:
+    """The verdict on probe / reference >= bound; under `broken` the probe is broken whatever the load."""
+    ratio, quiet = compare(probe, reference)
+    basis = "quiet trials" if quiet else "disturbed trials only (the machine was never quiet)"
+    text = f"{name}: ratio {ratio:.3f} over {basis} (bound {bound}, broken under {broken})"
+    if ratio >= bound:
+        return Verdict("pass", ratio, basis, text)
+    if ratio < broken:
+        return Verdict("fail", ratio, basis, f"{text}: the probe is broken")
+    if quiet:
+        return Verdict("fail", ratio, basis, f"{text}: short on a quiet machine")
+    return Verdict(
+        "skip",
+        ratio,
+        basis,
+        f"{text}: a loaded machine can push it there; re-run on a quieter machine "
+        f"({probe.quiet_trials()} quiet probe trials, {reference.quiet_trials()} quiet reference trials)",
+    )
