@@ -191,6 +191,12 @@ class ThreadsParams(ProbeParams):
     slower_margin: float = param(
         0.05, PO, "float", "More threads count as slower beyond this margin.", minimum=0
     )
+    rounds: int = param(
+        3, PO, "int", "Rounds of the sweep, thread counts interleaved (runs split among them).", minimum=1
+    )
+    alpha: float = param(
+        0.01, PO, "float", "Significance level of the best thread count against the runner-up.", positive=True
+    )
     runs: int = param(100, PO, "int", "At least this many timed runs per point.", minimum=1)
     warmup: int = param(1, PO, "int", "At least this many warm-up runs per point.", minimum=0)
     warmup_seconds: float = param(0.5, PO, "float", "At least this long warming up.", unit="s", minimum=0)
