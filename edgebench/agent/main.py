@@ -27,6 +27,7 @@ TASKS = {
     "sample": "sustained",
     "matmul": "matmul",
     "bandwidth": "bandwidth",
+    "doctor": "doctor",
 }
 
 

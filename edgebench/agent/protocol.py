@@ -172,11 +172,28 @@ class BandwidthTask(Task):
     block_bytes: int | None = None
 
 
+@dataclass(frozen=True)
+class DoctorTask(Task):
+    """The harness against bare loops on the device (agent/doctor.py)."""
+
+    KIND = "doctor"
+    models: dict[str, str] = field(default_factory=dict)  # runtime -> model path on the device
+    shapes: dict[str, list[int]] = field(default_factory=dict)
+    threads: int = 1
+    affinity: list[int] | None = None
+    rounds: int = 5
+    runs: int = 50
+    warmup_seconds: float = 0.2
+    matmul_n: int = 512
+    bandwidth_bytes: int = 64 * 2**20
+    sensors: dict[str, Any] = field(default_factory=dict)
+
+
 TASKS: dict[str, type[Task]] = {
     t.KIND: t
     for t in (
         InfoTask, BenchTask, OutputsTask, ProfileTask, SensitivityTask, ThermalTask, PowerTask, IdleTask,
-        SampleTask, MatmulTask, BandwidthTask,
+        SampleTask, MatmulTask, BandwidthTask, DoctorTask,
     )
 }  # fmt: skip
 

@@ -364,6 +364,30 @@ class SensitivityParams(ProbeParams):
     seed: int = _seed()
 
 
+@dataclass(frozen=True)
+class DoctorParams(ProbeParams):
+    KIND = "doctor"
+    threads: int = param(1, ID, "int", "Intra-op threads of every comparison.", minimum=1)
+    affinity: tuple[int, ...] | None = _affinity()
+    model: str = param("builtin:mlp", ID, "str", "The small model of the harness-vs-bare comparison.")
+    rounds: int = param(5, PO, "int", "Rounds, harness and bare loop alternated in each.", minimum=1)
+    runs: int = param(50, PO, "int", "Runs per side and round.", minimum=2)
+    warmup_seconds: float = param(0.2, PO, "float", "Warm-up of the harness side.", unit="s", minimum=0)
+    matmul_n: int = param(512, ID, "int", "Square GEMM size of the matmul check (0: none).", minimum=0)
+    bandwidth_mb: float = param(
+        64.0, ID, "float", "Array size of the bandwidth check (0: none).", unit="MiB", minimum=0
+    )
+    max_overhead: float = param(
+        1.10, PO, "float", "Flag a harness slower than this ratio to the bare loop.", positive=True
+    )
+    max_noise_cv: float = param(
+        0.05, PO, "float", "Flag back-to-back runs noisier than this CV.", positive=True
+    )
+    min_reach: float = param(
+        0.90, PO, "float", "Flag a probe under this ratio to the plain runtime call.", positive=True
+    )
+
+
 # ---- the kinds ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ProbeKind:
@@ -512,6 +536,15 @@ KINDS: dict[str, ProbeKind] = {
             None,
             frozenset(),
             "Per-layer quantization sensitivity.",
+        ),
+        ProbeKind(
+            "doctor",
+            DoctorParams,
+            False,
+            "doctor:run_doctor",
+            None,
+            frozenset(),
+            "Device health: the harness against bare loops, timer, noise floor, governors, probe reach.",
         ),
     )  # fmt: skip
 }
