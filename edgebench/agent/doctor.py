@@ -28,7 +28,7 @@ from .bench import measure as harness_measure
 from .bench import pin
 from .inputs import make_inputs
 from .main import TaskError
-from .runtimes import RUNTIME_MODULES, open_session
+from .runtimes import RUNTIME_MODULES, RuntimeMissing, import_runtime, open_session
 from .timing import TimingPolicy
 
 
@@ -302,6 +302,11 @@ def bandwidth_reach(array_bytes: int, rounds: int) -> dict[str, Any]:
 # ---- the task ------------------------------------------------------------------------------------
 def run(task: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     warnings: list[str] = []
+    for runtime in task.get("models") or {}:  # imported before the pin: see bench.import_then_pin
+        try:
+            import_runtime(runtime)
+        except RuntimeMissing:
+            pass  # reported per runtime below
     affinity = pin(task.get("affinity"))
     if int(task.get("rounds", 1)) < 1 or int(task.get("runs", 1)) < 2:
         raise TaskError("usage", "doctor needs at least 1 round of 2 runs")

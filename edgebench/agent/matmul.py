@@ -795,15 +795,16 @@ def run(task: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     from .bench import pin
 
     warnings: list[str] = []
-    affinity = pin(task.get("affinity"))
     policy = policy_from(task)
     if policy.trials < 1:
         raise TaskError("usage", "trials must be at least 1")
     name = task.get("backend", "numpy")
     try:
+        # the runtime is imported (opening the backend) before the pin: see bench.import_then_pin
         backend = open_backend(name, task.get("ops"), warnings)
     except Unsupported as exc:
         return {"backend": name, "available": False, "reason": str(exc), "results": [], "skipped": []}, []
+    affinity = pin(task.get("affinity"))
     dtypes = task.get("dtypes") or list(DEFAULT_DTYPES)
     threads_list = [int(t) for t in task.get("threads") or [len(affinity or []) or os.cpu_count() or 1]]
     given = task.get("skinny")

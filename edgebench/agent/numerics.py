@@ -21,7 +21,7 @@ import shutil
 import time
 from typing import Any
 
-from .bench import pin
+from .bench import import_then_pin
 from .inputs import InputError, describe, make_inputs
 from .main import TaskError
 from .runtimes import ModelLoadError, RuntimeMissing, open_session
@@ -162,7 +162,7 @@ def run_outputs(task: dict) -> tuple[dict, list[str]]:
 def run_profile(task: dict) -> tuple[dict, list[str]]:
     """Plain and instrumented runs, alternated so that both meet the same load on a busy device."""
     warnings: list[str] = []
-    affinity = pin(task.get("affinity"))
+    affinity, _ = import_then_pin(task)
     runtime = task.get("runtime", "onnxruntime")
     warmup, runs = int(task.get("warmup", 3)), max(1, int(task.get("runs", 20)))
     session = _open(task)

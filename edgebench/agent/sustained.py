@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .bench import first_inference, load, pin
+from .bench import first_inference, import_then_pin, load
 from .main import TaskError
 from .selfcheck import check_outputs, pristine_copy
 from .sensors import CHARGING_STATUSES, DEFAULT_PERIOD_S, Sampler, SensorSet, battery_status, discover
@@ -65,11 +65,11 @@ def run_load(step: Callable[[], object], duration_s: float, rate_hz: float, orig
 
 
 def prepare_model(
-    task: dict, warnings: list[str]
+    task: dict, warnings: list[str], imported: dict[str, Any] | None = None
 ) -> tuple[Callable[[], object], dict[str, Any], Callable[[], str]]:
     """Load the model, run it once, warm it up; returns the step, what loading cost, and the output
     self-check to call once the sustained runs are over."""
-    session, feeds, cost = load(task, warnings)
+    session, feeds, cost = load(task, warnings, imported)
     pristine = pristine_copy(feeds)
     step = session.prepare(feeds)
     first_ms = first_inference(step)
@@ -112,10 +112,10 @@ def _clock(task_start: float, origin: float) -> dict[str, float]:
 def run_thermal(task: dict) -> tuple[dict, list[str]]:
     task_start = time.monotonic()
     warnings: list[str] = []
-    affinity = pin(task.get("affinity"))
+    affinity, imported = import_then_pin(task)
     sensors = discover(sensor_config(task))
     warnings += sensors.warnings
-    step, model, self_check = prepare_model(task, warnings)
+    step, model, self_check = prepare_model(task, warnings, imported)
     origin = time.monotonic()
     sampler = Sampler(sensors, _period(task), origin, dumpsys=bool(task.get("dumpsys", True))).start()
     try:
@@ -190,7 +190,7 @@ def refuse_if_charging(sensors: SensorSet, source: dict[str, Any]) -> None:
 def run_power(task: dict) -> tuple[dict, list[str]]:
     task_start = time.monotonic()
     warnings: list[str] = []
-    affinity = pin(task.get("affinity"))
+    affinity, imported = import_then_pin(task)
     sensors = discover(sensor_config(task))
     warnings += sensors.warnings
     source = power_source(sensors, task)
@@ -211,7 +211,7 @@ def run_power(task: dict) -> tuple[dict, list[str]]:
     try:
         phases["idle_before"] = idle_phase(idle_before, origin)
         load_start = time.monotonic() - origin
-        step, model, self_check = prepare_model(task, warnings)
+        step, model, self_check = prepare_model(task, warnings, imported)
         phases["load"] = [load_start, time.monotonic() - origin]
         load_log = run_load(step, float(task["duration_s"]), float(task.get("rate_hz") or 0), origin)
         phases["active"] = [load_log["begin"], load_log["end"]]

@@ -90,3 +90,15 @@ def test_the_best_path_record_names_the_winner() -> None:
     assert (
         best.annotations["path"] == "onnxruntime MatMulInteger u8s8" and best.annotations["cpu_share"] == 1.0
     )
+
+
+def test_the_runtime_is_imported_before_the_agent_pins_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """onnxruntime reads the CPUs it may use at import: imported after a pin to one CPU, its int8 GEMM took
+    3x as long. Every model task goes through import_then_pin."""
+    from edgebench.agent import bench
+
+    calls: list[str] = []
+    monkeypatch.setattr(bench, "import_runtime", lambda runtime: calls.append(f"import {runtime}") or 1.0)
+    monkeypatch.setattr(bench, "pin", lambda cpus: calls.append(f"pin {cpus}") or cpus)
+    affinity, cost = bench.import_then_pin({"runtime": "mnn", "affinity": [0]})
+    assert calls == ["import mnn", "pin [0]"] and affinity == [0] and cost["import_ms"] == 1.0
