@@ -13,6 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 QUIET_SHARE = 0.85
+# A trial that used more CPUs than it asked for (a runtime ignoring its thread count) is not like with like
+# either: quiet means within these bounds.
+MAX_SHARE = 1.15
 
 
 @dataclass
@@ -25,11 +28,20 @@ class Side:
         self.trials.append((value, share))
 
     def best(self, quiet: bool) -> float:
-        values = [v for v, share in self.trials if share >= QUIET_SHARE or not quiet]
+        values = [v for v, share in self.trials if is_quiet(share) or not quiet]
         return max(values, default=0.0)
 
+    def best_share(self, quiet: bool) -> float:
+        """The CPU share of the best trial."""
+        trials = [(v, share) for v, share in self.trials if is_quiet(share) or not quiet]
+        return max(trials, default=(0.0, 0.0))[1]
+
     def quiet_trials(self) -> int:
-        return sum(1 for _, share in self.trials if share >= QUIET_SHARE)
+        return sum(1 for _, share in self.trials if is_quiet(share))
+
+
+def is_quiet(share: float) -> bool:
+    return QUIET_SHARE <= share <= MAX_SHARE
 
 
 @dataclass(frozen=True)
@@ -66,4 +78,55 @@ def judge(name: str, probe: Side, reference: Side, bound: float, broken: float) 
         basis,
         f"{text}: a loaded machine can push it there; re-run on a quieter machine "
         f"({probe.quiet_trials()} quiet probe trials, {reference.quiet_trials()} quiet reference trials)",
+    )
+
+
+@dataclass
+class Rounds:
+    """Per round: the ratio of the two sides' medians and whether the round was quiet (both sides'
+    back-to-back runs steady: robust CV under QUIET_CV)."""
+
+    ratios: list[float] = field(default_factory=list)
+    quiet: list[bool] = field(default_factory=list)
+
+    def add(self, ratio: float, quiet: bool) -> None:
+        self.ratios.append(ratio)
+        self.quiet.append(quiet)
+
+    def median(self, quiet_only: bool) -> float | None:
+        values = [r for r, q in zip(self.ratios, self.quiet, strict=True) if q or not quiet_only]
+        return sorted(values)[len(values) // 2] if values else None
+
+
+QUIET_CV = 0.05  # the doctor's noise bound
+QUIET_ROUNDS = 3
+
+
+def robust_cv(values: list[float]) -> float:
+    """MAD x 1.4826 over the median: the spread of the bulk of back-to-back runs, outliers aside."""
+    ordered = sorted(values)
+    median = ordered[len(ordered) // 2]
+    mad = sorted(abs(v - median) for v in values)[len(values) // 2]
+    return 1.4826 * mad / median if median else 0.0
+
+
+def judge_band(name: str, rounds: Rounds, low: float, high: float, broken: float) -> Verdict:
+    """The verdict on a ratio that must lie in [low, high]; beyond `broken` times off it is a defect."""
+    quiet = sum(rounds.quiet) >= QUIET_ROUNDS
+    ratio = rounds.median(quiet_only=quiet)
+    assert ratio is not None
+    basis = (
+        f"{sum(rounds.quiet)} quiet rounds"
+        if quiet
+        else "disturbed rounds only (the machine was never quiet)"
+    )
+    text = f"{name}: ratio {ratio:.3f} over {basis} (band {low}..{high}, broken beyond {broken}x)"
+    if low <= ratio <= high:
+        return Verdict("pass", ratio, basis, text)
+    if ratio > broken or ratio < 1.0 / broken:
+        return Verdict("fail", ratio, basis, f"{text}: the harness is broken")
+    if quiet:
+        return Verdict("fail", ratio, basis, f"{text}: out of band on a quiet machine")
+    return Verdict(
+        "skip", ratio, basis, f"{text}: a loaded machine can push it there; re-run on a quieter machine"
     )

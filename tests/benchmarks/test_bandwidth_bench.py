@@ -26,7 +26,7 @@ from edgebench.testing.verdict import Side, judge
 ROUNDS = 5
 EXTRA_ROUNDS = 5
 BOUND = 0.9
-BROKEN = 0.6  # the two-pass triad through a temporary reached 0.72: under this the probe is broken
+BROKEN = 0.45  # a shared machine halves a rate for seconds (two threads: the GIL holder preempted); further off is a defect
 TRIALS = 10
 THREADS = (1, 2)
 MIB = 2**20
