@@ -26,6 +26,7 @@ from typing import Any
 from . import onnxwrite as ox
 from .bench import measure as harness_measure
 from .bench import pin
+from .info import _read
 from .inputs import make_inputs
 from .main import TaskError
 from .runtimes import RUNTIME_MODULES, RuntimeMissing, import_runtime, open_session
@@ -168,14 +169,6 @@ def cpu_frequencies(sysfs_root: str = "/") -> list[dict[str, Any]]:
 def _cpu_number(folder: str) -> int:
     name = folder.rstrip("/").split("/")[-2]
     return int(name[3:]) if name[3:].isdigit() else -1
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as fh:
-            return fh.read().strip()
-    except OSError:
-        return None
 
 
 # ---- matmul and bandwidth probes against the plain calls ------------------------------------------------

@@ -54,16 +54,19 @@ class Verdict:
     reason: str
 
 
-def compare(probe: Side, reference: Side) -> tuple[float, bool]:
-    """probe / reference over quiet trials when both sides have some (True), else over all (False)."""
-    if probe.best(True) and reference.best(True):
+def compare(probe: Side, reference: Side, steady: bool = True) -> tuple[float, bool]:
+    """probe / reference over quiet trials when both sides have some (True), else over all (False).
+    `steady` False says the machine was disturbed in a way CPU shares cannot see (e.g. memory traffic)."""
+    if steady and probe.best(True) and reference.best(True):
         return probe.best(True) / reference.best(True), True
     return probe.best(False) / max(reference.best(False), 1e-12), False
 
 
-def judge(name: str, probe: Side, reference: Side, bound: float, broken: float) -> Verdict:
+def judge(
+    name: str, probe: Side, reference: Side, bound: float, broken: float, steady: bool = True
+) -> Verdict:
     """The verdict on probe / reference >= bound; under `broken` the probe is broken whatever the load."""
-    ratio, quiet = compare(probe, reference)
+    ratio, quiet = compare(probe, reference, steady)
     basis = "quiet trials" if quiet else "disturbed trials only (the machine was never quiet)"
     text = f"{name}: ratio {ratio:.3f} over {basis} (bound {bound}, broken under {broken})"
     if ratio >= bound:
@@ -100,6 +103,13 @@ class Rounds:
 
 QUIET_CV = 0.05  # the doctor's noise bound
 QUIET_ROUNDS = 3
+
+
+def steady(values: list[float], within: float = 0.10, rounds: int = 3) -> bool:
+    """A reference measured in rounds is steady when at least `rounds` of them lie within `within` of its
+    best: the machine gave it the same resources more than once."""
+    best = max(values, default=0.0)
+    return best > 0 and sum(1 for v in values if v >= best * (1 - within)) >= rounds
 
 
 def robust_cv(values: list[float]) -> float:

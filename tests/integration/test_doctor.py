@@ -48,6 +48,8 @@ def test_doctor_measures_the_harness_against_bare_loops_and_the_report_shows_it(
         reach = got[("probe_reach", backend, "matmul")]
         assert 0.3 < reach["value"] < 3.0 and reach["annotations"]["bare_gflops"] > 0
     assert got[("probe_reach", None, "bandwidth")]["annotations"]["bare_gbps"] > 0
+    cpus = [r for r in doc["records"] if r["metric"] == "cpu_freq_mhz"]  # none where sysfs has no cpufreq
+    assert all((r["value"] is None or r["value"] > 0) and "governor" in r["annotations"] for r in cpus)
     flags = got[("health_flags", None, None)]
     assert flags["value"] == len(doc["flags"]) == len(flags["annotations"]["flags"])
     assert all(r["device"] == name and r["probe"] == "doctor" for r in doc["records"])

@@ -70,3 +70,19 @@ def test_the_report_shows_the_latest_health_of_each_device() -> None:
     assert row[2] == "onnxruntime" and row[3] == "1.020" and row[-1] == "ok"
     [flagged] = latest_health(old, ["r1"])
     assert flagged.flags and "⚠" in flagged.rows[0][3]
+
+
+def test_cpu_frequencies_come_from_cpufreq_under_the_sysfs_root(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from edgebench.agent.doctor import cpu_frequencies
+
+    for cpu, cur in ((0, "1800000"), (1, "600000")):
+        folder = tmp_path / f"sys/devices/system/cpu/cpu{cpu}/cpufreq"
+        folder.mkdir(parents=True)
+        (folder / "scaling_governor").write_text("schedutil\n")
+        (folder / "scaling_cur_freq").write_text(cur + "\n")
+        (folder / "cpuinfo_max_freq").write_text("2400000\n")
+    got = cpu_frequencies(str(tmp_path))
+    assert [(c["cpu"], c["governor"], c["cur_mhz"], c["max_mhz"], c["min_mhz"]) for c in got] == [
+        (0, "schedutil", 1800.0, 2400.0, None),
+        (1, "schedutil", 600.0, 2400.0, None),
+    ]
