@@ -107,7 +107,7 @@ def test_distribution_from_repeated_invocations(adb_phone_factory, tmp_path: Pat
     stats = {r.params["stat"]: r for r in shot.records if r.metric == "latency_ms"}
     assert stats["p50"].params["aggregated_by"] == "edgebench"
     assert stats["p50"].params["sample"] == "single inference" and stats["p50"].params["n"] == 12
-    assert "p99" not in stats and "p90" in stats
+    assert "p99" not in stats and "p90" not in stats  # 12 invocations: p90 needs 36, p99 368
     args = (lab.root / "data/local/tmp/runner-args.txt").read_text().split("\n")
     assert args[1:6] == ["1", "1", "0", "4", "2"]  # loop, warmup, forward=CPU, threads, precision
     assert args[0].startswith("/data/local/tmp/edgebench/native/")
