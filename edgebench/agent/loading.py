@@ -10,7 +10,6 @@ Standard library only (numpy and the runtime imported lazily, through the sessio
 
 from __future__ import annotations
 
-import importlib
 import mmap
 import os
 import time
@@ -18,25 +17,21 @@ from typing import Any
 
 from .inputs import InputError, apply_values, make_inputs
 from .main import TaskError
-from .runtimes import ModelLoadError, RuntimeMissing, open_session
+from .runtimes import RUNTIME_MODULES, ModelLoadError, RuntimeMissing, import_runtime, open_session
 from .timing import current_rss_mb
 
-RUNTIME_MODULES = {"onnxruntime": "onnxruntime", "mnn": "MNN", "litert": "ai_edge_litert.interpreter"}
 EVICTED_BELOW = 0.05  # resident fraction under which the file counts as evicted
 COLD_ROUNDS = 5  # cold/warm load pairs
 
 
 def import_runtime_ms(runtime: str) -> float:
     """Import the runtime's module (its shared libraries load then); ms, 0 if it was already loaded."""
-    module = RUNTIME_MODULES.get(runtime)
-    if module is None:
+    if runtime not in RUNTIME_MODULES:
         raise TaskError("usage", f"unknown runtime {runtime!r}")
-    start = time.perf_counter_ns()
     try:
-        importlib.import_module(module)
-    except ImportError as exc:
-        raise TaskError("runtime", f"{runtime} is not installed on this device ({exc})") from None
-    return (time.perf_counter_ns() - start) / 1e6
+        return import_runtime(runtime)
+    except RuntimeMissing as exc:
+        raise TaskError("runtime", str(exc)) from None
 
 
 def open_timed(task: dict, path: str | None = None) -> tuple[Any, dict[str, Any]]:

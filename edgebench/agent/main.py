@@ -31,6 +31,7 @@ TASKS = {
     "soak": "soak",
     "contention": "contention",
     "decode": "decode",
+    "doctor": "doctor",
 }
 
 

@@ -10,8 +10,15 @@ stats.
 
 Operand conventions: C[M, N] = A[M, K] · B[K, N]; B is a constant (a weight) where the backend can treat it
 so (onnxruntime initializer, MNN const), as in a model layer. int8 uses uint8 activations x int8 weights:
-that is the operand pair x86 VNNI and ARM dot-product kernels take (uint8 x uint8 misses the VNNI path
-and is only measured when asked for, as op "MatMulInteger:u8u8").
+that is the operand pair x86 VNNI/AMX and ARM dot-product kernels take (uint8 x uint8 misses the VNNI path
+and is only measured when asked for, as op "MatMulInteger:u8u8"). A and C live in 64-byte aligned buffers
+(a cache line, an AVX-512 vector): numpy's 16-byte alignment cost onnxruntime's int8 kernels 11-16%.
+
+Reduced precision is reported as it ran: fp16 / bf16 through a path with no such arithmetic is "emulated"
+(onnxruntime: the Cast nodes it inserted; MNN: results that carry fp32 precision, which half-precision
+arithmetic cannot give), and a backend without any kernel for the dtype says so instead of a figure. MNN
+runs at the requested thread count through its own runtime manager (`load_module_from_file`'s thread_num
+alone is ignored: MNN's default of 4 threads ran "1 thread" on 2 CPUs).
 """
 
 from __future__ import annotations
@@ -30,7 +37,10 @@ from typing import Any
 from . import onnxwrite as ox
 from .main import TaskError
 
-DTYPES = ("fp32", "fp16", "int8")
+DTYPES = ("fp32", "fp16", "bf16", "int8")
+DEFAULT_DTYPES = ("fp32", "fp16", "int8")
+ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
+ALIGN = 64
 BACKENDS = ("numpy", "onnxruntime", "mnn")
 # onnxruntime int8 paths: integer GEMM, the quantized linear GEMM, and the dynamic-quantized MatMul
 # (fp32 activations quantized on the fly, int8 weights) that quantize_dynamic produces and ORT fuses.
@@ -134,6 +144,21 @@ def square_sweep(
 
 
 # ---- data and checks -----------------------------------------------------------------------------
+def aligned_empty(np: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    """An uninitialised array whose data starts on an ALIGN-byte boundary."""
+    dt = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dt.itemsize
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    offset = (-raw.ctypes.data) % ALIGN
+    return raw[offset : offset + nbytes].view(dt).reshape(shape)
+
+
+def aligned_copy(np: Any, array: Any) -> Any:
+    out = aligned_empty(np, array.shape, array.dtype)
+    out[...] = array
+    return out
+
+
 def sample_points(m: int, n: int, seed: int) -> list[tuple[int, int]]:
     import random
 
@@ -164,8 +189,9 @@ def dot_reference(
     return values, magnitudes
 
 
-def verify(kernel: Kernel, m: int, n: int, rel_tol: float, seed: int) -> tuple[bool, str, float]:
-    """Compare sampled entries of the kernel's output with float64 references; also return a checksum."""
+def verify(kernel: Kernel, m: int, n: int, rel_tol: float, seed: int) -> tuple[bool, str, float, float]:
+    """Compare sampled entries of the kernel's output with float64 references: (ok, detail, checksum, worst
+    relative error)."""
     import numpy as np
 
     out = kernel.result()
@@ -182,10 +208,14 @@ def verify(kernel: Kernel, m: int, n: int, rel_tol: float, seed: int) -> tuple[b
         ok,
         f"max relative error {worst:.2e} over {len(points)} sampled entries (tolerance {rel_tol:g})",
         checksum,
+        worst,
     )
 
 
-TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2, "int8": 1e-9}
+TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 3e-2, "int8": 1e-9}
+# fp32 arithmetic over these operands stays under this relative error; fp16 (11-bit significand) and bf16
+# (8-bit) rounding of the operands alone puts them far above it.
+FP32_PRECISION = 1e-5
 
 
 def tolerance(dtype: str, op: str) -> float:
@@ -202,14 +232,14 @@ def make_operands(dtype: str, m: int, n: int, k: int, seed: int) -> tuple[Any, A
     rng = np.random.default_rng(seed)
     if dtype == "int8":
         return (
-            rng.integers(0, 256, size=(m, k), dtype=np.uint8),
-            rng.integers(-128, 128, size=(k, n), dtype=np.int8),
+            aligned_copy(np, rng.integers(0, 256, size=(m, k), dtype=np.uint8)),
+            aligned_copy(np, rng.integers(-128, 128, size=(k, n), dtype=np.int8)),
         )
     a = rng.uniform(-1.0, 1.0, size=(m, k)).astype(np.float32)
     b = rng.uniform(-1.0, 1.0, size=(k, n)).astype(np.float32)
     if dtype == "fp16":
-        return a.astype(np.float16), b.astype(np.float16)
-    return a, b
+        return aligned_copy(np, a.astype(np.float16)), aligned_copy(np, b.astype(np.float16))
+    return aligned_copy(np, a), aligned_copy(np, b)
 
 
 def available_bytes() -> int | None:
@@ -343,7 +373,7 @@ class NumpyBackend:
     def build(self, op: str, dtype: str, m: int, n: int, k: int, threads: int, seed: int) -> Kernel:
         np = self.np
         a, b = make_operands(dtype, m, n, k, seed)
-        out = np.empty((m, n), dtype=np.float32)
+        out = aligned_empty(np, (m, n), np.float32)
         return Kernel(
             op,
             lambda: np.matmul(a, b, out=out),
@@ -387,12 +417,30 @@ class OrtBackend:
         self._emulation: dict[tuple[str, str], str | None] = {}
 
     def ops(self, dtype: str) -> tuple[str, ...]:
+        if dtype == "bf16":
+            raise Unsupported(self._bf16_missing())
         available = ("MatMul",) if dtype in ("fp32", "fp16") else ORT_INT8_OPS + ORT_OPTIONAL_OPS
         default = ("MatMul",) if dtype in ("fp32", "fp16") else ORT_INT8_OPS
         chosen = tuple(o for o in available if o in self.wanted) if self.wanted else default
         if not chosen:
             raise Unsupported(f"none of the requested ops {self.wanted} applies to {dtype}")
         return chosen
+
+    def _bf16_missing(self) -> str:
+        """Why onnxruntime has no bf16 GEMM here: the provider's own refusal of a bf16 MatMul graph."""
+        b = ox.Tensor("B", ox.BFLOAT16, (2, 2), bytes(8))
+        model = ox.model_bytes(
+            [ox.Node("MatMul", ["A", "B"], ["C"])],
+            [ox.value_info("A", ox.BFLOAT16, [2, 2])],
+            [ox.value_info("C", ox.BFLOAT16, [2, 2])],
+            [b],
+            {"": 17},
+        )
+        try:
+            self._session(model, 1)
+        except Unsupported as exc:
+            return f"no bf16 kernel: {exc}"
+        return "bf16 inputs cannot be fed from this agent (numpy has no bf16 dtype)"
 
     @contextlib.contextmanager
     def threads(self, threads: int) -> Iterator[None]:
@@ -471,9 +519,10 @@ class OrtBackend:
         a, b = make_operands(dtype, m, n, k, seed)
         if op == "DynamicQuantizeMatMul":
             a = np.random.default_rng(seed).uniform(-1.0, 1.0, size=(m, k)).astype(np.float32)
+        a = aligned_copy(np, a)
         model, operands, (c_dtype, b_used) = self.graph(op, dtype, m, n, k, b)
         session = self._session(model, threads)
-        out = np.empty((m, n), dtype=c_dtype)
+        out = aligned_empty(np, (m, n), c_dtype)
         binding = session.io_binding()
         binding.bind_cpu_input("A", a)
         binding.bind_output("C", "cpu", 0, out.dtype, list(out.shape), out.ctypes.data)
@@ -532,17 +581,11 @@ class OrtBackend:
 
 
 # ---- MNN -----------------------------------------------------------------------------------------
-def arm_fp16_arithmetic() -> bool:
-    """ARMv8.2 half-precision arithmetic (asimdhp): the only CPUs where MNN's low precision computes fp16."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            return any(line.lower().startswith("features") and "asimdhp" in line.split() for line in fh)
-    except OSError:
-        return False
+MNN_PRECISION = {"fp32": "normal", "fp16": "low", "bf16": "Low_BF16"}  # pymnn's config spellings
 
 
 class MnnBackend:
-    """MNN.expr.matmul saved as a module and loaded with its own thread count and precision."""
+    """MNN.expr.matmul saved as a module and loaded on a runtime manager with the requested thread count."""
 
     name = "mnn"
 
@@ -559,6 +602,7 @@ class MnnBackend:
         self.version = _dist_version("mnn")
         self.detail = None
         self.folder = tempfile.mkdtemp(prefix="edgebench-mnn-")
+        self._runtimes: dict[tuple[int, str], Any] = {}
 
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -570,7 +614,15 @@ class MnnBackend:
 
     @contextlib.contextmanager
     def threads(self, threads: int) -> Iterator[None]:
-        yield  # set per module
+        yield  # set per runtime manager
+
+    def runtime(self, threads: int, dtype: str) -> Any:
+        """One runtime manager per thread count and precision (it owns the thread pool)."""
+        key = (threads, dtype)
+        if key not in self._runtimes:
+            config = {"backend": "CPU", "numThread": threads, "precision": MNN_PRECISION[dtype]}
+            self._runtimes[key] = self.nn.create_runtime_manager((config,))
+        return self._runtimes[key]
 
     def build(self, op: str, dtype: str, m: int, n: int, k: int, threads: int, seed: int) -> Kernel:
         F, np = self.F, self.np
@@ -581,9 +633,8 @@ class MnnBackend:
         y.name = "C"
         path = os.path.join(self.folder, f"mm_{m}_{n}_{k}.mnn")
         F.save([y], path)
-        precision = F.PrecisionMode.Low if dtype == "fp16" else F.PrecisionMode.Normal
         module = self.nn.load_module_from_file(
-            path, ["A"], ["C"], thread_num=threads, precision_mode=precision
+            path, ["A"], ["C"], runtime_manager=self.runtime(threads, dtype)
         )
         os.remove(path)
         feed = F.const(a, [m, k], F.NCHW, F.float)
@@ -595,20 +646,22 @@ class MnnBackend:
         def result() -> Any:
             return np.array(holder["c"], copy=True)  # MNN reuses the buffer: copy before the next run
 
-        emulated = None
-        if dtype == "fp16" and not arm_fp16_arithmetic():
-            emulated = (
-                "emulated: MNN precision=low computes fp32 on a CPU without half-precision arithmetic "
-                "(no asimdhp)"
-            )
         return Kernel(
             op,
             step,
             result,
             lambda pts: dot_reference(a, b, pts),
-            operands="f32f32" if dtype == "fp32" else "f32(low precision)",
-            emulated=emulated,
+            operands="f32f32" if dtype == "fp32" else f"f32({MNN_PRECISION[dtype]} precision)",
         )
+
+    def precision_evidence(self, dtype: str, worst: float) -> str | None:
+        """fp16/bf16 results as precise as fp32 were computed in fp32: the reduced precision is emulated."""
+        if dtype in ("fp16", "bf16") and worst < FP32_PRECISION:
+            return (
+                f"emulated: MNN precision={MNN_PRECISION[dtype]} gave fp32-precise results (max relative "
+                f"error {worst:.1e}): this CPU backend computed in fp32"
+            )
+        return None
 
 
 def _dist_version(name: str) -> str | None:
@@ -650,14 +703,17 @@ class Run:
         kernel = self.backend.build(op, dtype, m, n, k, threads, self.seed)
         try:
             kernel.step()
-            ok, detail, _ = verify(kernel, m, n, tolerance(dtype, op), self.seed)
+            ok, detail, _, worst = verify(kernel, m, n, tolerance(dtype, op), self.seed)
             if not ok:
                 raise TaskError(
                     "measurement",
                     f"{self.backend.name} {op} {dtype} {m}x{n}x{k} gave wrong results: {detail}",
                 )
+            evidence = getattr(self.backend, "precision_evidence", None)
+            if evidence and not kernel.emulated:
+                kernel.emulated = evidence(dtype, worst)
             trials, cpu, calls, warm = measure(kernel.step, self.policy)
-            _, _, checksum = verify(kernel, m, n, tolerance(dtype, op), self.seed)
+            _, _, checksum, _ = verify(kernel, m, n, tolerance(dtype, op), self.seed)
         finally:
             kernel.close()
         self.results.append(
@@ -683,7 +739,7 @@ class Run:
         return 2.0 * m * n * k / best_s, best_s
 
     def sweep(self, op: str, dtype: str, threads: int, sizes: list[int] | None) -> None:
-        itemsize = 2 if dtype == "fp16" else 1 if dtype == "int8" else 4
+        itemsize = ITEMSIZE[dtype]
         if sizes:
             for size in sizes:
                 if self.time_left() <= 0:
@@ -706,7 +762,7 @@ class Run:
             self.cut_short.append(f"{op} {dtype} threads={threads}: {why}")
 
     def skinny(self, op: str, dtype: str, threads: int, shapes: list[tuple[int, int, int]]) -> None:
-        itemsize = 2 if dtype == "fp16" else 1 if dtype == "int8" else 4
+        itemsize = ITEMSIZE[dtype]
         for m, n, k in shapes:
             if self.time_left() <= 0:
                 self.cut_short.append(
@@ -739,16 +795,17 @@ def run(task: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     from .bench import pin
 
     warnings: list[str] = []
-    affinity = pin(task.get("affinity"))
     policy = policy_from(task)
     if policy.trials < 1:
         raise TaskError("usage", "trials must be at least 1")
     name = task.get("backend", "numpy")
     try:
+        # the runtime is imported (opening the backend) before the pin: see bench.import_then_pin
         backend = open_backend(name, task.get("ops"), warnings)
     except Unsupported as exc:
         return {"backend": name, "available": False, "reason": str(exc), "results": [], "skipped": []}, []
-    dtypes = task.get("dtypes") or list(DTYPES)
+    affinity = pin(task.get("affinity"))
+    dtypes = task.get("dtypes") or list(DEFAULT_DTYPES)
     threads_list = [int(t) for t in task.get("threads") or [len(affinity or []) or os.cpu_count() or 1]]
     given = task.get("skinny")
     skinny = [tuple(int(d) for d in s) for s in (DEFAULT_SKINNY if given is None else given)]

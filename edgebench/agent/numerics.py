@@ -21,10 +21,12 @@ import shutil
 import time
 from typing import Any
 
-from .bench import pin
+from .bench import import_then_pin
 from .inputs import InputError, describe, make_inputs
 from .main import TaskError
 from .runtimes import ModelLoadError, RuntimeMissing, open_session
+from .selfcheck import check_outputs, pristine_copy
+from .timing import refresher
 
 SNR_CAP_DB = 200.0  # identical arrays have infinite SNR; reported as this finite ceiling
 
@@ -136,18 +138,6 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-def _timed(step: Any, warmup: int, runs: int) -> list[float]:
-    for _ in range(warmup):
-        step()
-    samples = []
-    clock = time.perf_counter_ns
-    for _ in range(runs):
-        t0 = clock()
-        step()
-        samples.append((clock() - t0) / 1e6)
-    return samples
-
-
 # ---- task `outputs` -----------------------------------------------------------------------------------
 def run_outputs(task: dict) -> tuple[dict, list[str]]:
     warnings: list[str] = []
@@ -172,11 +162,12 @@ def run_outputs(task: dict) -> tuple[dict, list[str]]:
 def run_profile(task: dict) -> tuple[dict, list[str]]:
     """Plain and instrumented runs, alternated so that both meet the same load on a busy device."""
     warnings: list[str] = []
-    affinity = pin(task.get("affinity"))
+    affinity, _ = import_then_pin(task)
     runtime = task.get("runtime", "onnxruntime")
     warmup, runs = int(task.get("warmup", 3)), max(1, int(task.get("runs", 20)))
     session = _open(task)
     feeds = _inputs(task, session, warnings)
+    pristine = pristine_copy(feeds)
     result: dict[str, Any] = {
         "runtime": session.runtime,
         "runtime_version": session.version,
@@ -186,43 +177,53 @@ def run_profile(task: dict) -> tuple[dict, list[str]]:
         "runs": runs,
         "inputs": describe(feeds),
     }
+    plain = session.prepare(feeds)
     try:
         if runtime == "mnn":
-            latencies, result["mnn"] = _mnn_callback_profile(session, feeds, warmup, runs)
+            latencies, result["mnn"] = _mnn_callback_profile(session, plain, warmup, runs)
         else:
-            latencies, result["ort"] = _ort_profile(task, session, feeds, warmup, runs)
+            latencies, result["ort"] = _ort_profile(task, plain, feeds, warmup, runs)
     except TaskError:
         raise
     except Exception as exc:  # noqa: BLE001 - the runtime's own errors carry the reason
         raise TaskError("model", f"inference failed while profiling: {_first_line(exc)}") from None
     result["latencies_ms"] = latencies
+    result["self_check"] = check_outputs(session.runtime, session, plain, feeds, pristine)
     return result, warnings
 
 
 def _alternate(plain: Any, instrumented: Any, warmup: int, runs: int) -> list[float]:
-    """Warm both up, then alternate one plain (timed) and one instrumented run; returns the plain times."""
+    """Warm both up, then alternate one plain (timed) and one instrumented run; returns the plain times.
+
+    Each run is preceded by its step's refresh (outside the timer): the inputs are the inputs every time.
+    """
+    refresh_plain, refresh_instrumented = refresher(plain), refresher(instrumented)
     for _ in range(warmup):
+        refresh_plain()
         plain()
+        refresh_instrumented()
         instrumented()
     clock = time.perf_counter_ns
     samples = []
     for _ in range(runs):
+        refresh_instrumented()
+        instrumented()
+        refresh_plain()
         t0 = clock()
         plain()
         samples.append((clock() - t0) / 1e6)
-        instrumented()
     return samples
 
 
 def _ort_profile(
-    task: dict, session: Any, feeds: dict[str, Any], warmup: int, runs: int
+    task: dict, plain: Any, feeds: dict[str, Any], warmup: int, runs: int
 ) -> tuple[list[float], dict[str, Any]]:
     """Plain runs and profiled runs (a second session); returns plain latencies and the gzipped traces."""
     folder = task["profile_dir"]
     os.makedirs(folder, exist_ok=True)
     token = task.get("token", str(os.getpid()))
     profiled = _open(task, profile_prefix=os.path.join(folder, f"ort-{token}"))
-    latencies = _alternate(session.prepare(feeds), profiled.prepare(feeds), warmup, runs)
+    latencies = _alternate(plain, profiled.prepare(feeds), warmup, runs)
     out: dict[str, Any] = {"trace": _gzip(profiled.end_profiling(), folder), "warmup": warmup, "runs": runs}
     calibration = task.get("calibration_model")
     if calibration:
@@ -256,7 +257,7 @@ def _gzip(path: str, folder: str) -> str:
 
 
 def _mnn_callback_profile(
-    session: Any, feeds: dict[str, Any], warmup: int, runs: int
+    session: Any, plain: Any, warmup: int, runs: int
 ) -> tuple[list[float], dict[str, Any]]:
     """Per-op wall times from MNN's begin/end callbacks, per run, with plain runs alternated.
 
@@ -265,7 +266,6 @@ def _mnn_callback_profile(
     """
     import numpy as np
 
-    plain = session.prepare(feeds)
     interp, sess = session.interpreter, session.session
     clock = time.perf_counter_ns
     stamps: list[int] = []
@@ -283,6 +283,7 @@ def _mnn_callback_profile(
     counts: list[int] = []
 
     def instrumented() -> None:
+        plain.refresh()  # the same session, so the same input tensors to put back
         before = len(keys)
         interp.runSessionWithCallBackInfo(sess, begin, end)
         counts.append(len(keys) - before)

@@ -224,11 +224,29 @@ class BandwidthTask(Task):
     block_bytes: int | None = None
 
 
+@dataclass(frozen=True)
+class DoctorTask(Task):
+    """The harness against bare loops on the device (agent/doctor.py)."""
+
+    KIND = "doctor"
+    models: dict[str, str] = field(default_factory=dict)  # runtime -> model path on the device
+    shapes: dict[str, list[int]] = field(default_factory=dict)
+    threads: int = 1
+    affinity: list[int] | None = None
+    rounds: int = 5
+    runs: int = 50
+    warmup_seconds: float = 0.2
+    matmul_n: int = 512
+    bandwidth_bytes: int = 64 * 2**20
+    sensors: dict[str, Any] = field(default_factory=dict)
+
+
 TASKS: dict[str, type[Task]] = {
     t.KIND: t
     for t in (
         InfoTask, BenchTask, OutputsTask, ProfileTask, SensitivityTask, ThermalTask, PowerTask, IdleTask,
         SampleTask, MatmulTask, BandwidthTask, StreamTask, SoakTask, ContentionTask, DecodeTask,
+        DoctorTask,
     )
 }  # fmt: skip
 
@@ -294,13 +312,18 @@ class BenchResult(TypedDict, total=False):
     runtime: str
     runtime_version: str
     threads: int
+    effective_threads: int | None  # what the runtime started (threads 0: its default)
     affinity: list[int] | None
-    load_ms: float
+    import_ms: float  # importing the runtime's module
+    load_ms: float  # creating the session only
     first_inference_ms: float
     warmup: int
     warmup_seconds: float
     latencies_ms: list[float]
-    peak_rss_mb: float
-    rss_before_load_mb: float | None
+    self_check: str  # the last timed run's outputs against a fresh inference (selfcheck.py)
+    peak_rss_mb: float  # MB = 1e6 bytes
+    rss_start_mb: float | None
+    rss_before_load_mb: float | None  # after the runtime import, before the session
+    rss_increase_mb: float | None  # peak over rss_before_load_mb
     inputs: dict[str, Any]
     execution: dict[str, Any] | None  # where the runtime placed the graph (LiteRT: XNNPACK partitions)

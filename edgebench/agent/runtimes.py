@@ -1,11 +1,23 @@
-"""One session interface over onnxruntime, MNN and LiteRT: declared inputs, a prepared step, outputs."""
+"""One session interface over onnxruntime, MNN and LiteRT: declared inputs, a prepared step, outputs.
+
+`session.prepare(feeds)` returns a `Step`: `step()` runs one inference (the part timers time),
+`step.refresh()` puts the given inputs back into the runtime's input buffers (called before every run,
+outside the timed region), `step.outputs()` copies what the last run computed. MNN's session owns its input
+tensors and reuses their memory for activations (`Session_Input_Inside`, its default), so an input copied in
+once is gone after the first run: every later inference would compute on leftover activations.
+"""
 
 from __future__ import annotations
 
+import importlib
 import os
-from collections.abc import Callable
+import sys
+import time
 from dataclasses import dataclass
 from typing import Any
+
+# The Python module each runtime is imported as (importing it loads its shared libraries).
+RUNTIME_MODULES = {"onnxruntime": "onnxruntime", "mnn": "MNN", "litert": "ai_edge_litert.interpreter"}
 
 
 class ModelLoadError(Exception):
@@ -14,6 +26,53 @@ class ModelLoadError(Exception):
 
 class RuntimeMissing(Exception):
     """The runtime is not installed on this device."""
+
+
+def import_runtime(runtime: str) -> float:
+    """Import the runtime's module and return how long that took in ms (0 when it was already imported)."""
+    module = RUNTIME_MODULES.get(runtime)
+    if module is None:
+        return 0.0
+    start = time.perf_counter_ns()
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise RuntimeMissing(f"{runtime} is not installed for {sys.executable}") from exc
+    return (time.perf_counter_ns() - start) / 1e6
+
+
+def thread_count() -> int | None:
+    """Threads of this process now (Linux /proc), to see how many a runtime started."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
+
+
+def effective_threads(asked: int, before: int | None, after: int | None) -> int | None:
+    """The intra-op threads a session runs with: the threads it started plus the caller's own.
+
+    Only needed when `asked` is 0 (the runtime's default); None when the platform cannot tell.
+    """
+    if asked > 0:
+        return asked
+    if before is None or after is None:
+        return None
+    return max(1, after - before + 1)
+
+
+class Step:
+    """One prepared inference on fixed inputs; see the module docstring for the contract."""
+
+    def __call__(self) -> Any:
+        raise NotImplementedError
+
+    def refresh(self) -> None:
+        """Make the runtime's input buffers hold the given inputs again (no-op where they cannot change)."""
+
+    def outputs(self) -> dict[str, Any]:
+        """Copies of the outputs of the last run, by output name."""
+        raise NotImplementedError
 
 
 @dataclass
@@ -53,7 +112,7 @@ class OrtSession:
         try:
             import onnxruntime as ort
         except ImportError as exc:
-            raise RuntimeMissing(f"onnxruntime is not installed for {os.sys.executable}") from exc
+            raise RuntimeMissing(f"onnxruntime is not installed for {sys.executable}") from exc
         self.version = ort.__version__
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
@@ -68,19 +127,20 @@ class OrtSession:
         if profile_prefix:
             opts.enable_profiling = True
             opts.profile_file_prefix = profile_prefix
+        before = thread_count()
         try:
             self.session = ort.InferenceSession(path, opts, providers=providers or ["CPUExecutionProvider"])
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
             raise ModelLoadError(_first_line(exc)) from None
+        self.effective_threads = effective_threads(threads, before, thread_count())
         self.inputs = [
             InputInfo(i.name, list(i.shape), ORT_TYPES.get(i.type, "float32"))
             for i in self.session.get_inputs()
         ]
         self.output_names = [o.name for o in self.session.get_outputs()]
 
-    def prepare(self, feeds: dict[str, Any]) -> Callable[[], Any]:
-        session, names = self.session, self.output_names
-        return lambda: session.run(names, feeds)
+    def prepare(self, feeds: dict[str, Any]) -> OrtStep:
+        return OrtStep(self.session, self.output_names, feeds)
 
     def outputs(self, feeds: dict[str, Any]) -> dict[str, Any]:
         return dict(zip(self.output_names, self.session.run(self.output_names, feeds), strict=True))
@@ -103,6 +163,7 @@ class MnnSession:
         self.version = _dist_version("mnn")
         if not os.path.isfile(path) or os.path.getsize(path) == 0:
             raise ModelLoadError(f"cannot read MNN model {path}")
+        before = thread_count()
         try:
             self.interpreter = MNN.Interpreter(path)
             config = {"backend": "CPU", "precision": precision}
@@ -111,6 +172,8 @@ class MnnSession:
             self.session = self.interpreter.createSession(config)
         except Exception as exc:  # noqa: BLE001
             raise ModelLoadError(f"MNN could not load the model: {_first_line(exc)}") from None
+        # MNN's default (numThread unset) is 4 threads whatever the CPU count: count what it started.
+        self.effective_threads = effective_threads(threads, before, thread_count())
         if self.session is None:
             raise ModelLoadError("MNN could not create a session for the model")
         tensors = self.interpreter.getSessionInputAll(self.session)
@@ -140,8 +203,8 @@ class MnnSession:
             "float64": m.Halide_Type_Double,
         }[dtype]
 
-    def _load_inputs(self, feeds: dict[str, Any]) -> None:
-        m, interp, sess = self.mnn, self.interpreter, self.session
+    def _resize(self, feeds: dict[str, Any]) -> None:
+        interp, sess = self.interpreter, self.session
         resized = False
         for name, array in feeds.items():
             tensor = interp.getSessionInput(sess, name)
@@ -150,16 +213,21 @@ class MnnSession:
                 resized = True
         if resized:
             interp.resizeSession(sess)
-        for name, array in feeds.items():
-            tensor = interp.getSessionInput(sess, name)
-            dtype = str(array.dtype)
-            host = m.Tensor(tuple(array.shape), self._halide(dtype), array, m.Tensor_DimensionType_Caffe)
-            tensor.copyFrom(host)
 
-    def prepare(self, feeds: dict[str, Any]) -> Callable[[], Any]:
-        self._load_inputs(feeds)
-        interp, sess = self.interpreter, self.session
-        return lambda: interp.runSession(sess)
+    def prepare(self, feeds: dict[str, Any]) -> MnnStep:
+        """Resize to the inputs' shapes once; the step copies the inputs in before every run."""
+        self._resize(feeds)
+        m, interp, sess = self.mnn, self.interpreter, self.session
+        pairs = []
+        for name, array in feeds.items():
+            # The host tensor is made once and kept (with its array) for every refresh.
+            host = m.Tensor(
+                tuple(array.shape), self._halide(str(array.dtype)), array, m.Tensor_DimensionType_Caffe
+            )
+            pairs.append((interp.getSessionInput(sess, name), host, array))
+        step = MnnStep(self, pairs)
+        step.refresh()
+        return step
 
     def read_outputs(self) -> dict[str, Any]:
         import numpy as np
@@ -177,16 +245,73 @@ class MnnSession:
         return result
 
     def outputs(self, feeds: dict[str, Any]) -> dict[str, Any]:
-        self.prepare(feeds)()
-        return self.read_outputs()
+        step = self.prepare(feeds)
+        step()
+        return step.outputs()
+
+
+class OrtStep(Step):
+    """`InferenceSession.run` on fixed feeds; onnxruntime never writes into its inputs."""
+
+    def __init__(self, session: Any, names: list[str], feeds: dict[str, Any]) -> None:
+        self.session, self.names, self.feeds = session, names, feeds
+        self.last: list[Any] = []
+
+    def __call__(self) -> Any:
+        self.last = self.session.run(self.names, self.feeds)
+        return self.last
+
+    def outputs(self) -> dict[str, Any]:
+        import numpy as np
+
+        return {n: np.array(v, copy=True) for n, v in zip(self.names, self.last, strict=True)}
+
+
+class MnnStep(Step):
+    """`runSession`; `refresh` copies every input into the session's input tensor again."""
+
+    def __init__(self, owner: MnnSession, pairs: list[tuple[Any, Any, Any]]) -> None:
+        self.owner = owner
+        self.pairs = pairs
+        self.run = owner.interpreter.runSession
+        self.session = owner.session
+
+    def __call__(self) -> Any:
+        return self.run(self.session)
+
+    def refresh(self) -> None:
+        for tensor, host, _ in self.pairs:
+            tensor.copyFrom(host)
+
+    def outputs(self) -> dict[str, Any]:
+        return self.owner.read_outputs()
+
+
+class LiteRtStep(Step):
+    """`invoke`; `refresh` copies every input into the interpreter's input tensor again (`set_tensor`)."""
+
+    def __init__(self, owner: LiteRtSession, pairs: list[tuple[int, Any]]) -> None:
+        self.owner, self.pairs = owner, pairs
+        self.invoke = owner.interpreter.invoke
+
+    def __call__(self) -> Any:
+        return self.invoke()
+
+    def refresh(self) -> None:
+        for index, array in self.pairs:
+            self.owner.interpreter.set_tensor(index, array)
+
+    def outputs(self) -> dict[str, Any]:
+        return self.owner.read_outputs()
 
 
 class LiteRtSession:
     """LiteRT (TFLite) interpreter from the `ai-edge-litert` wheel, XNNPACK applied as LiteRT applies it.
 
     The interpreter's default op resolver applies the XNNPACK delegate to the nodes it supports; which ran
-    where is read back from the graph (`execution`). Each step copies the inputs in (`set_tensor`) and
-    invokes, so every timed run computes on the inputs given. The Python API has no op profiler.
+    where is read back from the graph (`execution`). The step's refresh copies the inputs in (`set_tensor`)
+    before every run and the timed call invokes, so every timed run computes on the inputs given. The Python
+    API has no op profiler.
     """
 
     runtime = "litert"
@@ -237,16 +362,10 @@ class LiteRtSession:
         if resized:
             interp.allocate_tensors()
 
-    def prepare(self, feeds: dict[str, Any]) -> Callable[[], Any]:
+    def prepare(self, feeds: dict[str, Any]) -> Step:
         self._resize_for(feeds)
-        interp = self.interpreter
-        pairs = [(self._index[name], array) for name, array in feeds.items()]
-
-        def step() -> None:
-            for index, array in pairs:
-                interp.set_tensor(index, array)  # a copy into the input tensor, every run
-            interp.invoke()
-
+        step = LiteRtStep(self, [(self._index[name], array) for name, array in feeds.items()])
+        step.refresh()
         return step
 
     def read_outputs(self) -> dict[str, Any]:
@@ -254,8 +373,9 @@ class LiteRtSession:
         return {name: self.interpreter.get_tensor(index) for name, index in self._outputs}
 
     def outputs(self, feeds: dict[str, Any]) -> dict[str, Any]:
-        self.prepare(feeds)()
-        return self.read_outputs()
+        step = self.prepare(feeds)
+        step()
+        return step.outputs()
 
 
 def _litert_shape(detail: dict[str, Any]) -> list:

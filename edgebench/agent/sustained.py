@@ -13,11 +13,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .bench import load, pin
+from .bench import first_inference, import_then_pin, load
 from .main import TaskError
+from .selfcheck import check_outputs, pristine_copy
 from .sensors import CHARGING_STATUSES, DEFAULT_PERIOD_S, Sampler, SensorSet, battery_status, discover
 from .soak import RssSampler
-from .timing import TimingPolicy, time_once, warm_up
+from .timing import TimingPolicy, refresher, warm_up
 
 
 # ---- load ----------------------------------------------------------------------------------------
@@ -31,6 +32,7 @@ def run_load(step: Callable[[], object], duration_s: float, rate_hz: float, orig
     latencies: list[float] = []
     missed = 0
     period = 1.0 / rate_hz if rate_hz > 0 else 0.0
+    refresh = refresher(step)
     begin = time.monotonic()
     end = begin + duration_s
     index = 0
@@ -44,6 +46,7 @@ def run_load(step: Callable[[], object], duration_s: float, rate_hz: float, orig
                 time.sleep(target - now)
             elif now - target > period:
                 missed += 1
+        refresh()
         t0 = time.monotonic()
         c0 = time.perf_counter_ns()
         step()
@@ -62,29 +65,36 @@ def run_load(step: Callable[[], object], duration_s: float, rate_hz: float, orig
     }
 
 
-def prepare_model(task: dict, warnings: list[str]) -> tuple[Callable[[], object], dict[str, Any]]:
-    """Load the model, run it once, warm it up; returns the step and what loading cost."""
-    session, feeds, load_ms, _ = load(task, warnings)
+def prepare_model(
+    task: dict, warnings: list[str], imported: dict[str, Any] | None = None
+) -> tuple[Callable[[], object], dict[str, Any], Callable[[], str]]:
+    """Load the model, run it once, warm it up; returns the step, what loading cost, and the output
+    self-check to call once the sustained runs are over."""
+    session, feeds, cost = load(task, warnings, imported)
+    pristine = pristine_copy(feeds)
     step = session.prepare(feeds)
-    try:
-        first_ms = time_once(step)
-    except Exception as exc:  # noqa: BLE001 - the runtime's own errors carry the reason
-        raise TaskError("model", f"inference failed: {str(exc).strip().splitlines()[0]}") from None
+    first_ms = first_inference(step)
     policy = TimingPolicy(
         warmup=int(task.get("warmup", 1)),
         warmup_seconds=float(task.get("warmup_seconds", 0.5)),
         max_seconds=max(1.0, float(task.get("warmup_seconds", 0.5)) * 4),
     )
     calls, seconds = warm_up(step, policy)
-    return step, {
-        "runtime": session.runtime,
-        "runtime_version": session.version,
-        "load_ms": load_ms,
-        "first_inference_ms": first_ms,
-        "warmup": calls,
-        "warmup_seconds": seconds,
-        "threads": int(task.get("threads", 0)),
-    }
+    return (
+        step,
+        {
+            "runtime": session.runtime,
+            "runtime_version": session.version,
+            "import_ms": cost.get("import_ms"),
+            "load_ms": cost["load_ms"],
+            "first_inference_ms": first_ms,
+            "warmup": calls,
+            "warmup_seconds": seconds,
+            "threads": int(task.get("threads", 0)),
+            "effective_threads": getattr(session, "effective_threads", None),
+        },
+        lambda: check_outputs(session.runtime, session, step, feeds, pristine),
+    )
 
 
 def sensor_config(task: dict) -> dict[str, Any]:
@@ -103,10 +113,10 @@ def _clock(task_start: float, origin: float) -> dict[str, float]:
 def run_thermal(task: dict) -> tuple[dict, list[str]]:
     task_start = time.monotonic()
     warnings: list[str] = []
-    affinity = pin(task.get("affinity"))
+    affinity, imported = import_then_pin(task)
     sensors = discover(sensor_config(task))
     warnings += sensors.warnings
-    step, model = prepare_model(task, warnings)
+    step, model, self_check = prepare_model(task, warnings, imported)
     origin = time.monotonic()
     sampler = Sampler(sensors, _period(task), origin, dumpsys=bool(task.get("dumpsys", True))).start()
     rss = RssSampler(max(1.0, _period(task)), origin).start()
@@ -115,6 +125,7 @@ def run_thermal(task: dict) -> tuple[dict, list[str]]:
     finally:
         sensor_log = sampler.stop()
         rss_log = rss.stop()
+    model["self_check"] = self_check()
     return {
         "rss": rss_log,
         **model,
@@ -183,7 +194,7 @@ def refuse_if_charging(sensors: SensorSet, source: dict[str, Any]) -> None:
 def run_power(task: dict) -> tuple[dict, list[str]]:
     task_start = time.monotonic()
     warnings: list[str] = []
-    affinity = pin(task.get("affinity"))
+    affinity, imported = import_then_pin(task)
     sensors = discover(sensor_config(task))
     warnings += sensors.warnings
     source = power_source(sensors, task)
@@ -204,13 +215,14 @@ def run_power(task: dict) -> tuple[dict, list[str]]:
     try:
         phases["idle_before"] = idle_phase(idle_before, origin)
         load_start = time.monotonic() - origin
-        step, model = prepare_model(task, warnings)
+        step, model, self_check = prepare_model(task, warnings, imported)
         phases["load"] = [load_start, time.monotonic() - origin]
         load_log = run_load(step, float(task["duration_s"]), float(task.get("rate_hz") or 0), origin)
         phases["active"] = [load_log["begin"], load_log["end"]]
         phases["idle_after"] = idle_phase(idle_after, origin)
     finally:
         sensor_log = sampler.stop()
+    model["self_check"] = self_check()  # after the idle phase: its inference must not show in idle power
     return {
         **model,
         "affinity": affinity,

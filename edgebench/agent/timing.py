@@ -1,6 +1,8 @@
 """Measurement policy on the device: warm-up by count and time, then samples until runs AND seconds.
 
-Knows nothing of models or devices: it times a zero-argument step with the device's monotonic clock.
+Knows nothing of models or devices: it times a zero-argument step with the device's monotonic clock. A step
+may have a `refresh()` (runtimes.Step): it is called before every run, outside the timed region, so a
+runtime that reuses its input buffers computes on the given inputs every time.
 """
 
 from __future__ import annotations
@@ -22,8 +24,18 @@ class TimingPolicy:
     max_seconds: float = 60.0
 
 
+def refresher(step: Callable[[], object]) -> Callable[[], None]:
+    """The step's `refresh` (put its inputs back before a run), or a no-op for a plain callable."""
+    return getattr(step, "refresh", None) or _nothing
+
+
+def _nothing() -> None:
+    return None
+
+
 def time_once(step: Callable[[], object]) -> float:
     """One call in milliseconds."""
+    refresher(step)()
     start = time.perf_counter_ns()
     step()
     return (time.perf_counter_ns() - start) / 1e6
@@ -31,9 +43,11 @@ def time_once(step: Callable[[], object]) -> float:
 
 def warm_up(step: Callable[[], object], policy: TimingPolicy) -> tuple[int, float]:
     """At least `warmup` calls and `warmup_seconds` (bounded by max_seconds); returns (calls, seconds)."""
+    refresh = refresher(step)
     start = time.perf_counter()
     calls = 0
     while calls < policy.warmup or time.perf_counter() - start < policy.warmup_seconds:
+        refresh()
         step()
         calls += 1
         if time.perf_counter() - start > policy.max_seconds:
@@ -48,9 +62,11 @@ def sample(step: Callable[[], object], policy: TimingPolicy) -> tuple[list[float
     """
     samples: list[float] = []
     clock = time.perf_counter_ns
+    refresh = refresher(step)
     start = clock()
     max_ns, min_ns = policy.max_seconds * 1e9, policy.min_seconds * 1e9
     while True:
+        refresh()
         t0 = clock()
         step()
         t1 = clock()
@@ -62,24 +78,29 @@ def sample(step: Callable[[], object], policy: TimingPolicy) -> tuple[list[float
             return samples, False
 
 
+KIB_TO_MB = 1024 / 1e6  # /proc and getrusage count KiB; edgebench reports MB (1e6 bytes)
+
+
 def peak_rss_mb() -> float:
-    """High-water resident set of this process (VmHWM), in MB."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    """High-water resident set of this process (VmHWM), in MB (1e6 bytes)."""
+    kib = _status_kib("VmHWM:")
+    if kib is None:
+        kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return kib * KIB_TO_MB
 
 
 def current_rss_mb() -> float | None:
+    """Resident set of this process now (VmRSS), in MB (1e6 bytes)."""
+    kib = _status_kib("VmRSS:")
+    return None if kib is None else kib * KIB_TO_MB
+
+
+def _status_kib(field: str) -> int | None:
     try:
         with open("/proc/self/status") as fh:
             for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024.0
+                if line.startswith(field):
+                    return int(line.split()[1])
     except OSError:
         pass
     return None

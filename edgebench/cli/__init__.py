@@ -22,7 +22,7 @@ EXITS = (click.exceptions.Exit, getattr(_typer_click.exceptions, "Exit", click.e
 ABORTS = (click.exceptions.Abort, getattr(_typer_click.exceptions, "Abort", click.Abort), KeyboardInterrupt)
 
 # Modules under edgebench.cli that add commands; each has register(app).
-COMMAND_MODULES = ("core", "probe", "run", "gate", "numerics", "report", "roofline")
+COMMAND_MODULES = ("core", "probe", "run", "gate", "numerics", "report", "roofline", "doctor")
 
 
 def build_app() -> typer.Typer:

@@ -3,7 +3,9 @@
 The agent sizes the arrays at 4x the device's total last-level cache (from its sysfs, or `llc_bytes` from
 the job or the descriptor's [spec]), runs one untimed-for-the-result first trial and at least 10 more, and
 returns every trial's time. Bytes are counted as STREAM counts them (read 8, copy 16, triad 24 bytes per
-float64 element; write-allocate traffic not counted) — see edgebench/agent/bandwidth.py.
+float64 element; write-allocate traffic not counted) — see edgebench/agent/bandwidth.py. Each record's
+annotations carry the CPU share of its fastest trial (under 1: other work took the CPUs) and, for triad,
+the path it ran (memmove + the BLAS daxpy, or numpy in place).
 """
 
 from __future__ import annotations
@@ -68,7 +70,14 @@ def bandwidth_records(
         warm = int(r.get("warmup_trials", 1))
         timed = [float(t) for t in r["trial_ms"][warm:]] or [float(t) for t in r["trial_ms"]]
         params = {"kernel": r["kernel"], "threads": r["threads"], "array_bytes": result.get("array_bytes")}
-        notes = {"bytes": r["bytes"], "llc_bytes": result.get("llc_bytes")}
+        notes: dict[str, Any] = {"bytes": r["bytes"], "llc_bytes": result.get("llc_bytes")}
+        if r["kernel"] == "triad" and result.get("triad_path"):
+            notes["path"] = result["triad_path"]
+        cpu = [float(c) for c in r.get("trial_cpu_ms") or []][warm:]
+        if len(cpu) == len(timed) and cpu:
+            fastest = min(range(len(timed)), key=timed.__getitem__)
+            # CPU time over wall x threads of the fastest trial: under 1 when other work took the CPUs
+            notes["cpu_share"] = round(cpu[fastest] / (timed[fastest] * max(int(r["threads"]), 1)), 3)
         best_gbps, median_gbps = gbps(r["bytes"], min(timed)), gbps(r["bytes"], statistics.median(timed))
         rec = ctx.record("bandwidth_gbps", best_gbps, "GB/s", notes, **params, stat="best")
         out.records.append(rec)

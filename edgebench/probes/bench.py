@@ -1,4 +1,9 @@
-"""Probe `bench`: model latency percentiles, load time, first inference, peak memory."""
+"""Probe `bench`: model latency percentiles (with their confidence intervals), runtime import, load time,
+first inference, memory.
+
+`threads` in the records is the thread count the runtime ran with: `--threads 0` (the runtime's default)
+becomes the count the agent saw it start, and `threads_requested` in the annotations says 0 was asked.
+"""
 
 from __future__ import annotations
 
@@ -53,36 +58,50 @@ def run_bench(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     return bench_records(ctx, reply)
 
 
+def effective_threads(ctx: RecordContext, result: dict[str, Any]) -> None:
+    """Record the threads the runtime ran with; keep what was asked (0: its default) as an annotation."""
+    asked = ctx.base_params.get("threads")
+    seen = result.get("effective_threads")
+    if asked == 0 and isinstance(seen, int) and seen > 0:
+        ctx.base_params = {**ctx.base_params, "threads": seen}
+        ctx.base_annotations = {**ctx.base_annotations, "threads_requested": 0}
+
+
 def bench_records(ctx: RecordContext, reply: AgentReply) -> ProbeResult:
     """Records from the agent's raw bench result; stats are computed here, from the kept samples."""
     r = reply.result
     if r.get("execution"):
         ctx.base_annotations = {**ctx.base_annotations, "execution": r["execution"]}
+    effective_threads(ctx, r)
     out = ProbeResult(warnings=list(reply.warnings))
     samples = r["latencies_ms"]
     s = summarize(samples)
-    for name, value in {**s.percentiles, "mean": s.mean, "min": s.min, "max": s.max}.items():
+    checked = {"self_check": r["self_check"]} if r.get("self_check") else {}
+    for name, value in s.percentiles.items():
+        notes = {**s.percentile_annotations(name), **(checked if name == "p50" else {})}
+        out.records.append(ctx.record("latency_ms", value, "ms", notes, stat=name))
+    for name, value in {"mean": s.mean, "min": s.min, "max": s.max}.items():
         out.records.append(ctx.record("latency_ms", value, "ms", stat=name))
     out.records.append(ctx.record("latency_cv", s.cv, "ratio"))
     out.records.append(ctx.record("samples_n", s.n, "count"))
     out.warnings += [f"{why}; run more (--runs) for it" for why in s.refused.values()]
+    if s.uncertain("p50"):
+        out.warnings.append(f"p50 of {s.n} samples has no bounded confidence interval: it is uncertain")
     if s.outliers:
         out.warnings.append(
             f"{s.outliers} of {s.n} samples are outliers (modified z-score > {OUTLIER_Z:g}): "
             "the device was disturbed; consider a longer warm-up or a quieter device"
         )
+    if r.get("import_ms") is not None:
+        out.records.append(ctx.record("import_ms", r["import_ms"], "ms"))
     out.records.append(ctx.record("load_ms", r["load_ms"], "ms"))
     if r.get("cold_load"):
         out.extend(cold_load_records(ctx, r["cold_load"]))
     out.records.append(ctx.record("first_inference_ms", r["first_inference_ms"], "ms"))
-    out.records.append(
-        ctx.record(
-            "peak_rss_mb",
-            r["peak_rss_mb"],
-            "MB",
-            annotations={"rss_before_load_mb": r.get("rss_before_load_mb")},
-        )
-    )
+    memory = {k: r.get(k) for k in ("rss_start_mb", "rss_before_load_mb") if r.get(k) is not None}
+    out.records.append(ctx.record("peak_rss_mb", r["peak_rss_mb"], "MB", memory))
+    if r.get("rss_increase_mb") is not None:
+        out.records.append(ctx.record("rss_increase_mb", r["rss_increase_mb"], "MB", memory))
     out.samples.append(ctx.samples("latency_ms", "ms", samples))
     return out
 

@@ -3,8 +3,11 @@
 One agent call per backend (numpy BLAS, onnxruntime, MNN), so a crash in one runtime costs only its
 results. The agent sweeps square sizes until the rate stops growing plus skinny M = 1 GEMMs, for every
 dtype and thread count, and returns the per-call time of each trial; here they become `effective_tops`
-records (best and median of the trials, 2·M·N·K operations per call), raw `trial_ms` samples, and
-`efficiency` against the descriptor's `spec.peak_tops[dtype]` when it is given.
+records (best and median of the trials, 2·M·N·K operations per call, with the best trial's CPU share in
+the annotations: process CPU time over wall time x threads, ~1 when the runtime had the CPUs it asked for
+and no more), raw `trial_ms` samples, `efficiency` against the descriptor's `spec.peak_tops[dtype]` when it
+is given, and per dtype and thread count `best_path_tops`: the fastest configuration over every backend and
+op, its annotations naming the path that won.
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ def run_matmul(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
         raise MeasurementError("; ".join(failures), device=device.name)
     out.warnings += [f"matmul backend failed: {f}" for f in failures]
     out.extend(efficiency_records(ctx, out, device.spec.spec.peak_tops))
+    out.extend(best_path_records(ctx, out))
     return out
 
 
@@ -97,17 +101,19 @@ def backend_records(ctx: RecordContext, result: dict[str, Any], warnings: list[s
     out.warnings += [f"{backend}: stopped early: {why}" for why in result.get("cut_short", [])]
     for r in result.get("results", []):
         params = measurement_params(backend, r)
-        notes = {"emulated": r["emulated"]} if r.get("emulated") else {}
+        notes: dict[str, Any] = {"emulated": r["emulated"]} if r.get("emulated") else {}
         trials = [float(t) for t in r["trial_ms"]]
+        cpu = [float(c) for c in r.get("trial_cpu_ms") or []]
+        share = cpu_share(trials, cpu, int(r["threads"])) if cpu else None
+        if share is not None:
+            notes["cpu_share"] = round(share, 3)
         m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
         best, median = tops(m, n, k, min(trials)), tops(m, n, k, statistics.median(trials))
         out.records.append(bctx.record("effective_tops", best, "TOPS", notes, **params, stat="best"))
         out.records.append(bctx.record("effective_tops", median, "TOPS", notes, **params, stat="median"))
         out.samples.append(bctx.samples("trial_ms", "ms", trials, **params))
-        cpu = [float(c) for c in r.get("trial_cpu_ms") or []]
-        if cpu:
+        if share is not None:
             out.samples.append(bctx.samples("trial_cpu_ms", "ms", cpu, **params))
-            share = cpu_share(trials, cpu, int(r["threads"]))
             if share < BUSY_SHARE:
                 busy.append((share, f"{r['op']} {r['dtype']} {m}x{n}x{k} threads={r['threads']}"))
     if busy:
@@ -139,6 +145,30 @@ def measurement_params(backend: str, r: dict[str, Any]) -> dict[str, Any]:
         "shape": r["shape"],
         "operands": r["operands"],
     }
+
+
+def best_path_records(ctx: RecordContext, measured: ProbeResult) -> ProbeResult:
+    """Per dtype and thread count: the fastest configuration over every backend and op, and which it was."""
+    best: dict[tuple[str, int], Any] = {}
+    for r in measured.records:
+        if r.metric != "effective_tops" or r.params.get("stat") != "best" or r.value is None:
+            continue
+        key = (r.params["dtype"], int(r.params["threads"]))
+        if key not in best or r.value > best[key].value:
+            best[key] = r
+    out = ProbeResult()
+    for (dtype, threads), r in sorted(best.items()):
+        p = r.params
+        notes = {
+            **r.annotations,
+            "path": f"{p['backend']} {p['op']} {p['operands']}",
+            "shape": f"{p['m']}x{p['n']}x{p['k']}",
+        }
+        rctx = dataclasses.replace(ctx, runtime=r.runtime)
+        out.records.append(
+            rctx.record("best_path_tops", r.value, "TOPS", notes, dtype=dtype, threads=threads)
+        )
+    return out
 
 
 def efficiency_records(ctx: RecordContext, measured: ProbeResult, peak_tops: dict[str, float]) -> ProbeResult:

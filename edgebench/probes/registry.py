@@ -18,6 +18,7 @@ from .params import ParamError, ProbeParams, param
 
 RUNTIMES = ("onnxruntime", "mnn", "litert")
 DTYPES = ("fp32", "fp16", "int8")
+MATMUL_DTYPES = (*DTYPES, "bf16")  # bf16 is measured when asked for
 MATMUL_BACKENDS = ("numpy", "onnxruntime", "mnn")
 ORT_OPS = ("MatMul", "MatMulInteger", "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulInteger:u8u8")
 BANDWIDTH_KERNELS = ("read", "copy", "triad")
@@ -173,7 +174,7 @@ def values(items: tuple[str, ...] | None) -> dict[str, float]:
 class MatmulParams(ProbeParams):
     KIND = "matmul"
     dtype: tuple[str, ...] | None = param(
-        None, ID, "choices", "fp32, fp16, int8 (default: all).", choices=DTYPES
+        None, ID, "choices", "fp32, fp16, int8, bf16 (default: fp32, fp16, int8).", choices=MATMUL_DTYPES
     )
     backend: tuple[str, ...] | None = param(
         None, ID, "choices", "numpy, onnxruntime, mnn (default: all present).", choices=MATMUL_BACKENDS
@@ -249,6 +250,12 @@ class ThreadsParams(ProbeParams):
     seed: int = _seed()
     slower_margin: float = param(
         0.05, PO, "float", "More threads count as slower beyond this margin.", minimum=0
+    )
+    rounds: int = param(
+        3, PO, "int", "Rounds of the sweep, thread counts interleaved (runs split among them).", minimum=1
+    )
+    alpha: float = param(
+        0.01, PO, "float", "Significance level of the best thread count against the runner-up.", positive=True
     )
     runs: int = param(100, PO, "int", "At least this many timed runs per point.", minimum=1)
     warmup: int = param(1, PO, "int", "At least this many warm-up runs per point.", minimum=0)
@@ -559,6 +566,30 @@ class DecodeParams(ProbeParams):
     )
 
 
+@dataclass(frozen=True)
+class DoctorParams(ProbeParams):
+    KIND = "doctor"
+    threads: int = param(1, ID, "int", "Intra-op threads of every comparison.", minimum=1)
+    affinity: tuple[int, ...] | None = _affinity()
+    model: str = param("builtin:mlp", ID, "str", "The small model of the harness-vs-bare comparison.")
+    rounds: int = param(5, PO, "int", "Rounds, harness and bare loop alternated in each.", minimum=1)
+    runs: int = param(50, PO, "int", "Runs per side and round.", minimum=2)
+    warmup_seconds: float = param(0.2, PO, "float", "Warm-up of the harness side.", unit="s", minimum=0)
+    matmul_n: int = param(512, ID, "int", "Square GEMM size of the matmul check (0: none).", minimum=0)
+    bandwidth_mb: float = param(
+        64.0, ID, "float", "Array size of the bandwidth check (0: none).", unit="MiB", minimum=0
+    )
+    max_overhead: float = param(
+        1.10, PO, "float", "Flag a harness slower than this ratio to the bare loop.", positive=True
+    )
+    max_noise_cv: float = param(
+        0.05, PO, "float", "Flag back-to-back runs noisier than this CV.", positive=True
+    )
+    min_reach: float = param(
+        0.90, PO, "float", "Flag a probe under this ratio to the plain runtime call.", positive=True
+    )
+
+
 # ---- the kinds ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ProbeKind:
@@ -736,6 +767,15 @@ KINDS: dict[str, ProbeKind] = {
             None,
             frozenset(),
             "LLM decode: prefill and decode tokens/s, KV cache, the bandwidth floor per token.",
+        ),
+        ProbeKind(
+            "doctor",
+            DoctorParams,
+            False,
+            "doctor:run_doctor",
+            None,
+            frozenset(),
+            "Device health: the harness against bare loops, timer, noise floor, governors, probe reach.",
         ),
     )  # fmt: skip
 }

@@ -1,10 +1,14 @@
-"""The bandwidth probe against a small C STREAM-style triad compiled here with gcc (OpenMP, the same array
+"""The bandwidth probe's triad against a small C STREAM triad compiled here with gcc (OpenMP, the same array
 size, thread count and CPUs), alternated round by round in one pytest-benchmark run.
 
-The probe's ceiling (its best kernel: read, copy or triad, with STREAM byte counting) must reach at least
-0.9 of the C triad's best; a shortfall is re-measured (both sides, up to five more rounds) before it fails. Its own triad is printed beside it: numpy runs a triad as two passes over
-cache-sized blocks (no fused multiply-add ufunc), which one core streams slower than C's single fused loop
-(measured on a quiet 2-core host: 0.79 at one thread, 0.93 at two)."""
+The probe's triad must reach 0.9 of the C triad's best (numpy has no fused multiply-add, so the agent runs
+the triad in place block by block, a's block staying in L2 between its two passes: memory moves what the C
+loop moves). Both sides report the CPU share of their best trial; a shortfall is re-measured (both sides,
+up to five more rounds), then judged like with like (edgebench.testing.verdict): over quiet trials it
+fails, over disturbed trials only it is reported and skipped, and far under the bound it fails whatever
+the load. Memory traffic of other work does not show in CPU shares, so the machine also counts as
+disturbed unless the C triad's round bests agree (three within 10% of its best). The probe's other
+kernels are printed beside it."""
 
 from __future__ import annotations
 
@@ -19,12 +23,12 @@ from edgebench.agent.bandwidth import last_level_cache
 from edgebench.execution.jobs import Job
 from edgebench.execution.oneshot import run_now
 from edgebench.lab.descriptors import builtin_local
+from edgebench.testing.verdict import Side, judge, steady
 
 ROUNDS = 5
-# A shortfall is measured again, both sides, before it counts: on a shared 2-core host one round of the
-# 2-thread probe disturbed by other work was enough to fail (0.82 seen, 1.11 on a quiet run).
 EXTRA_ROUNDS = 5
 BOUND = 0.9
+BROKEN = 0.45  # a shared machine halves a rate for seconds (two threads: the GIL holder preempted); further off is a defect
 TRIALS = 10
 THREADS = (1, 2)
 MIB = 2**20
@@ -33,9 +37,9 @@ TRIAD_C = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-static double now(void) {
+static double clock_s(clockid_t id) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(id, &t);
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 int main(int argc, char **argv) {
@@ -46,15 +50,15 @@ int main(int argc, char **argv) {
     const double s = 3.0;
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < n; i++) { a[i] = 1.0; b[i] = 2.0; c[i] = 0.5; }
-    double best = 1e30;
+    double best = 1e30, best_cpu = 0.0;
     for (int t = 0; t <= trials; t++) {   /* the first trial is a warm-up, as in STREAM */
-        double t0 = now();
+        double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID), t0 = clock_s(CLOCK_MONOTONIC);
         #pragma omp parallel for schedule(static)
         for (long i = 0; i < n; i++) a[i] = b[i] + s * c[i];
-        double dt = now() - t0;
-        if (t > 0 && dt < best) best = dt;
+        double dt = clock_s(CLOCK_MONOTONIC) - t0, cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        if (t > 0 && dt < best) { best = dt; best_cpu = cpu; }
     }
-    printf("%.9f\n", best);
+    printf("%.9f %.9f\n", best, best_cpu);
     return a[n / 2] != 3.5;
 }
 """
@@ -86,12 +90,14 @@ def array_bytes() -> int:
     return min(4 * llc, 512 * MIB)
 
 
-def c_gbps(binary: Path, elements: int, cpus: list[int]) -> float:
+def c_triad_run(binary: Path, elements: int, cpus: list[int]) -> tuple[float, float]:
+    """(GB/s, CPU share) of the C triad's best trial."""
     env = {
         **os.environ,
         "OMP_NUM_THREADS": str(len(cpus)),
         "OMP_PROC_BIND": "true",
         "GOMP_CPU_AFFINITY": " ".join(map(str, cpus)),
+        "OMP_WAIT_POLICY": "passive",  # idle OpenMP threads sleep: CPU time counts work, as in the agent
     }
     res = subprocess.run(
         ["taskset", "-c", ",".join(map(str, cpus)), str(binary), str(elements), str(TRIALS)],
@@ -101,10 +107,12 @@ def c_gbps(binary: Path, elements: int, cpus: list[int]) -> float:
         env=env,
     )
     assert res.returncode == 0, res.stderr
-    return 24 * elements / float(res.stdout.strip()) / 1e9
+    wall, cpu = (float(v) for v in res.stdout.split())
+    return 24 * elements / wall / 1e9, cpu / (wall * len(cpus))
 
 
-def probe_gbps(nbytes: int, cpus: list[int]) -> dict[str, float]:
+def probe_run(nbytes: int, cpus: list[int]) -> dict[str, tuple[float, float]]:
+    """Per kernel: (best GB/s, CPU share of that trial) from the probe's records."""
     job = Job(
         "local",
         "bandwidth",
@@ -112,14 +120,14 @@ def probe_gbps(nbytes: int, cpus: list[int]) -> dict[str, float]:
             "kernel": ["read", "copy", "triad"],
             "threads": len(cpus),
             "affinity": cpus,
-            "array_mb": nbytes / 2**20,
+            "array_mb": nbytes / MIB,
             "trials": TRIALS,
         },
     )
     shot = run_now(builtin_local(), [job], None, "bandwidth")
     shot.raise_first_error()
     return {
-        r.params["kernel"]: r.value
+        r.params["kernel"]: (r.value, r.annotations.get("cpu_share", 0.0))
         for r in shot.records
         if r.metric == "bandwidth_gbps" and r.params["stat"] == "best"
     }
@@ -131,36 +139,44 @@ def test_triad_reaches_the_c_stream_triad(benchmark, c_triad: Path) -> None:  # 
     allowed = sorted(os.sched_getaffinity(0))
     nbytes = array_bytes()
     elements = nbytes // 8
-    probe: dict[int, list[dict[str, float]]] = {t: [] for t in THREADS if t <= len(allowed)}
-    c: dict[int, list[float]] = {t: [] for t in probe}
+    counts = [t for t in THREADS if t <= len(allowed)]
+    probe = {t: {k: Side() for k in ("read", "copy", "triad")} for t in counts}
+    c = {t: Side() for t in counts}
+    c_rounds: dict[int, list[float]] = {t: [] for t in counts}
 
-    def one_round() -> None:
-        for threads in probe:
+    def one_round(todo: list[int]) -> None:
+        for threads in todo:
             cpus = allowed[:threads]
-            probe[threads].append(probe_gbps(nbytes, cpus))
-            c[threads].append(c_gbps(c_triad, elements, cpus))
+            for kernel, (gbps, share) in probe_run(nbytes, cpus).items():
+                probe[threads][kernel].add(gbps, share)
+            gbps, share = c_triad_run(c_triad, elements, cpus)
+            c[threads].add(gbps, share)
+            c_rounds[threads].append(gbps)
 
-    benchmark.pedantic(one_round, rounds=ROUNDS, iterations=1, warmup_rounds=0)
+    def verdicts() -> dict[int, object]:
+        return {
+            t: judge(f"triad threads={t}", probe[t]["triad"], c[t], BOUND, BROKEN, steady(c_rounds[t]))
+            for t in counts
+        }
 
-    def best(t: int, kernel: str | None = None) -> float:
-        return max(v for trial in probe[t] for k, v in trial.items() if kernel in (None, k))
-
-    def ratios_now() -> dict[int, float]:
-        return {t: best(t) / max(c[t]) for t in probe}
-
+    benchmark.pedantic(lambda: one_round(counts), rounds=ROUNDS, iterations=1, warmup_rounds=0)
     extra = 0
-    while extra < EXTRA_ROUNDS and min(ratios_now().values()) < BOUND:
-        one_round()
+    while extra < EXTRA_ROUNDS and any(v.outcome != "pass" for v in verdicts().values()):
+        one_round([t for t, v in verdicts().items() if v.outcome != "pass"])
         extra += 1
-    ratios = ratios_now()
-    print(f"\n{ROUNDS} rounds, {extra} more to re-measure a shortfall")
-    for t in probe:
+    final = verdicts()
+    print(f"\n{ROUNDS} rounds, {extra} more to re-measure a shortfall; {nbytes // MIB} MiB arrays")
+    for t in counts:
+        kernels = ", ".join(f"{k} {s.best(False):.2f}" for k, s in probe[t].items())
+        spread = ", ".join(f"{v:.1f}" for v in c_rounds[t])
         print(
-            f"\n{nbytes // MIB} MiB arrays, threads={t}: probe ceiling {best(t):.2f} GB/s "
-            f"(read {best(t, 'read'):.2f}, copy {best(t, 'copy'):.2f}, triad {best(t, 'triad'):.2f}), "
-            f"C triad {max(c[t]):.2f} GB/s -> ratio {ratios[t]:.3f} (triad alone {best(t, 'triad') / max(c[t]):.3f})"
+            f"threads={t}: probe {kernels} GB/s; C triad {c[t].best(False):.2f} GB/s (rounds {spread}); {final[t].reason}"
         )
     benchmark.extra_info.update(
-        {"array_bytes": nbytes, "probe_gbps": probe, "c_gbps": c, "ratio": ratios, "extra_rounds": extra}
+        {"array_bytes": nbytes, "ratio": {t: v.ratio for t, v in final.items()}, "extra_rounds": extra}
     )
-    assert all(r >= BOUND for r in ratios.values()), ratios
+    failed = [v.reason for v in final.values() if v.outcome == "fail"]
+    assert not failed, failed
+    skipped = [v.reason for v in final.values() if v.outcome == "skip"]
+    if skipped:
+        pytest.skip("; ".join(skipped))

@@ -1,64 +1,120 @@
-"""edgebench's p50 against a bare onnxruntime loop on the same model and threads, alternated in one run."""
+"""edgebench's p50 against a bare runtime loop on the same model, threads and kind of inputs, the two sides
+alternated round by round in one pytest-benchmark run (edgebench.testing.bare: the runtime's own API,
+nothing of the agent; the MNN loop copies its inputs in before every run, outside its timer).
+
+- onnxruntime on the conv stack: goal within 2%, held to +-15%;
+- MNN on the conv stack, the MLP and PP-OCR rec at a fixed shape: within +-15% (the copy-once defect was
+  two orders of magnitude off).
+
+Each round's ratio is ours / bare p50. A round is quiet when both sides' back-to-back runs are steady
+(robust CV under 5%, the doctor's noise bound). Out of band the rounds are re-measured; then over quiet
+rounds out of band fails, over disturbed rounds only it is reported and skipped, and beyond 2x it fails
+whatever the load (edgebench.testing.verdict.judge_band).
+"""
 
 from __future__ import annotations
 
-import statistics
-import time
+import importlib.util
+from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
+import pytest
 
 from edgebench.execution.jobs import Job
 from edgebench.execution.oneshot import run_now
 from edgebench.lab.descriptors import builtin_local
-from edgebench.models.refs import resolve_model
+from edgebench.models.convert import onnx_to_mnn
+from edgebench.models.refs import ModelRef, resolve_model
+from edgebench.testing.bare import bare_mnn, bare_onnxruntime
+from edgebench.testing.verdict import QUIET_CV, Rounds, judge_band, robust_cv
 
 ROUNDS = 5
+EXTRA_ROUNDS = 5
 RUNS = 200
+LOW, HIGH, BROKEN = 0.85, 1.15, 2.0
 
 
-def bare_loop_p50(path: str, threads: int, feeds: dict[str, np.ndarray]) -> float:
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    start = time.perf_counter()
-    while time.perf_counter() - start < 0.5:
-        sess.run(None, feeds)
-    times = []
-    for _ in range(RUNS):
-        t0 = time.perf_counter_ns()
-        sess.run(None, feeds)
-        times.append((time.perf_counter_ns() - t0) / 1e6)
-    return statistics.median(times)
+def wheel_model(package: str, relative: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip(f"{package} is not installed (scripts/install-test-deps.sh installs it)")
+    path = Path(list(spec.submodule_search_locations)[0]) / relative
+    if not path.is_file():
+        pytest.skip(f"{path} missing")
+    return path
 
 
-def edgebench_p50(job: Job) -> float:
-    shot = run_now(builtin_local(), [job], None, "bench")
+# name -> (model reference, input shapes): fixed shapes, the agent's own seeded uniform inputs.
+CASES = {
+    "convnet": ("builtin:convnet", {"image": (1, 3, 112, 112)}),
+    "mlp": ("builtin:mlp", {"x": (1, 1024)}),
+    "ppocr_rec": (("rapidocr_onnxruntime", "models/ch_PP-OCRv4_rec_infer.onnx"), {"x": (1, 3, 48, 320)}),
+}
+
+
+def model_of(case: str) -> tuple[ModelRef, dict[str, tuple[int, ...]]]:
+    ref, shapes = CASES[case]
+    if isinstance(ref, tuple):
+        return resolve_model(str(wheel_model(*ref))), shapes
+    return resolve_model(ref), shapes
+
+
+def inputs(shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """What the agent feeds (seed 0, uniform in [-1, 1), float32, inputs in declaration order)."""
+    rng = np.random.default_rng(0)
+    return {name: rng.uniform(-1.0, 1.0, size=shape).astype(np.float32) for name, shape in shapes.items()}
+
+
+def edgebench_p50(model: ModelRef, runtime: str, shapes: dict[str, tuple[int, ...]]) -> tuple[float, float]:
+    """edgebench's p50 and the robust CV of its kept samples."""
+    params = {"threads": 1, "runs": RUNS, "min_seconds": 0, "warmup_seconds": 0.5, "shapes": shapes}
+    shot = run_now(builtin_local(), [Job("local", "bench", model, runtime, params)], None, "bench")
     shot.raise_first_error()
-    return next(r.value for r in shot.records if r.metric == "latency_ms" and r.params.get("stat") == "p50")
+    p50 = next(r.value for r in shot.records if r.metric == "latency_ms" and r.params.get("stat") == "p50")
+    [samples] = [s for s in shot.outcomes[0].samples if s.metric == "latency_ms"]
+    return p50, robust_cv(list(samples.values))
+
+
+def compare(benchmark, case: str, runtime: str) -> None:  # type: ignore[no-untyped-def]
+    model, shapes = model_of(case)
+    feeds = inputs(shapes)
+    path = str(onnx_to_mnn(model.path)) if runtime == "mnn" else str(model.path)
+    bare_loop = bare_mnn if runtime == "mnn" else bare_onnxruntime
+    rounds = Rounds()
+    ours_ms: list[float] = []
+    bare_ms: list[float] = []
+
+    def one_round() -> None:  # alternate the two sides so drifting machine load hits both alike
+        ours, ours_cv = edgebench_p50(model, runtime, shapes)
+        bare = bare_loop(path, feeds, threads=1, runs=RUNS)
+        ours_ms.append(ours)
+        bare_ms.append(bare.p50)
+        rounds.add(ours / bare.p50, max(ours_cv, robust_cv(list(bare.ms))) < QUIET_CV)
+
+    benchmark.pedantic(one_round, rounds=ROUNDS, iterations=1, warmup_rounds=0)
+    name = f"{runtime} {case} p50 edgebench / bare loop"
+    extra = 0
+    while extra < EXTRA_ROUNDS and judge_band(name, rounds, LOW, HIGH, BROKEN).outcome != "pass":
+        one_round()
+        extra += 1
+    verdict = judge_band(name, rounds, LOW, HIGH, BROKEN)
+    print(
+        f"\n{verdict.reason}; rounds {ROUNDS} + {extra}; edgebench p50 {np.median(ours_ms):.3f} ms, "
+        f"bare {np.median(bare_ms):.3f} ms; per round " + ", ".join(f"{r:.3f}" for r in rounds.ratios)
+    )
+    benchmark.extra_info.update(
+        {"edgebench_p50_ms": ours_ms, "bare_p50_ms": bare_ms, "ratio": verdict.ratio, "basis": verdict.basis}
+    )
+    assert verdict.outcome != "fail", verdict.reason
+    if verdict.outcome == "skip":
+        pytest.skip(verdict.reason)
 
 
 def test_bench_p50_matches_bare_onnxruntime(benchmark) -> None:  # type: ignore[no-untyped-def]
-    model = resolve_model("builtin:convnet")
-    feeds = {"image": np.random.default_rng(0).uniform(-1, 1, (1, 3, 112, 112)).astype(np.float32)}
-    job = Job(
-        "local",
-        "bench",
-        model,
-        "onnxruntime",
-        {"threads": 1, "runs": RUNS, "min_seconds": 0, "warmup_seconds": 0.5},
-    )
-    ours, bare = [], []
-    for _ in range(ROUNDS):  # alternate the two sides so drifting machine load hits both alike
-        ours.append(edgebench_p50(job))
-        bare.append(bare_loop_p50(str(model.path), 1, feeds))
-    ratio = statistics.median(o / b for o, b in zip(ours, bare, strict=True))
-    benchmark.extra_info.update({"edgebench_p50_ms": ours, "bare_p50_ms": bare, "ratio": ratio})
-    benchmark.pedantic(lambda: None, rounds=1)
-    print(
-        f"\nedgebench p50 / bare onnxruntime p50 = {ratio:.3f} (goal <= 1.02) "
-        f"ours={statistics.median(ours):.3f} ms bare={statistics.median(bare):.3f} ms"
-    )
-    assert ratio < 1.15  # generous: two processes on a shared 2-core machine differ by up to ~10%
+    compare(benchmark, "convnet", "onnxruntime")
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_mnn_p50_matches_a_bare_mnn_loop_that_refreshes_its_inputs(benchmark, case: str) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("MNN")
+    compare(benchmark, case, "mnn")

@@ -2,17 +2,17 @@
 pytest-benchmark run: each round runs the probe (a real agent process on `local`) and then the in-process
 reference on the same CPUs and thread count, so drifting machine load hits both sides alike.
 
-- fp32: the probe's figure vs numpy.matmul (the BLAS numpy links) — goal 0.97, asserted >= 0.95.
-- int8: the probe's best int8 figure vs the best int8 path found here (onnxruntime MatMulInteger and
+- fp32: the probe's figure vs numpy.matmul (the BLAS numpy links) — >= 0.97.
+- int8: the probe's best int8 figure vs the best int8 path found here: onnxruntime MatMulInteger and
   QLinearMatMul with uint8 x int8, uint8 x uint8, and the dynamic-quantized MatMul, each through a plain
-  InferenceSession.run) — asserted >= 0.9.
+  InferenceSession.run and through io-binding with 64-byte aligned A and C — >= 0.95.
 
-Like with like on a shared machine: every trial on both sides also records the process CPU time, and a
-trial counts as undisturbed when it got at least CLEAN_SHARE of the CPUs it asked for (the runtimes spin
-their workers, so an undisturbed trial is close to 1). When both sides have undisturbed trials the
-comparison uses those; otherwise all trials. Rounds repeat (MIN_ROUNDS to MAX_ROUNDS) until the goal is met.
-A comparison over disturbed trials is not like with like (GEMM rates swing up to 2x for seconds on a shared
-machine), so it is held to a looser bound (DISTURBED_FLOOR) that still catches a broken probe.
+Like with like on a shared machine (edgebench.testing.verdict): every trial on both sides also records the
+process CPU time, and a trial counts as quiet when it got at least 85% of the CPUs it asked for (the
+runtimes spin their workers, so an undisturbed trial is close to 1). Rounds repeat (MIN_ROUNDS to
+MAX_ROUNDS) until the bound is met. Over quiet trials a shortfall fails; when the machine was never quiet
+(GEMM rates swing up to 2x for seconds on a shared machine) it is reported and skipped, unless the ratio is
+under BROKEN, which fails whatever the load.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 import numpy as np
 import onnxruntime as ort
@@ -32,43 +31,35 @@ from threadpoolctl import threadpool_limits
 from edgebench.execution.jobs import Job
 from edgebench.execution.oneshot import run_now
 from edgebench.lab.descriptors import builtin_local
+from edgebench.testing.verdict import Side, Verdict, judge
 
 N = 1024
 OPS = 2 * N**3
 MIN_ROUNDS = 3
 MAX_ROUNDS = 10
-TRIALS = 5
-FP32_GOAL = 0.97
-INT8_GOAL = 0.95
-CLEAN_SHARE = 0.85
-DISTURBED_FLOOR = 0.7
+# Many one-call trials on both sides: on this shared host a core's GEMM rate swings 3x with what the
+# host's other tenants run (the guest's CPU share stays 1: it cannot see it), so trials long enough to
+# average over those swings compared a slow stretch of one side with a fast stretch of the other.
+TRIALS = 30
+FP32_BOUND = 0.97
+INT8_BOUND = 0.95
+BROKEN = 0.5  # a loaded shared machine halves a GEMM rate for seconds; a broken path is further off
 THREADS = (1, 2)
 
 
-@dataclass
-class Side:
-    """Every trial of one side: (TOPS, CPU share)."""
-
-    trials: list[tuple[float, float]] = field(default_factory=list)
-
-    def add(self, wall_s: list[float], cpu_s: list[float], threads: int) -> None:
-        self.trials += [(OPS / w / 1e12, c / (w * threads)) for w, c in zip(wall_s, cpu_s, strict=True)]
-
-    def best(self, clean: bool) -> float:
-        values = [t for t, share in self.trials if share >= CLEAN_SHARE or not clean]
-        return max(values, default=0.0)
+def add(side: Side, wall_s: list[float], cpu_s: list[float], threads: int) -> None:
+    """Each trial as (TOPS, CPU share of the threads it asked for)."""
+    for w, c in zip(wall_s, cpu_s, strict=True):
+        side.add(OPS / w / 1e12, c / (w * threads))
 
 
-def compare(probe: Side, reference: Side) -> tuple[float, str]:
-    """probe / reference over undisturbed trials when both sides have some, else over all trials."""
-    if probe.best(True) and reference.best(True):
-        return probe.best(True) / reference.best(True), "undisturbed trials"
-    return probe.best(False) / max(reference.best(False), 1e-12), "all trials (the machine was never quiet)"
-
-
-def meets(results: dict[int, tuple[float, str]], floor: float) -> bool:
-    """Every thread count reaches `floor` on undisturbed trials (DISTURBED_FLOOR on disturbed ones)."""
-    return all(r >= (floor if basis.startswith("und") else DISTURBED_FLOOR) for r, basis in results.values())
+def conclude(verdicts: dict[int, Verdict]) -> None:
+    """Fail on any failed thread count, skip (with the reasons) when any could not be judged."""
+    failed = [v.reason for v in verdicts.values() if v.outcome == "fail"]
+    assert not failed, failed
+    skipped = [v.reason for v in verdicts.values() if v.outcome == "skip"]
+    if skipped:
+        pytest.skip("; ".join(skipped))
 
 
 def cpus_for(threads: int) -> list[int]:
@@ -88,14 +79,14 @@ def pinned(cpus: list[int]) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
-def timed_trials(step: Callable[[], object], min_trial_s: float = 0.05) -> tuple[list[float], list[float]]:
+def timed_trials(step: Callable[[], object], min_trial_s: float = 0.0) -> tuple[list[float], list[float]]:
     """Warm up, then TRIALS trials of at least `min_trial_s`: per-call wall and process CPU seconds."""
     start = time.perf_counter()
     step()
     one = time.perf_counter() - start
     while time.perf_counter() - start < 0.2:
         step()
-    calls = max(1, int(min_trial_s / max(one, 1e-9)) + 1)
+    calls = max(1, int(min_trial_s / max(one, 1e-9)))
     wall, cpu = [], []
     for _ in range(TRIALS):
         c0, t0 = time.process_time(), time.perf_counter()
@@ -108,7 +99,8 @@ def timed_trials(step: Callable[[], object], min_trial_s: float = 0.05) -> tuple
 
 def probe_trials(params: dict) -> dict[tuple[str, str, str], tuple[list[float], list[float], int]]:
     """The probe's raw trials (wall and CPU seconds per call) per backend, op and dtype, from its samples."""
-    job = Job("local", "matmul", params={"sizes": [N], "skinny": False, "trials": TRIALS, **params})
+    given = {"sizes": [N], "skinny": False, "trials": TRIALS, "min_trial_seconds": 0.0}
+    job = Job("local", "matmul", params={**given, **params})
     shot = run_now(builtin_local(), [job], None, "matmul")
     shot.raise_first_error()
     samples = {
@@ -168,18 +160,38 @@ def int8_graph(op: str) -> tuple[bytes, dict[str, np.ndarray]]:
     return model.SerializeToString(), feeds
 
 
-INT8_PATHS = ("MatMulInteger", "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulInteger:u8u8")
+OPS_INT8 = ("MatMulInteger", "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulInteger:u8u8")
+INT8_PATHS = (*OPS_INT8, *(f"{op} io-bound aligned" for op in OPS_INT8))
+OUT_TYPES = {"MatMulInteger": np.int32, "QLinearMatMul": np.uint8, "DynamicQuantizeMatMul": np.float32}
+
+
+def aligned(array: np.ndarray | None, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    """A 64-byte aligned array (a copy of `array` when given), allocated independently of the agent."""
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    raw = np.empty(nbytes + 64, np.uint8)
+    start = (-raw.ctypes.data) % 64
+    out = raw[start : start + nbytes].view(dtype).reshape(shape)
+    if array is not None:
+        out[...] = array
+    return out
 
 
 def ort_int8_trials(threads: int) -> dict[str, tuple[list[float], list[float]]]:
+    """Every int8 path: plain InferenceSession.run, and io-binding with aligned A and C."""
     found = {}
-    for op in INT8_PATHS:
+    for op in OPS_INT8:
         model, feeds = int8_graph(op)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
         sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
         found[op] = timed_trials(lambda s=sess, f=feeds: s.run(None, f))
+        a = aligned(feeds["A"], feeds["A"].shape, feeds["A"].dtype.type)
+        c = aligned(None, (N, N), OUT_TYPES[op.split(":")[0]])
+        binding = sess.io_binding()
+        binding.bind_cpu_input("A", a)
+        binding.bind_output("C", "cpu", 0, c.dtype, list(c.shape), c.ctypes.data)
+        found[f"{op} io-bound aligned"] = timed_trials(lambda s=sess, b=binding: s.run_with_iobinding(b))
     return found
 
 
@@ -206,12 +218,15 @@ def test_fp32_probe_reaches_numpy_matmul(benchmark) -> None:  # type: ignore[no-
         for threads in threads_todo:
             cpus = cpus_for(threads)
             got = probe_trials({"backend": "numpy", "dtype": "fp32", "threads": threads, "affinity": cpus})
-            probe[threads].add(*got[("numpy", "matmul", "fp32")])
+            add(probe[threads], *got[("numpy", "matmul", "fp32")])
             with pinned(cpus):
-                reference[threads].add(*numpy_trials(threads), threads)
+                add(reference[threads], *numpy_trials(threads), threads)
+
+    def verdicts() -> dict[int, Verdict]:
+        return {t: judge(f"fp32 threads={t}", probe[t], reference[t], FP32_BOUND, BROKEN) for t in THREADS}
 
     def pending() -> list[int]:
-        return [t for t in THREADS if compare(probe[t], reference[t])[0] < FP32_GOAL]
+        return [t for t, v in verdicts().items() if v.outcome != "pass"]
 
     rounds = alternate(benchmark, one_round, pending)
     # every fp32 path the probe has (onnxruntime's MLAS may beat the BLAS numpy links), once, for the record
@@ -220,17 +235,15 @@ def test_fp32_probe_reaches_numpy_matmul(benchmark) -> None:  # type: ignore[no-
         got = probe_trials({"backend": ["numpy", "onnxruntime"], "dtype": "fp32", "threads": t,
                             "affinity": cpus_for(t)})  # fmt: skip
         best_path[t] = {key[0]: OPS / min(wall) / 1e12 for key, (wall, _, _) in got.items()}
-    results = {t: compare(probe[t], reference[t]) for t in THREADS}
+    final = verdicts()
     for t in THREADS:
-        ratio, basis = results[t]
-        clean = basis.startswith("und")
-        print(f"\nfp32 n={N} threads={t}: probe (numpy backend) {probe[t].best(clean) * 1e3:.1f} GFLOPS, "
-              f"numpy.matmul {reference[t].best(clean) * 1e3:.1f} -> ratio {ratio:.3f} over {basis} "
-              f"(goal {FP32_GOAL}); probe's fp32 paths this run: "
+        quiet = final[t].basis.startswith("quiet")
+        print(f"\nfp32 n={N} threads={t}: probe (numpy backend) {probe[t].best(quiet) * 1e3:.1f} GFLOPS, "
+              f"numpy.matmul {reference[t].best(quiet) * 1e3:.1f}; {final[t].reason}; probe's fp32 paths: "
               + ", ".join(f"{b} {v * 1e3:.1f}" for b, v in best_path[t].items()))  # fmt: skip
-    benchmark.extra_info.update({"ratio": {t: r for t, (r, _) in results.items()}, "rounds": rounds,
-                                 "basis": {t: b for t, (_, b) in results.items()}})  # fmt: skip
-    assert meets(results, 0.95), results
+    benchmark.extra_info.update({"ratio": {t: v.ratio for t, v in final.items()}, "rounds": rounds,
+                                 "basis": {t: v.basis for t, v in final.items()}})  # fmt: skip
+    conclude(final)
 
 
 def test_int8_probe_reaches_the_best_int8_path(benchmark) -> None:  # type: ignore[no-untyped-def]
@@ -238,11 +251,11 @@ def test_int8_probe_reaches_the_best_int8_path(benchmark) -> None:  # type: igno
     paths: dict[int, dict[str, Side]] = {t: {op: Side() for op in INT8_PATHS} for t in THREADS}
 
     def best_path(t: int) -> tuple[str, Side]:
-        """The fastest reference path, judged on undisturbed trials when the probe and it have some."""
-        clean = [o for o, s in paths[t].items() if s.best(True)] if probe[t].best(True) else []
+        """The fastest reference path, judged on quiet trials when the probe and it have some."""
+        quiet = [o for o, s in paths[t].items() if s.best(True)] if probe[t].best(True) else []
         op = (
-            max(clean, key=lambda o: paths[t][o].best(True))
-            if clean
+            max(quiet, key=lambda o: paths[t][o].best(True))
+            if quiet
             else max(paths[t], key=lambda o: paths[t][o].best(False))
         )
         return op, paths[t][op]
@@ -254,21 +267,25 @@ def test_int8_probe_reaches_the_best_int8_path(benchmark) -> None:  # type: igno
                 {"backend": "onnxruntime", "dtype": "int8", "threads": threads, "affinity": cpus}
             )
             for wall, cpu, t in got.values():
-                probe[threads].add(wall, cpu, t)  # the probe's best int8 figure: all its int8 paths
+                add(probe[threads], wall, cpu, t)  # the probe's best int8 figure: all its int8 paths
             with pinned(cpus):
                 for op, (wall, cpu) in ort_int8_trials(threads).items():
-                    paths[threads][op].add(wall, cpu, threads)
+                    add(paths[threads][op], wall, cpu, threads)
+
+    def verdicts() -> dict[int, Verdict]:
+        return {t: judge(f"int8 threads={t}", probe[t], best_path(t)[1], INT8_BOUND, BROKEN) for t in THREADS}
 
     def pending() -> list[int]:
-        return [t for t in THREADS if compare(probe[t], best_path(t)[1])[0] < INT8_GOAL]
+        return [t for t, v in verdicts().items() if v.outcome != "pass"]
 
     rounds = alternate(benchmark, one_round, pending)
-    results = {t: compare(probe[t], best_path(t)[1]) for t in THREADS}
+    final = verdicts()
     for t in THREADS:
-        (ratio, basis), (op, side) = results[t], best_path(t)
-        clean = basis.startswith("und")
-        print(f"\nint8 n={N} threads={t}: probe {probe[t].best(clean) * 1e3:.1f} GOPS, best path here ({op}) "
-              f"{side.best(clean) * 1e3:.1f} GOPS -> ratio {ratio:.3f} over {basis}; paths "
-              + ", ".join(f"{o} {s.best(clean) * 1e3:.0f}" for o, s in paths[t].items()))  # fmt: skip
-    benchmark.extra_info.update({"ratio": {t: r for t, (r, _) in results.items()}, "rounds": rounds})
-    assert meets(results, 0.9), results
+        op, side = best_path(t)
+        quiet = final[t].basis.startswith("quiet")
+        print(f"\nint8 n={N} threads={t}: probe {probe[t].best(quiet) * 1e3:.1f} GOPS "
+              f"(CPU share {probe[t].best_share(quiet):.2f}), best path here ({op}) {side.best(quiet) * 1e3:.1f} "
+              f"GOPS (CPU share {side.best_share(quiet):.2f}); {final[t].reason}; paths "
+              + ", ".join(f"{o} {s.best(quiet) * 1e3:.0f}/{s.best_share(quiet):.2f}" for o, s in paths[t].items()))  # fmt: skip
+    benchmark.extra_info.update({"ratio": {t: v.ratio for t, v in final.items()}, "rounds": rounds})
+    conclude(final)

@@ -26,7 +26,7 @@ from edgebench.transports.adb import AdbTransport
 
 pytestmark = pytest.mark.integration
 
-FAST = ["--runs", "10", "--min-seconds", "0", "--warmup", "0", "--timeout", "120"]
+FAST = ["--runs", "40", "--min-seconds", "0", "--warmup", "0", "--timeout", "120"]  # p90 needs 36 samples
 # No "/" (it is a host folder name): the canaries land in the device HOME, /data/local/tmp.
 NASTY_DIR = "we ird;$(cd;touch pwned)`cd;touch pwned2`'q\" & cd;touch pwned3"
 

@@ -16,7 +16,7 @@ from edgebench.testing.cli import edgebench
 
 pytestmark = pytest.mark.integration
 
-FAST = ["--runs", "100", "--min-seconds", "0", "--warmup", "1"]
+FAST = ["--runs", "400", "--min-seconds", "0", "--warmup", "1"]  # p99 needs 368 samples
 
 
 def small_dynamic_model(path: Path) -> Path:
@@ -62,8 +62,10 @@ def test_bench_json_and_store(workdir: Path, runtime: str) -> None:
     for stat in ("p50", "p90", "p99", "mean", "min", "max"):
         assert got[("latency_ms", stat)] > 0
     assert got[("latency_ms", "min")] <= got[("latency_ms", "p50")] <= got[("latency_ms", "p99")]
-    for metric in ("load_ms", "first_inference_ms", "peak_rss_mb"):
+    for metric in ("import_ms", "load_ms", "first_inference_ms", "peak_rss_mb", "rss_increase_mb"):
         assert got[(metric, None)] > 0
+    # the increase over the process before the model loaded leaves out the interpreter and the runtime
+    assert got[("rss_increase_mb", None)] < got[("peak_rss_mb", None)]
     assert all(
         r["runtime"] == runtime and r["model"] == "convnet" and r["device"] == "local" for r in doc["records"]
     )
@@ -73,7 +75,7 @@ def test_bench_json_and_store(workdir: Path, runtime: str) -> None:
         stored = db.execute("SELECT count(*) FROM records WHERE run_id=?", (doc["run_id"],)).fetchone()[0]
         fingerprint = db.execute("SELECT fingerprint FROM devices").fetchone()[0]
     samples = json.loads(vals)
-    assert len(samples) >= 100
+    assert len(samples) >= 400
     assert np.percentile(samples, 50) == pytest.approx(got[("latency_ms", "p50")])
     assert stored == len(doc["records"])
     assert json.loads(fingerprint)["runtimes"]["onnxruntime"]
@@ -112,7 +114,7 @@ def test_dynamic_shapes_and_p99_refusal(workdir: Path) -> None:
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert ("latency_ms", "p99") not in metrics(doc)
-    assert "p99 needs at least 100 samples" in res.stderr
+    assert "p99 needs at least 368 samples" in res.stderr
     assert doc["records"][0]["params"]["shapes"] == {"x": [2, 7, 64]}
     assert doc["records"][0]["params"]["affinity"] == [0]
     # Without --shape the dynamic dims default to 1, loudly.

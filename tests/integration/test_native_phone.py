@@ -118,7 +118,7 @@ def test_distribution_from_repeated_invocations(adb_phone_factory, tmp_path: Pat
     notes = stats["p50"].annotations
     assert notes["aggregated_by"] == "edgebench"
     assert notes["sample"] == "single inference" and notes["n"] == 12
-    assert "p99" not in stats and "p90" in stats
+    assert "p99" not in stats and "p90" not in stats  # 12 invocations: p90 needs 36, p99 368
     args = (lab.root / "data/local/tmp/runner-args.txt").read_text().split("\n")
     assert args[1:6] == ["1", "1", "0", "4", "0"]  # loop, warmup, forward=CPU, threads, precision fp32
     assert args[0].startswith("/data/local/tmp/edgebench/native/")

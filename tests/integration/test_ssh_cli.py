@@ -16,7 +16,7 @@ from edgebench.testing.sshd import SshBoard
 
 pytestmark = pytest.mark.integration
 
-FAST = ["--runs", "20", "--min-seconds", "0", "--warmup", "1", "--timeout", "120"]
+FAST = ["--runs", "40", "--min-seconds", "0", "--warmup", "1", "--timeout", "120"]  # p90 needs 36 samples
 PASSPHRASE = "correct horse battery staple 42"
 
 

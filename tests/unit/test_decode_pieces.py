@@ -206,7 +206,7 @@ def test_records_come_from_the_kept_steps() -> None:
     assert got[("decode_tokens_per_s", None)].value == pytest.approx(8 / 0.018)
     assert got[("kv_cache_mb", None)].value == pytest.approx(4096 * 12 / MIB)
     assert ("decode_ms_per_token", "p90") not in got  # 8 steps: p90 refused, and said
-    assert any("p90 needs at least 10 samples" in w for w in out.warnings)
+    assert any("p90 needs at least 36 samples" in w for w in out.warnings)
     assert all(r.params["prompt_tokens"] == 8 and r.params["new_tokens"] == 4 for r in out.records)
     [steps] = [s for s in out.samples if s.metric == "decode_ms_per_token"]
     assert (
@@ -228,7 +228,9 @@ def test_the_floor_is_weights_plus_kv_over_dram_bandwidth() -> None:
     assert a["floor_first_ms"] < floor.value < a["floor_last_ms"]
     assert got[("decode_efficiency", None)].value == pytest.approx(want / 300.0)
     assert out.warnings == [
-        "decode_ms_per_token p99 needs at least 100 samples, got 12; decode more (--new-tokens, --rounds)"
+        f"decode_ms_per_token {stat} needs at least {need} samples for a 95% confidence interval inside the "
+        "samples, got 12; decode more (--new-tokens, --rounds)"
+        for stat, need in (("p90", 36), ("p99", 368))
     ]
 
 

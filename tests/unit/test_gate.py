@@ -28,6 +28,7 @@ from edgebench.analysis.gate import (
     parse_percent,
     rules_from_suite,
 )
+from edgebench.analysis.stats import MIN_SAMPLES_FOR_P99
 from edgebench.errors import ConfigError, UserError
 from edgebench.execution.jobs import Job, JobOutcome
 from edgebench.models.refs import ModelRef
@@ -108,7 +109,7 @@ def test_tail_statistic_uses_a_permutation_test() -> None:
     v = one(sampled(base), sampled(tuple(tail)), p99, key(stat="p99"))
     assert v.verdict == FAIL and v.method.startswith("permutation")
     few = one(sampled(base[:50]), sampled(tuple(tail[:50])), p99, key(stat="p99"))
-    assert few.verdict == NOISY and "needs at least 100" in few.reason
+    assert few.verdict == NOISY and f"needs at least {MIN_SAMPLES_FOR_P99}" in few.reason
 
 
 def test_single_values_use_a_plain_threshold() -> None:

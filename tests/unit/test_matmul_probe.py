@@ -48,7 +48,7 @@ def test_probe_graphs_are_valid_onnx_and_compute_the_product(op: str, dtype: str
     m, n, k = 3, 5, 64
     kernel = backend.build(op, dtype, m, n, k, threads=1, seed=0)
     kernel.step()
-    ok, detail, checksum = agent_mm.verify(kernel, m, n, agent_mm.tolerance(dtype, op), 0)
+    ok, detail, checksum, _ = agent_mm.verify(kernel, m, n, agent_mm.tolerance(dtype, op), 0)
     assert ok, detail
     assert np.isfinite(checksum)
     _, b = agent_mm.make_operands(dtype, m, n, k, 0)
@@ -85,7 +85,7 @@ def test_wrong_results_fail_verification() -> None:
     kernel = agent_mm.Kernel(
         "fake", lambda: None, lambda: zeros, lambda pts: agent_mm.dot_reference(a, b, pts), operands="f32f32"
     )
-    ok, detail, _ = agent_mm.verify(kernel, 8, 8, 1e-4, 0)
+    ok, detail, _, _ = agent_mm.verify(kernel, 8, 8, 1e-4, 0)
     assert not ok and "relative error" in detail
 
 
@@ -202,14 +202,18 @@ def test_bandwidth_records_skip_the_first_trial_and_count_stream_bytes() -> None
     assert agent_bw.BYTES_PER_ELEMENT == {"read": 8, "copy": 16, "triad": 24}
 
 
-def test_bandwidth_kernels_compute_and_checks_catch_wrong_results() -> None:
-    arrays = agent_bw.Arrays(np, 100_003, 3, 1024)
+@pytest.mark.parametrize("blas", [False, True], ids=["numpy-in-place", "memmove-daxpy"])
+def test_bandwidth_kernels_compute_and_checks_catch_wrong_results(blas: bool) -> None:
+    found = agent_bw.blas_axpy() if blas else None
+    if blas and found is None:
+        pytest.skip("no BLAS daxpy loaded")
+    arrays = agent_bw.Arrays(np, 100_003, 3, 1024, found[0] if found else None)
     workers = agent_bw.Workers(3, None)
     try:
         workers.run(arrays.init)
         for kernel in agent_bw.KERNELS:
-            times = agent_bw.measure(workers, arrays, kernel, trials=2)
-            assert len(times) == 3
+            times, cpu = agent_bw.measure(workers, arrays, kernel, trials=2)
+            assert len(times) == len(cpu) == 3
         # STREAM order: copy made c = a (1.0), then triad a = b + s * c
         assert np.allclose(arrays.c, 1.0) and np.allclose(arrays.a, 2.0 + agent_bw.SCALAR * 1.0)
         assert sum(arrays.sums) == pytest.approx(100_003 * 1.0)

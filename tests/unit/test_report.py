@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from edgebench.analysis.fit import parse_budgets
-from edgebench.records import Record, Samples, utc_now
+from edgebench.records import Record, RecordContext, Samples, utc_now
 from edgebench.render.report import format_for, render, write_report
 from edgebench.render.report.data import ReportData
 from edgebench.render.report.html import SECTIONS
@@ -215,6 +215,7 @@ def make_data(
     runs: tuple[str, ...] = (R1, R2),
     provenance: dict | None = None,
     fingerprint: dict | None = None,
+    health: tuple[Record, ...] = (),
 ) -> ReportData:
     from edgebench.render.report.data import _fit_records
 
@@ -265,7 +266,31 @@ def make_data(
         tuple(fit_records),
         source,
         tuple(warnings),
+        health=tuple(health),
+        health_order=tuple(runs),
     )
+
+
+def doctor_health(device: str, run_id: str) -> tuple[Record, ...]:
+    """A device's doctor records as the probe makes them from an agent result (one runtime, noisy)."""
+    from edgebench.probes.doctor import doctor_records
+    from edgebench.probes.registry import DoctorParams
+
+    result = {
+        "timer": {"resolution_ns": 30.0},
+        "runtimes": {
+            "onnxruntime": {
+                "harness_p50_ms": [1.01],
+                "bare_p50_ms": [1.0],
+                "noise_cv": [0.08],
+                "robust_cv": [0.02],
+                "runs": 50,
+            }
+        },  # fmt: skip
+        "cpus": [{"cpu": 0, "governor": "schedutil", "cur_mhz": 1800.0}],
+    }
+    ctx = RecordContext(run_id, device, "doctor")
+    return tuple(doctor_records(ctx, result, DoctorParams(), "mlp").records)
 
 
 class _Doc(HTMLParser):
@@ -388,11 +413,12 @@ def test_every_section_and_plot_rendered_self_contained() -> None:
         },
     )
     budgets = parse_budgets(["latency_p99_ms=20", "memory_mb=100", "energy_mj=5"])
-    text = render(make_data(recs, samples, errors, budgets), "html")
+    text = render(make_data(recs, samples, errors, budgets, health=doctor_health("phone", R2)), "html")
     assert_self_contained(text)
     doc = parse(text)
     assert list(doc.sections) == [sid for sid, _ in SECTIONS]
     assert all(state == "data" for state in doc.sections.values()), doc.sections
+    assert 'data-flagged="phone"' in text and "NOISY: onnxruntime" in text
     for name in (
         "ceilings-phone",
         "roofline-phone",

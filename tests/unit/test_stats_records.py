@@ -7,17 +7,47 @@ import shlex
 import numpy as np
 import pytest
 
-from edgebench.analysis.stats import MAD_TO_SIGMA, count_outliers, summarize
+from edgebench.analysis.stats import (
+    MAD_TO_SIGMA,
+    count_outliers,
+    percentile_interval,
+    samples_needed,
+    summarize,
+)
 from edgebench.errors import UserError
 from edgebench.execution.jobs import Job
 from edgebench.transports.base import command_line
 
 
-def test_p99_needs_100_samples() -> None:
-    s = summarize(list(np.linspace(1, 2, 99)))
-    assert "p99" not in s.percentiles and "100" in s.refused["p99"]
-    s = summarize(list(np.linspace(1, 2, 100)))
-    assert s.percentiles["p99"] == pytest.approx(np.percentile(np.linspace(1, 2, 100), 99))
+def test_a_tail_percentile_needs_samples_that_bound_its_interval() -> None:
+    # p99 of 100 samples has no upper bound inside the samples (it reaches past the largest): refused.
+    assert samples_needed(0.99) == 368 and samples_needed(0.90) == 36 and samples_needed(0.5) == 6
+    s = summarize(list(np.linspace(1, 2, 367)))
+    assert "p99" not in s.percentiles and "needs at least 368 samples" in s.refused["p99"]
+    s = summarize(list(np.linspace(1, 2, 368)))
+    assert s.percentiles["p99"] == pytest.approx(np.percentile(np.linspace(1, 2, 368), 99))
+    notes = s.percentile_annotations("p99")
+    assert notes["ci_low"] <= s.percentiles["p99"] <= notes["ci_high"] and notes["ci_level"] == 0.95
+
+
+def test_the_median_is_always_given_but_flagged_uncertain_when_unbounded() -> None:
+    s = summarize([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert s.percentiles["p50"] == 3.0 and s.uncertain("p50")
+    assert "needs 6 samples" in s.percentile_annotations("p50")["uncertain"]
+    assert not summarize([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).uncertain("p50")
+
+
+def test_order_statistic_intervals_cover_the_true_quantile() -> None:
+    """Distribution-free: over many skewed samples the interval holds the true quantile >= 95% of the time."""
+    rng = np.random.default_rng(3)
+    for q, n in ((0.5, 40), (0.9, 120), (0.99, 500)):
+        truth = -np.log(1 - q)  # exponential(1) quantile
+        hits = 0
+        for _ in range(400):
+            iv = percentile_interval(np.sort(rng.exponential(size=n)), q)
+            hits += iv.low <= truth <= iv.high
+        assert hits / 400 >= 0.93, (q, n, hits)
+        assert iv.coverage >= 0.95
 
 
 def test_summary_values() -> None:

@@ -36,6 +36,8 @@ class ReportData:
     fit_records: tuple[Record, ...] = ()
     fit_source: str = ""
     fit_warnings: tuple[str, ...] = ()
+    health: tuple[Record, ...] = ()  # the latest `doctor` records of the report's devices, from any run
+    health_order: tuple[str, ...] = ()  # run ids of those records, oldest first
 
     @property
     def run_order(self) -> list[str]:
@@ -77,6 +79,7 @@ def load_report_data(
     samples = store.samples(ids)
     devices = store.device_info(ids)
     fit_records, fit_source, warnings = _fit_records(records, samples, devices, budgets, ids)
+    health, health_order = _health_records(store, all_runs, {r.device for r in records})
     return ReportData(
         title=title or _default_title(runs),
         generated=utc_now(),
@@ -91,7 +94,20 @@ def load_report_data(
         fit_records=tuple(fit_records),
         fit_source=fit_source,
         fit_warnings=tuple(warnings),
+        health=tuple(health),
+        health_order=tuple(health_order),
     )
+
+
+def _health_records(
+    store: Store, runs: Sequence[RunInfo], devices: set[str]
+) -> tuple[list[Record], list[str]]:
+    """Every doctor record of these devices in the store (a device's health is measured in its own run)."""
+    doctor_runs = [r.run_id for r in runs if r.kind == "doctor"]
+    if not doctor_runs or not devices:
+        return [], []
+    found = [r for r in store.records(doctor_runs) if r.probe == "doctor" and r.device in devices]
+    return found, doctor_runs
 
 
 def _fit_records(

@@ -18,10 +18,13 @@ from ... import __version__
 from ...execution.provenance import redact_argv
 from . import frames, plots, workloads
 from .data import ReportData
+from .health import COLUMNS as HEALTH_COLUMNS
+from .health import latest_health
 from .markup import esc, figure, fmt, nodata, pct, table
 
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("summary", "Run summary"),
+    ("health", "Device health"),
     ("matrix", "Device × model"),
     ("ceilings", "Measured ceilings vs datasheet"),
     ("roofline", "Roofline"),
@@ -284,6 +287,21 @@ def _matrix(d: ReportData) -> tuple[str, bool]:
     if not d.budgets:
         legend += '<p class="note">No budgets given (pass --budget or --suite to colour the matrix).</p>'
     return legend + table(["model"] + devices, rows, cls="matrix", raw=True), True
+
+
+def _health(d: ReportData) -> tuple[str, bool]:
+    """Each device's latest `edgebench doctor` figures; a flagged device is named above the table."""
+    found = latest_health(d.health, d.health_order)
+    if not found:
+        return nodata("device health (run `edgebench doctor --device NAME`)"), False
+    flagged = [h for h in found if h.flags]
+    notes = "".join(
+        f'<p class="flag" data-flagged="{esc(h.device)}">⚠ {esc(h.device)}: {esc("; ".join(h.flags))}: '
+        "its figures in this report carry that uncertainty</p>"
+        for h in flagged
+    )
+    rows = [list(row) for h in found for row in h.rows]
+    return notes + table(list(HEALTH_COLUMNS), rows, cls="health"), True
 
 
 def _ceilings(d: ReportData) -> tuple[str, bool]:
@@ -891,6 +909,7 @@ def _errors(d: ReportData) -> tuple[str, bool]:
 
 BUILDERS: dict[str, Callable[[ReportData], tuple[str, bool]]] = {
     "summary": _summary,
+    "health": _health,
     "matrix": _matrix,
     "ceilings": _ceilings,
     "roofline": _roofline,

@@ -11,6 +11,8 @@ from typing import Any
 
 from . import frames
 from .data import ReportData
+from .health import COLUMNS as HEALTH_COLUMNS
+from .health import latest_health
 
 _MARK = {"ok": "", "near": " ⚠", "over": " ❌", "none": ""}
 
@@ -57,6 +59,7 @@ def render_markdown(data: ReportData) -> str:
     )
     if data.budgets:
         out += ["", "Budgets: " + ", ".join(f"`{b.key} = {cell(b.limit)}`" for b in data.budgets)]
+    out += _health_section(data)
     out += ["", "## Device × model", ""]
     m = frames.bench_matrix(data.measurements, data.samples, data.run_order)
     if m.empty:
@@ -174,6 +177,18 @@ def _decode_section(data: ReportData) -> list[str]:
         "efficiency",
     ]  # fmt: skip
     return ["", "## LLM decode", "", md_table(columns, rows)]
+
+
+def _health_section(data: ReportData) -> list[str]:
+    """Device health (latest `edgebench doctor` per device), only when some was measured."""
+    found = latest_health(data.health, data.health_order)
+    if not found:
+        return []
+    out = ["", "## Device health", ""]
+    out += [f"⚠ **{h.device}**: {'; '.join(h.flags)}" for h in found if h.flags]
+    out += [""] if any(h.flags for h in found) else []
+    out.append(md_table(list(HEALTH_COLUMNS), [list(row) for h in found for row in h.rows]))
+    return out
 
 
 def _fit_section(data: ReportData) -> list[str]:

@@ -1,0 +1,142 @@
+"""How a benchmark judges a ratio against its reference on a machine it shares with other work.
+
+Both sides record, per trial, the CPU share they got (process CPU time over wall time x threads; the
+runtimes and kernels measured keep their CPUs busy, so an undisturbed trial is close to 1). A ratio over
+trials that both got their CPUs is like with like and is held to the bound. When the machine was never quiet
+enough for that, the ratio over all trials is only evidence: far under the bound it is still a broken probe
+(fail), above the bound it passes, in between it is reported and the test skipped with the reason, since a
+loaded machine alone can push it there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+QUIET_SHARE = 0.85
+# A trial that used more CPUs than it asked for (a runtime ignoring its thread count) is not like with like
+# either: quiet means within these bounds.
+MAX_SHARE = 1.15
+
+
+@dataclass
+class Side:
+    """Every trial of one side: (value, CPU share); larger values are better."""
+
+    trials: list[tuple[float, float]] = field(default_factory=list)
+
+    def add(self, value: float, share: float) -> None:
+        self.trials.append((value, share))
+
+    def best(self, quiet: bool) -> float:
+        values = [v for v, share in self.trials if is_quiet(share) or not quiet]
+        return max(values, default=0.0)
+
+    def best_share(self, quiet: bool) -> float:
+        """The CPU share of the best trial."""
+        trials = [(v, share) for v, share in self.trials if is_quiet(share) or not quiet]
+        return max(trials, default=(0.0, 0.0))[1]
+
+    def quiet_trials(self) -> int:
+        return sum(1 for _, share in self.trials if is_quiet(share))
+
+
+def is_quiet(share: float) -> bool:
+    return QUIET_SHARE <= share <= MAX_SHARE
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """`outcome` is pass, fail or skip; `ratio` the figure judged; `basis` which trials it came from."""
+
+    outcome: str
+    ratio: float
+    basis: str
+    reason: str
+
+
+def compare(probe: Side, reference: Side, steady: bool = True) -> tuple[float, bool]:
+    """probe / reference over quiet trials when both sides have some (True), else over all (False).
+    `steady` False says the machine was disturbed in a way CPU shares cannot see (e.g. memory traffic)."""
+    if steady and probe.best(True) and reference.best(True):
+        return probe.best(True) / reference.best(True), True
+    return probe.best(False) / max(reference.best(False), 1e-12), False
+
+
+def judge(
+    name: str, probe: Side, reference: Side, bound: float, broken: float, steady: bool = True
+) -> Verdict:
+    """The verdict on probe / reference >= bound; under `broken` the probe is broken whatever the load."""
+    ratio, quiet = compare(probe, reference, steady)
+    basis = "quiet trials" if quiet else "disturbed trials only (the machine was never quiet)"
+    text = f"{name}: ratio {ratio:.3f} over {basis} (bound {bound}, broken under {broken})"
+    if ratio >= bound:
+        return Verdict("pass", ratio, basis, text)
+    if ratio < broken:
+        return Verdict("fail", ratio, basis, f"{text}: the probe is broken")
+    if quiet:
+        return Verdict("fail", ratio, basis, f"{text}: short on a quiet machine")
+    return Verdict(
+        "skip",
+        ratio,
+        basis,
+        f"{text}: a loaded machine can push it there; re-run on a quieter machine "
+        f"({probe.quiet_trials()} quiet probe trials, {reference.quiet_trials()} quiet reference trials)",
+    )
+
+
+@dataclass
+class Rounds:
+    """Per round: the ratio of the two sides' medians and whether the round was quiet (both sides'
+    back-to-back runs steady: robust CV under QUIET_CV)."""
+
+    ratios: list[float] = field(default_factory=list)
+    quiet: list[bool] = field(default_factory=list)
+
+    def add(self, ratio: float, quiet: bool) -> None:
+        self.ratios.append(ratio)
+        self.quiet.append(quiet)
+
+    def median(self, quiet_only: bool) -> float | None:
+        values = [r for r, q in zip(self.ratios, self.quiet, strict=True) if q or not quiet_only]
+        return sorted(values)[len(values) // 2] if values else None
+
+
+QUIET_CV = 0.05  # the doctor's noise bound
+QUIET_ROUNDS = 3
+
+
+def steady(values: list[float], within: float = 0.10, rounds: int = 3) -> bool:
+    """A reference measured in rounds is steady when at least `rounds` of them lie within `within` of its
+    best: the machine gave it the same resources more than once."""
+    best = max(values, default=0.0)
+    return best > 0 and sum(1 for v in values if v >= best * (1 - within)) >= rounds
+
+
+def robust_cv(values: list[float]) -> float:
+    """MAD x 1.4826 over the median: the spread of the bulk of back-to-back runs, outliers aside."""
+    ordered = sorted(values)
+    median = ordered[len(ordered) // 2]
+    mad = sorted(abs(v - median) for v in values)[len(values) // 2]
+    return 1.4826 * mad / median if median else 0.0
+
+
+def judge_band(name: str, rounds: Rounds, low: float, high: float, broken: float) -> Verdict:
+    """The verdict on a ratio that must lie in [low, high]; beyond `broken` times off it is a defect."""
+    quiet = sum(rounds.quiet) >= QUIET_ROUNDS
+    ratio = rounds.median(quiet_only=quiet)
+    assert ratio is not None
+    basis = (
+        f"{sum(rounds.quiet)} quiet rounds"
+        if quiet
+        else "disturbed rounds only (the machine was never quiet)"
+    )
+    text = f"{name}: ratio {ratio:.3f} over {basis} (band {low}..{high}, broken beyond {broken}x)"
+    if low <= ratio <= high:
+        return Verdict("pass", ratio, basis, text)
+    if ratio > broken or ratio < 1.0 / broken:
+        return Verdict("fail", ratio, basis, f"{text}: the harness is broken")
+    if quiet:
+        return Verdict("fail", ratio, basis, f"{text}: out of band on a quiet machine")
+    return Verdict(
+        "skip", ratio, basis, f"{text}: a loaded machine can push it there; re-run on a quieter machine"
+    )
