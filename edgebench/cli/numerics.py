@@ -11,6 +11,7 @@ import typer
 from ..execution.jobs import Job, JobOutcome
 from ..execution.oneshot import OneShot, run_now
 from ..models.refs import resolve_model
+from ..probes.common import check_runtime
 from ..probes.registry import AccuracyParams, ProfileParams, SensitivityParams
 from ..records import Record
 from .common import (
@@ -251,6 +252,7 @@ def profile(
     """Per-op times on a device (onnxruntime's profiler or MNN's per-op callbacks) against the latency."""
     ref = resolve_model(model)
     check_inputs(params.inputs)
+    check_runtime(ref, runtime)  # a usage error is refused here, before a run is stored
     job = Job(
         device=device, probe="profile", model=ref, runtime=runtime, params=params.given(), timeout_s=timeout
     )

@@ -8,7 +8,17 @@ from pathlib import Path
 import typer
 
 from ..errors import UserError
-from .common import JSON_OPT, STORE_OPT, note, parse_shapes, print_json, records_json, warn
+from .common import (
+    JSON_OPT,
+    STORE_OPT,
+    note,
+    open_store,
+    parse_shapes,
+    print_json,
+    records_json,
+    resolve_runs,
+    warn,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -16,13 +26,17 @@ def register(app: typer.Typer) -> None:
     app.command("fit")(fit)
 
 
-def _open_store(path: Path):  # type: ignore[no-untyped-def]
-    """An existing store (never create an empty one by mistake)."""
-    from ..results.store import Store
+def suite_runs(st, suite: Path) -> list[str]:  # type: ignore[no-untyped-def]
+    """The runs of a suite (by the name in its file), and the gate runs that compared them."""
+    from ..execution.suite import load_suite
 
-    if not path.exists():
-        raise UserError(f"{path}: no such store")
-    return Store(path)
+    name = load_suite(suite).name
+    runs = st.runs()
+    ids = [r.run_id for r in runs if r.suite == name]
+    if not ids:
+        raise UserError(f"{suite}: no run of suite '{name}' in {st.path} (run `edgebench run {suite}` first)")
+    gated = {g["run_id"] for g in st.gates() if g["candidate"] in ids or g["baseline"] in ids}
+    return [r.run_id for r in runs if r.run_id in set(ids) | gated]
 
 
 def _budgets(suite: Path | None, items: list[str] | None):  # type: ignore[no-untyped-def]
@@ -33,8 +47,15 @@ def _budgets(suite: Path | None, items: list[str] | None):  # type: ignore[no-un
 
 
 _OUT = typer.Option(None, "--out", "-o", help="Report file, e.g. reports/nightly.html (required).")
-_RUNS = typer.Option(None, "--run", help="Run id (repeatable; default: every run in the store).")
-_SUITE_REPORT = typer.Option(None, "--suite", help="Suite file whose budget table colours the matrix.")
+_RUNS = typer.Option(
+    None,
+    "--run",
+    help="Run id or reference: latest, latest~1, suite:NAME, tag:NAME, a prefix (repeatable; default: "
+    "every run, or with --suite that suite's runs).",
+)
+_SUITE_REPORT = typer.Option(
+    None, "--suite", help="Suite file: its runs (unless --run is given) and its [budget] table."
+)
 _BUDGET = typer.Option(
     None, "--budget", help="KEY=VALUE: latency_p99_ms, memory_mb, energy_mj, load_ms (repeatable)."
 )
@@ -65,8 +86,9 @@ def report(
         raise UserError("--out is required (e.g. --out reports/nightly.html, or .md for Markdown)")
     kind = format_for(out, fmt)
     budgets = _budgets(suite, budget)
-    with _open_store(store) as st:
-        data = load_report_data(st, list(run) if run else None, budgets, title)
+    with open_store(store) as st:
+        run_ids = resolve_runs(st, run) if run else (suite_runs(st, suite) if suite is not None else None)
+        data = load_report_data(st, run_ids, budgets, title)
     text = render(data, kind)
     write_report(text, out)
     warn(data.fit_warnings)
@@ -104,7 +126,7 @@ def fit(
             continue
         counts[resolved.name] = count_model(resolved.path, resolved.name, shapes)
         warn(counts[resolved.name].warnings, f"{resolved.name}: ")
-    with _open_store(store) as st:
+    with open_store(store) as st:
         runs = st.runs()
         order = [r.run_id for r in runs]
         records = [r for r in st.records() if r.probe != "fit"]

@@ -44,7 +44,7 @@ def test_v1_store_migrates_and_keeps_every_record(v1_store: Path) -> None:
     expected = json.loads((FIXTURE / "exp-results.json").read_text())["records"]
     with Store(v1_store) as st:
         records = st.records()
-    assert schema_version(v1_store) == SCHEMA_VERSION == 2
+    assert schema_version(v1_store) == SCHEMA_VERSION == 3
     assert len(records) == len(expected)
     for got, old in zip(records, expected, strict=True):
         same = ("run_id", "device", "probe", "model", "runtime", "metric", "value", "unit", "ts")
@@ -73,8 +73,13 @@ def test_gate_on_a_migrated_store_matches_what_v1_printed(v1_store: Path, tmp_pa
     expected = json.loads((FIXTURE / "exp-gate.json").read_text())
     assert res.returncode == expected["exit_code"] == 1, res.stderr
     got = json.loads(res.stdout)
-    for key in ("verdict", "counts", "pairs", "unpaired_candidate", "notes"):
+    for key in ("verdict", "unpaired_candidate", "notes"):
         assert got[key] == expected[key], key
+    # Today's gate adds a verdict (INCOMPLETE, none here) and the jobs' warnings to each pair.
+    assert got["counts"] == {**expected["counts"], "INCOMPLETE": 0}
+    assert [{k: v for k, v in p.items() if k != "warnings"} for p in got["pairs"]] == expected["pairs"]
+    failed = [p for p in got["pairs"] if p["verdict"] == "FAIL"]
+    assert failed and all(any("outliers" in w for w in p["warnings"]) for p in failed)
 
 
 def test_report_on_a_migrated_store_matches_what_v1_printed(v1_store: Path, tmp_path: Path) -> None:
