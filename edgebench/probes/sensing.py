@@ -61,6 +61,7 @@ def start_sustained_run(
     rate among them: it changes what is measured) and the model pushed. Returns (runtime, model, inputs)."""
     require_python_agent(device, job.probe)
     runtime = runtime_of(job.model, job.runtime)
+    ctx.runtime = runtime
     ctx.base_params = params.identity()
     return (runtime, *push_model_and_inputs(device, job, runtime, params.inputs))
 

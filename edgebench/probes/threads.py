@@ -58,6 +58,7 @@ def point_params(params: ThreadsParams, threads: int, cpus: tuple[int, ...] | No
 def run_threads(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     params = ThreadsParams.of(job)
     runtime = runtime_of(job.model, job.runtime)
+    ctx.runtime = runtime
     remote_model, remote_inputs = push_model_and_inputs(device, job, runtime, params.inputs)
     timeout = job_timeout(device, job)
     out = ProbeResult()
