@@ -11,6 +11,8 @@ from ..errors import UserError
 from .common import (
     JSON_OPT,
     STORE_OPT,
+    console,
+    make_table,
     note,
     open_store,
     parse_shapes,
@@ -62,9 +64,14 @@ _BUDGET = typer.Option(
 _FORMAT = typer.Option(None, "--format", help="html or md (default: from the --out suffix, else html).")
 _TITLE = typer.Option(None, "--title", help="Report title.")
 _MODELS = typer.Option(
-    None, "--model", "-m", help="Model file or builtin:NAME to add (measured or not; repeatable)."
+    None,
+    "--model",
+    "-m",
+    help="Only this model (repeatable): a name measured in the store, or a model file or builtin:NAME "
+    "(whose counts let fit predict it where it was never benched).",
 )
-_DEVICES = typer.Option(None, "--device", "-d", help="Only these devices (repeatable).")
+_STRICT = typer.Option(False, "--strict", help="Uncertain verdicts fail too (exit 1).")
+_DEVICES = typer.Option(None, "--device", "-d", help="Only this device (repeatable).")
 _SUITE_FIT = typer.Option(None, "--suite", help="Take budgets from this suite's budget table.")
 _SHAPES = typer.Option(None, "--shape", help="NAME=DIMS for dynamic inputs of --model files.")
 _NO_STORE = typer.Option(False, "--no-store", help="Do not keep the verdicts in the store.")
@@ -103,33 +110,23 @@ def fit(
     budget: list[str] = _BUDGET,
     suite: Path = _SUITE_FIT,
     shape: list[str] = _SHAPES,
+    strict: bool = _STRICT,
     no_store: bool = _NO_STORE,
     as_json: bool = JSON_OPT,
 ) -> int:
-    """Which model fits which chip: measured verdicts, and predicted ones for pairs never benched."""
-    from ..analysis.fit import assess, count_model
+    """Does the model fit the chip? Exit 0 fits, 1 does not fit (or, with --strict, uncertain)."""
+    from ..analysis.fit import MEASURING_PROBES, assess, verdict_exit_code
     from ..execution.provenance import host_provenance
-    from ..models.refs import resolve_model
     from ..records import new_run_id
 
     budgets = _budgets(suite, budget)
     shapes = parse_shapes(shape)
-    counts = {}
-    uncountable = []
-    for ref in model or []:
-        resolved = resolve_model(ref)
-        if resolved.format != "onnx":  # an MNN file still gets its measured verdicts, just no prediction
-            uncountable.append(
-                f"{ref}: FLOPs and bytes are counted on ONNX models; pass the ONNX it came from "
-                "to predict it where it was not benched"
-            )
-            continue
-        counts[resolved.name] = count_model(resolved.path, resolved.name, shapes)
-        warn(counts[resolved.name].warnings, f"{resolved.name}: ")
     with open_store(store) as st:
         runs = st.runs()
         order = [r.run_id for r in runs]
-        records = [r for r in st.records() if r.probe != "fit"]
+        records = [r for r in st.records() if r.probe not in ("fit", "gate")]
+        measured = {r.model for r in records if r.probe in MEASURING_PROBES and r.model}
+        selected, counts, notes = _fit_models(model or [], measured, shapes, st.path)
         result = assess(
             records,
             budgets,
@@ -140,54 +137,102 @@ def fit(
             models=list(counts),
             run_order=order,
         )
+        if selected:
+            result.verdicts = [v for v in result.verdicts if v.model in selected]
+        if not result.verdicts:
+            what = f" of {', '.join(sorted(selected))}" if selected else ""
+            raise UserError(
+                f"{store}: no bench measurements or predictions{what} to judge (run `edgebench bench`)"
+            )
         run_id = new_run_id()
         out = result.records(run_id)
-        if not result.verdicts:
-            raise UserError(f"{store}: no bench measurements to judge (run `edgebench bench` first)")
         if not no_store:
             st.import_records(run_id, out, kind="fit", provenance=host_provenance())
     if not budgets:
         result.warnings.insert(0, "no budgets given (--budget latency_p99_ms=15 ...): showing values only")
-    result.warnings[:0] = uncountable
+    result.warnings[:0] = notes
     warn(result.warnings)
+    code = verdict_exit_code(result.verdicts, strict)
     if as_json:
         summary = [dataclasses.asdict(s) for s in result.cv_summaries()]
-        print_json(records_json(out, run_id=run_id, cv=summary, warnings=result.warnings))
-        return 0
+        print_json(records_json(out, run_id=run_id, cv=summary, warnings=result.warnings, exit_code=code))
+        return code
     _show(result, run_id, no_store)
-    return 0
+    return code
+
+
+def _fit_models(
+    refs: list[str], measured: set[str], shapes: dict[str, list[int]], store: Path
+) -> tuple[set[str], dict, list[str]]:  # type: ignore[type-arg]
+    """--model selects rows: a name measured in the store, or a model file (whose counts let fit predict
+    it where it was never benched). Returns the names selected, the counts and notes for the user."""
+    from ..analysis.fit import count_model
+    from ..errors import ModelError
+    from ..models.refs import resolve_model
+
+    selected: set[str] = set()
+    counts = {}
+    notes = []
+    for ref in refs:
+        if ref in measured and not Path(ref).exists():
+            selected.add(ref)
+            continue
+        try:
+            resolved = resolve_model(ref)
+        except ModelError as exc:
+            if "/" in ref or Path(ref).suffix or ref.startswith("builtin:"):
+                raise  # a file the user named: its own error (missing, corrupt)
+            known = ", ".join(sorted(measured)[:8]) or "none"
+            raise UserError(
+                f"--model {ref}: neither a model measured in {store} (measured: {known}) nor a model file"
+            ) from exc
+        selected.add(resolved.name)
+        if resolved.format != "onnx":  # an MNN file still gets its measured verdicts, just no prediction
+            notes.append(
+                f"{ref}: FLOPs and bytes are counted on ONNX models; pass the ONNX it came from "
+                "to predict it where it was not benched"
+            )
+            continue
+        counts[resolved.name] = count_model(resolved.path, resolved.name, shapes)
+        warn(counts[resolved.name].warnings, f"{resolved.name}: ")
+    return selected, counts, notes
+
+
+def ratio_text(ratio: float | None) -> str:
+    """value / limit as people read it: "0.62x budget", "36x budget"."""
+    if ratio is None:
+        return "-"
+    return f"{ratio:.2f}x budget" if ratio < 10 else f"{ratio:.0f}x budget"
 
 
 def _show(result, run_id: str, no_store: bool) -> None:  # type: ignore[no-untyped-def]
-    """The verdicts as a table on stdout (wide enough to read when piped), the trust figures after it."""
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+    """The verdicts as a table on stdout (full width when piped), the trust figures after it."""
+    from rich.text import Text
 
-    from ..render.report.html import pct
-
-    console = Console(soft_wrap=False)
-    if not console.is_terminal:
-        console.width = max(console.width, 160)
-    table = Table(title=f"fit ({'not stored' if no_store else 'run ' + run_id})")
-    for col in ("device", "model", "runtime", "fits", "basis", "limiting", "margin", "values", "not checked"):
-        table.add_column(col)
+    style = {"fits": "green", "does not fit": "bold red", "uncertain": "yellow"}
+    table = make_table(
+        f"fit ({'not stored' if no_store else 'run ' + run_id})",
+        ["device", "model", "runtime", "verdict", "basis", "limiting", "value / limit", "values", "why"],
+    )
     for v in result.verdicts:
-        verdict = {True: "[green]yes[/]", False: "[red]NO[/]", None: "?"}[v.fits]
         shown = v.values or {k.replace(":", " "): x for k, x in v.predicted.items()}
-        values = ", ".join(f"{k}={x:.4g}" for k, x in shown.items())
-        table.add_row(
-            escape(v.device),
-            escape(v.model),
-            escape(v.runtime or "-"),
-            verdict,
-            "[cyan]predicted[/]" if v.basis == "predicted" else "measured",
-            escape(v.limiting or "-"),
-            pct(v.margin, signed=True) if v.margin is not None else "-",
-            escape(values),
-            escape(", ".join(v.unchecked) or "-"),
+        values = ", ".join(
+            f"{k}={x:.4g}"
+            + (f" [{v.intervals[k][0]:.4g}-{v.intervals[k][1]:.4g}]" if k in v.intervals else "")
+            for k, x in shown.items()
         )
-    console.print(table)
+        table.add_row(
+            Text(v.device),
+            Text(v.model),
+            Text(v.runtime or "-"),
+            Text(v.verdict or "-", style=style.get(v.verdict, "")),
+            Text(v.basis, style="cyan" if v.basis == "predicted" else ""),
+            Text(v.limiting or "-"),
+            Text(ratio_text(v.ratio)),
+            Text(values),
+            Text(v.why),
+        )
+    console().print(table)
     names = {"latency_min_ms": "fastest inference", "latency_p50_ms": "p50", "memory_mb": "peak memory"}
     for s in result.cv_summaries():
         if s.device == "*" and s.holdout == "model" and s.quantity in names:

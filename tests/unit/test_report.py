@@ -509,7 +509,8 @@ def test_fit_cli_json_and_store(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert code == 0, err
     doc = json.loads(out)
     fits = [r for r in doc["records"] if r["metric"] == "fits"]
-    assert fits[0]["value"] == 1.0 and fits[0]["params"]["basis"] == "measured" and doc["run_id"]
+    assert fits[0]["value"] == 1.0 and fits[0]["annotations"]["basis"] == "measured" and doc["run_id"]
+    assert fits[0]["annotations"]["verdict"] == "fits" and doc["exit_code"] == 0
     with Store(db) as st:
         assert [r.kind for r in st.runs()] == ["bench", "fit"]
     code, out, err = run_cli(["report", "--store", str(db), "--out", str(tmp_path / "r.md")], capsys)

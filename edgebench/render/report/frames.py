@@ -621,7 +621,7 @@ def fit_tables(fit_records: Sequence[Record]) -> dict[str, pd.DataFrame]:
     for r in fit_records:
         if r.probe != "fit":
             continue
-        p = r.params
+        p = {**r.params, **r.annotations}  # fit runs stored before records had annotations: all in params
         if r.metric == "fits":
             verdicts.append(
                 {
@@ -629,9 +629,14 @@ def fit_tables(fit_records: Sequence[Record]) -> dict[str, pd.DataFrame]:
                     "runtime": r.runtime or "",
                     "model": r.model or "",
                     "fits": r.value,
+                    "verdict": p.get("verdict")
+                    or {1.0: "fits", 0.0: "does not fit"}.get(r.value, "uncertain"),
+                    "why": p.get("why") or "",
                     "basis": p.get("basis", ""),
                     "limiting": p.get("limiting"),
                     "margin": p.get("margin"),
+                    "ratio": p.get("ratio"),
+                    "intervals": p.get("intervals") or {},
                     "values": p.get("values") or {},
                     "budgets": p.get("budgets") or {},
                     "unchecked": p.get("unchecked") or [],
@@ -700,9 +705,13 @@ def fit_tables(fit_records: Sequence[Record]) -> dict[str, pd.DataFrame]:
                 "runtime",
                 "model",
                 "fits",
+                "verdict",
+                "why",
                 "basis",
                 "limiting",
                 "margin",
+                "ratio",
+                "intervals",
                 "values",
                 "budgets",
                 "unchecked",
@@ -739,6 +748,7 @@ def fit_counts(fit_records: Sequence[Record]) -> dict[str, tuple[float, float]]:
     """Model FLOPs and weight bytes carried in fit verdict records (for the roofline plot)."""
     out = {}
     for r in fit_records:
-        if r.probe == "fit" and r.metric == "fits" and r.model and "flops" in r.params:
-            out[r.model] = (float(r.params["flops"]), float(r.params.get("weight_bytes") or float("nan")))
+        p = {**r.params, **r.annotations}
+        if r.probe == "fit" and r.metric == "fits" and r.model and "flops" in p:
+            out[r.model] = (float(p["flops"]), float(p.get("weight_bytes") or float("nan")))
     return out
