@@ -184,8 +184,13 @@ def test_measured_verdicts_under_and_over_budget() -> None:
     recs = result.records("fit-run")
     fits = {r.model: r for r in recs if r.metric == "fits"}
     assert fits["small"].value == 1.0 and fits["big"].value == 0.0
-    assert fits["big"].annotations["basis"] == "measured" and fits["big"].annotations["limiting"] == "memory_mb"
-    assert fits["big"].annotations["verdict"] == "does not fit" and fits["small"].annotations["verdict"] == "fits"
+    assert (
+        fits["big"].annotations["basis"] == "measured" and fits["big"].annotations["limiting"] == "memory_mb"
+    )
+    assert (
+        fits["big"].annotations["verdict"] == "does not fit"
+        and fits["small"].annotations["verdict"] == "fits"
+    )
     ratios = {r.params["budget"]: r.value for r in recs if r.metric == "budget_ratio" and r.model == "big"}
     assert ratios == pytest.approx({"latency_p99_ms": 20 / 15, "memory_mb": 90 / 60})  # value / limit
     assert by["big"].ratio == pytest.approx(1.5) and "memory_mb (1.5x the budget)" in by["big"].why
