@@ -101,6 +101,10 @@ def variants(
             note(f"edgebench: {'WARNING' if loud else 'warning'}: {w}")
         if not v.ok:
             note(f"edgebench: warning: {v.name}: not made: {v.error}")
+    if vset.log_lines:
+        note(
+            f"edgebench: the converters printed {vset.log_lines} line(s) of warnings and logs: see {vset.log}"
+        )
     records = [r for o in outcomes for r in o.records]
     errors = [{"variant": v.name, "error": v.error} for v in vset.variants if not v.ok]
     if as_json:
