@@ -927,11 +927,16 @@ def gate_runs(
     return replace(result, verdicts=verdicts, notes=result.notes + tuple(changed))
 
 
+# Words of the warnings that say a measurement was disturbed (outliers, a warm device, retries), as the
+# bench probe, the cool-down guard and the session word them.
+DISTURBANCE_WORDS = ("outlier", "disturb", "did not cool", "starts warm", "throttl", "transport error")
+
+
 def job_warnings(
     key: PairKey, jobs: Mapping[str, Sequence[Mapping[str, Any]]], most: int = 3
 ) -> tuple[str, ...]:
-    """The warnings stored with the jobs that measured a pair (outliers: the device was disturbed), by
-    side, so a FAIL on a noisy host says so next to the numbers."""
+    """The disturbance warnings stored with the jobs that measured a pair (outliers: the device was
+    disturbed), by side, so a FAIL on a noisy host says so next to the numbers."""
     import json
 
     identity = json.loads(key.params)
@@ -947,7 +952,8 @@ def job_warnings(
             params = j.get("params") or {}
             if not same or any(k in identity and identity[k] != v for k, v in params.items()):
                 continue
-            out += [f"{side}: {w}" for w in (j.get("warnings") or [])[:most]]
+            disturbed = [w for w in j.get("warnings") or [] if any(d in w.lower() for d in DISTURBANCE_WORDS)]
+            out += [f"{side}: {w}" for w in disturbed[:most]]
     return tuple(dict.fromkeys(out))
 
 
