@@ -400,10 +400,10 @@ def test_report_renders_in_headless_chromium(fleet: Fleet, chromium, tmp_path: P
 
     # Chromium's DOM after loading: every section, every plot of this store.
     loaded = _parse(chromium("--dump-dom", out.as_uri()))
-    assert list(loaded.sections) == [sid for sid, _ in SECTIONS]
-    for sid in ("summary", "matrix", "ceilings", "roofline", "threads", "latency", "fit"):
+    assert list(loaded.sections) == [sid for sid, _, _ in SECTIONS]
+    for sid in ("fit", "health", "ceilings", "roofline", "threads", "latency", "prediction", "summary"):
         assert loaded.sections[sid] == "data", (sid, loaded.sections)
-    for sid in ("thermal", "power", "ops", "accuracy"):  # no such probes in this store: said cleanly
+    for sid in ("thermal", "power", "ops", "accuracy", "variants", "sensitivity"):  # none here: said cleanly
         assert loaded.sections[sid] == "empty"
     expected = {
         "ceilings-cpu1",
@@ -437,4 +437,4 @@ def test_report_renders_in_headless_chromium(fleet: Fleet, chromium, tmp_path: P
     md = fleet.root / "reports" / "fleet.md"
     fleet.ok("report", "--store", str(fleet.db), "--out", str(md), "--budget", "latency_p99_ms=2")
     summary = md.read_text()
-    assert "| device | model | runtime | p50 |" in summary and "conv_e" in summary and "<" not in summary
+    assert "| verdict | device | model | runtime | p50 |" in summary and "conv_e" in summary and "<" not in summary

@@ -13,6 +13,7 @@ from ...records import Record, Samples, utc_now
 from ...results.store import RunInfo, Store
 
 LIVE_FIT_RUN = "report"
+ANALYSIS_PROBES = (FIT_PROBE, "gate")
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,10 @@ class ReportData:
     fit_records: tuple[Record, ...] = ()
     fit_source: str = ""
     fit_warnings: tuple[str, ...] = ()
+    # The latest suite run against the previous run of the same suite (a gate result as a dict: a stored
+    # gate run's, else one computed for the report with the default rules), and where it came from.
+    regression: dict[str, Any] | None = None
+    regression_source: str = ""
 
     @property
     def run_order(self) -> list[str]:
@@ -43,8 +48,8 @@ class ReportData:
 
     @property
     def measurements(self) -> list[Record]:
-        """Records of measurements (fit records are analysis, shown in their own section)."""
-        return [r for r in self.records if r.probe != FIT_PROBE]
+        """Records of measurements (fit and gate records are analysis, shown in their own sections)."""
+        return [r for r in self.records if r.probe not in ANALYSIS_PROBES]
 
     def budget(self, key: str) -> Budget | None:
         for b in self.budgets:
@@ -76,7 +81,9 @@ def load_report_data(
     records = store.records(ids)
     samples = store.samples(ids)
     devices = store.device_info(ids)
-    fit_records, fit_source, warnings = _fit_records(records, samples, devices, budgets, ids)
+    ungated = [r for r in records if r.probe != "gate"]
+    fit_records, fit_source, warnings = _fit_records(ungated, samples, devices, budgets, ids)
+    regression, regression_source = _regression(store, all_runs, runs)
     return ReportData(
         title=title or _default_title(runs),
         generated=utc_now(),
@@ -91,7 +98,36 @@ def load_report_data(
         fit_records=tuple(fit_records),
         fit_source=fit_source,
         fit_warnings=tuple(warnings),
+        regression=regression,
+        regression_source=regression_source,
     )
+
+
+def previous_suite_run(all_runs: Sequence[RunInfo], selected: Sequence[RunInfo]) -> tuple[str, str] | None:
+    """(previous, latest): the latest selected run of a suite and the run of that suite before it in the
+    store (selected or not), or None when no selected run belongs to a suite with an earlier run."""
+    latest = next((r for r in reversed(selected) if r.suite and r.kind == "suite"), None)
+    if latest is None:
+        return None
+    same = [r.run_id for r in all_runs if r.suite == latest.suite and r.kind == "suite"]
+    i = same.index(latest.run_id)
+    return (same[i - 1], latest.run_id) if i > 0 else None
+
+
+def _regression(
+    store: Store, all_runs: Sequence[RunInfo], selected: Sequence[RunInfo]
+) -> tuple[dict[str, Any] | None, str]:
+    from ...analysis.gate import default_rules, gate_runs
+
+    pair = previous_suite_run(all_runs, selected)
+    if pair is None:
+        return None, ""
+    previous, latest = pair
+    stored = [g for g in store.gates() if (g["baseline"], g["candidate"]) == (previous, latest)]
+    if stored:
+        return stored[-1]["result"], f"gate run {stored[-1]['run_id']}"
+    result = gate_runs(store, previous, latest, default_rules())
+    return result.to_dict(), "computed for this report with the default gate rules"
 
 
 def _fit_records(
