@@ -1327,13 +1327,17 @@ def decide(
     verdict = NO_FIT if NO_FIT in found else UNCERTAIN if UNCERTAIN in found else FITS
     if verdict == NO_FIT:
         over = [k for k, st in states.items() if st == NO_FIT]
-        why = "over " + ", ".join(f"{k} ({ratios[k]:.2g}x the budget)" for k in over)
+        why = "over " + ", ".join(f"{k} ({_times(ratios[k])} the budget)" for k in over)
     elif verdict == FITS:
         why = "every budget met" + (" by the whole prediction interval" if v.basis == "predicted" else "")
     else:
         why = "; ".join(reasons)
     fits = {FITS: True, NO_FIT: False}.get(verdict)
     return replace(v, verdict=verdict, fits=fits, ratios=ratios, intervals=intervals, why=why)
+
+
+def _times(ratio: float) -> str:
+    return f"{ratio:.2g}x" if ratio < 10 else f"{ratio:.0f}x"
 
 
 def verdict_exit_code(verdicts: Sequence[Verdict], strict: bool = False) -> int:

@@ -87,7 +87,7 @@ def variants(
         seed=seed,
         on_variant=progress,
     )
-    manifest = out / f"{ref.path.stem}.variants.json"
+    manifest = out / f"{ref.name}.variants.json"
     import json
 
     manifest.write_text(json.dumps(vset.manifest(), indent=1) + "\n")

@@ -2,12 +2,12 @@
 
 | variant | file | how |
 | --- | --- | --- |
-| `fp16` | STEM.fp16.onnx | onnxconverter-common float16, inputs/outputs kept fp32 |
-| `int8-dynamic` | STEM.int8-dynamic.onnx | onnxruntime.quantization.quantize_dynamic, int8 weights |
-| `int8-static` | STEM.int8-static.onnx | quantize_static: per-channel int8 weights, uint8 activations |
-| `mnn-fp32` | STEM.fp32.mnn | MNN's converter (`_tools.mnnconvert`, child process) |
-| `mnn-int8-weight` | STEM.int8-weight.mnn | the converter, `--weightQuantBits 8` (int8 weights, fp32 math) |
-| `mnn-int8` | STEM.int8.mnn | MNN's offline quantizer (`_tools.mnnquant`, child process), calibrated |
+| `fp16` | NAME.fp16.onnx | onnxconverter-common float16, inputs/outputs kept fp32 |
+| `int8-dynamic` | NAME.int8-dynamic.onnx | onnxruntime.quantization.quantize_dynamic, int8 weights |
+| `int8-static` | NAME.int8-static.onnx | quantize_static: per-channel int8 weights, uint8 activations |
+| `mnn-fp32` | NAME.fp32.mnn | MNN's converter (`_tools.mnnconvert`, child process) |
+| `mnn-int8-weight` | NAME.int8-weight.mnn | the converter, `--weightQuantBits 8` (int8 weights, fp32 math) |
+| `mnn-int8` | NAME.int8.mnn | MNN's offline quantizer (`_tools.mnnquant`, child process), calibrated |
 
 Calibration (int8-static, mnn-int8) comes from an .npz with one array per model input (a leading axis of
 samples, or a batch split into samples); without one, seeded random inputs are used and every record of
@@ -17,13 +17,16 @@ those variants says `calibration = "random"`. Random calibration needs a shape f
 needs static input shapes: from the model, `--shape`, or the calibration arrays.
 
 What the converters and quantizers print (onnxconverter-common's float16 warnings, onnxruntime's
-quantizer log, MNN's tools, anything on the process's stderr) goes to `OUT/STEM.variants.log`; the
+quantizer log, MNN's tools, anything on the process's stderr) goes to `OUT/NAME.variants.log`; the
 command says in one line how many lines went there.
 
 Before quantizing, Constant nodes become initializers and onnxruntime's pre-processing runs (shape
 inference, BatchNorm folding), since quantizers only see initializer weights. Quantized ONNX files get short
 internal tensor names (node names and the model's inputs and outputs are kept): on a small model the
 quantizer's generated names would otherwise outweigh what int8 weights save.
+
+NAME is the model's identity (its file stem, or `convnet` for `builtin:convnet`), so a variant benched from
+its file is `convnet.int8-static` in the store, next to `convnet`.
 
 A variant that cannot be made for a model (an op the converter lacks, a graph the quantizer refuses)
 becomes an entry with an error; the others are still made.
@@ -250,7 +253,7 @@ class _Context:
     _mnn_fp32: Path | None = None
 
     def target(self, kind: str) -> Path:
-        return self.out_dir / f"{self.source.path.stem}{SUFFIXES[kind]}"
+        return self.out_dir / f"{self.source.name}{SUFFIXES[kind]}"
 
     @property
     def log(self) -> Path:
@@ -326,7 +329,7 @@ def make_variants(
 
 
 def log_path(out_dir: Path, model: ModelRef) -> Path:
-    return out_dir / f"{model.path.stem}.variants.log"
+    return out_dir / f"{model.name}.variants.log"
 
 
 @contextmanager
@@ -694,7 +697,7 @@ def variant_outcomes(run_id: str, vset: VariantSet) -> list[JobOutcome]:
         )
     ]
     for v in vset.variants:
-        name = f"{source.path.stem}{SUFFIXES[v.name]}"[: -len(".onnx" if v.format == "onnx" else ".mnn")]
+        name = f"{source.name}{SUFFIXES[v.name]}"[: -len(".onnx" if v.format == "onnx" else ".mnn")]
         ref = ModelRef(name, v.path or source.path)
         job = Job(device="local", probe="variants", model=ref, runtime=v.runtime, params={"variant": v.name})
         if not v.ok:

@@ -80,7 +80,7 @@ def _param(name: str, value: object) -> str:
 def _ms(v: float | None, width: int = 7) -> str:
     if v is None:
         return "n/a".rjust(width)
-    return f"{v:#{width}.4g} ms" if v >= 0.001 else f"{v * 1e3:#{width}.4g} µs"
+    return f"{v:{width}.4g} ms" if v >= 0.001 else f"{v * 1e3:{width}.4g} µs"
 
 
 def summary_lines(index: int, s: BenchSummary) -> list[str]:

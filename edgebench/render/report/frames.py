@@ -883,41 +883,31 @@ def health(
     errors: Sequence[Mapping[str, Any]],
     records: Sequence[Record],
 ) -> pd.DataFrame:
-    """Per device, in the latest run that used it: jobs ok and failed, jobs whose warnings say the device
-    was disturbed (outliers, not cooled down, transport retries), lab failures, and what `doctor` records
+    """Per device over the selected runs: jobs ok and failed, jobs whose warnings say the device was
+    disturbed (outliers, not cooled down, transport retries), lab failures, and what `doctor` records
     (probe `doctor`) say. Further health figures join here as more `notes`."""
-    order = {r.run_id: i for i, r in enumerate(runs)}
-    latest: dict[str, str] = {}
-    for j in jobs:
-        if j["run_id"] in order and order[j["run_id"]] >= order.get(latest.get(j["device"], ""), -1):
-            latest[j["device"]] = j["run_id"]
+    selected = {r.run_id for r in runs}
     rows = []
-    for device, run_id in sorted(latest.items()):
-        mine = [j for j in jobs if j["device"] == device and j["run_id"] == run_id]
-        failed = [e for e in errors if e["device"] == device and e["run_id"] == run_id]
-        disturbed = [
-            j
-            for j in mine
-            if any(w for w in j.get("warnings") or [] if any(d in w.lower() for d in DISTURBED))
-        ]
-        notes = [f"{e.get('kind') or 'error'}: {e.get('error')}" for e in failed if e.get("kind") == "lab"][
-            :2
-        ]
-        for d in disturbed[:2]:
-            first = next(w for w in d["warnings"] if any(x in w.lower() for x in DISTURBED))
-            notes.append(f"{d['probe']} {d.get('model') or ''}: {first}".replace("  ", " "))
+    for device in sorted({j["device"] for j in jobs if j["run_id"] in selected}):
+        mine = [j for j in jobs if j["device"] == device and j["run_id"] in selected]
+        failed = [e for e in errors if e["device"] == device and e["run_id"] in selected]
+        disturbed = [j for j in mine if _disturbance(j.get("warnings") or [])]
+        notes = [f"lab: {e.get('error')}" for e in failed if e.get("kind") == "lab"][:2]
+        for d in disturbed[:3]:
+            notes.append(
+                f"{d['probe']} {d.get('model') or ''}: {_disturbance(d['warnings'])}".replace("  ", " ")
+            )
         for r in records:
             if r.probe == "doctor" and r.device == device and r.value is not None:
                 verdict = r.annotations.get("verdict") or r.params.get("verdict") or ""
                 notes.append(f"doctor {r.metric} = {r.value:.4g} {r.unit} {verdict}".strip())
         lab = any(e.get("kind") == "lab" for e in failed)
-        status = (
-            "unreachable"
-            if lab and len(failed) == len(mine)
-            else "lab errors"
-            if lab
-            else ("disturbed" if disturbed else ("jobs failed" if failed else "ok"))
-        )
+        if lab and len(failed) == len(mine):
+            status = "unreachable"
+        elif lab:
+            status = "lab errors"
+        else:
+            status = "disturbed" if disturbed else ("jobs failed" if failed else "ok")
         rows.append(
             {
                 "device": device,
@@ -926,7 +916,12 @@ def health(
                 "failed": len(failed),
                 "disturbed": len(disturbed),
                 "notes": notes,
-                "run_id": run_id,
+                "runs": len({j["run_id"] for j in mine}),
             }
         )
-    return pd.DataFrame(rows, columns=[*HEALTH_COLUMNS, "run_id"])
+    return pd.DataFrame(rows, columns=[*HEALTH_COLUMNS, "runs"])
+
+
+def _disturbance(warnings: Sequence[str]) -> str:
+    """The first warning that says the device was disturbed, or ""."""
+    return next((w for w in warnings if any(d in w.lower() for d in DISTURBED)), "")

@@ -538,17 +538,17 @@ def _health(d: ReportData) -> tuple[str, bool]:
             str(r.failed),
             str(r.disturbed),
             "<br>".join(esc(n) for n in r.notes) or "–",
-            f'<span class="code">{esc(r.run_id)}</span>',
+            str(r.runs),
         ]
         for r in h.itertuples()
     ]
     note = (
-        '<p class="note">Per device, its latest run: jobs, failed jobs, and jobs whose warnings say the '
-        "device was disturbed (outlier samples, not cooled down, transport retries); a disturbed device's "
-        "numbers are noisier than its silicon.</p>"
+        '<p class="note">Per device over the selected runs: jobs, failed jobs, and jobs whose warnings say '
+        "the device was disturbed (outlier samples, not cooled down, transport retries); a disturbed "
+        "device's numbers are noisier than its silicon.</p>"
     )
     return note + table(
-        ["device", "health", "jobs", "failed", "disturbed", "notes", "run"], rows, raw=True
+        ["device", "health", "jobs", "failed", "disturbed", "notes", "runs"], rows, raw=True
     ), True
 
 
@@ -1191,7 +1191,7 @@ def render_html(data: ReportData) -> str:
     )
     doc_meta = json.dumps({"runs": data.run_order, "generated": data.generated}, separators=(",", ":"))
     nav_html = "".join(
-        f'<span class="group">{esc(GROUP_TITLES[g])}:</span>{"".join(links)}' for g, links in nav.items()
+        f'<span class="group">{esc(GROUP_TITLES[g])}:</span> {" ".join(links)} ' for g, links in nav.items()
     )
     main = "".join(
         f'<div class="group {g}" data-group="{g}">{"".join(sections)}</div>' for g, sections in groups.items()

@@ -75,7 +75,7 @@ def distinct_labels(labels: Sequence[str], width: int = 32) -> list[str]:
     return out
 
 
-def roofline_plot(device: str, points: pd.DataFrame, peaks: Mapping[str, Any]) -> str:
+def roofline_figure(device: str, points: pd.DataFrame, peaks: Mapping[str, Any]) -> Figure:
     """Attainable GFLOP/s vs arithmetic intensity: ceilings as lines, each benched model as a point."""
     fig = new_figure(height=4.0)
     ax = fig.add_subplot()
@@ -134,7 +134,11 @@ def roofline_plot(device: str, points: pd.DataFrame, peaks: Mapping[str, Any]) -
     _style(ax, f"roofline: {device}", "arithmetic intensity (FLOP per weight byte)", "GFLOP/s")
     if ax.get_legend_handles_labels()[1]:
         ax.legend(fontsize=7, loc="lower right", framealpha=0.8)
-    return to_data_uri(fig)
+    return fig
+
+
+def roofline_plot(device: str, points: pd.DataFrame, peaks: Mapping[str, Any]) -> str:
+    return to_data_uri(roofline_figure(device, points, peaks))
 
 
 def thread_plot(device: str, curve: pd.DataFrame) -> str:
@@ -154,13 +158,17 @@ def thread_plot(device: str, curve: pd.DataFrame) -> str:
     return to_data_uri(fig)
 
 
-def latency_plot(device: str, dists: Sequence[Mapping[str, Any]]) -> str:
+def latency_figure(device: str, dists: Sequence[Mapping[str, Any]]) -> Figure:
     """Latency distributions (box plots over the raw samples), one row per model and configuration."""
     fig = new_figure(height=max(2.0, 0.45 * len(dists) + 1.0))
     ax = fig.add_subplot()
-    labels = distinct_labels(
-        [" ".join(x for x in (d["model"], f"({d['runtime']})", d["config"]) if x) for d in dists], 40
-    )
+    names = [" ".join(x for x in (d["model"], f"({d['runtime']})", d["config"]) if x) for d in dists]
+    # The same measurement in several runs: the run tells the boxes apart.
+    names = [
+        f"{n} · run {d.get('run_id', '?')}" if names.count(n) > 1 else n
+        for n, d in zip(names, dists, strict=True)
+    ]
+    labels = distinct_labels(names, 40)
     lines = sum(label.count("\n") + 1 for label in labels)
     if lines > len(labels):  # wrapped labels need the room
         fig.set_size_inches(WIDTH_IN, max(2.0, 0.3 * lines + 1.0))
@@ -179,7 +187,11 @@ def latency_plot(device: str, dists: Sequence[Mapping[str, Any]]) -> str:
     if lows and min(lows) > 0 and max(highs) / min(lows) > 20:
         ax.set_xscale("log")
     _style(ax, f"latency distribution: {device} (whiskers p1..p99)", "latency (ms)", "")
-    return to_data_uri(fig)
+    return fig
+
+
+def latency_plot(device: str, dists: Sequence[Mapping[str, Any]]) -> str:
+    return to_data_uri(latency_figure(device, dists))
 
 
 def series_plot(title: str, df: pd.DataFrame, metrics: Sequence[str]) -> str:
@@ -235,7 +247,7 @@ def ops_plot(title: str, totals: pd.DataFrame) -> str:
     return to_data_uri(fig)
 
 
-def ceilings_plot(device: str, ceil: pd.DataFrame) -> str:
+def ceilings_figure(device: str, ceil: pd.DataFrame) -> Figure:
     """Measured ceilings as bars, the datasheet figure as a marker and the efficiency as text; one panel
     per unit (TOPS and GB/s never share an axis)."""
     units = list(dict.fromkeys(str(u) for u in ceil["unit"]))
@@ -259,7 +271,11 @@ def ceilings_plot(device: str, ceil: pd.DataFrame) -> str:
             ax.set_xscale("log")
         _style(ax, f"ceilings: {device} ({unit})" if ax is axes[0] else unit, unit, "")
         ax.legend(fontsize=7, loc="lower right")
-    return to_data_uri(fig)
+    return fig
+
+
+def ceilings_plot(device: str, ceil: pd.DataFrame) -> str:
+    return to_data_uri(ceilings_figure(device, ceil))
 
 
 def cv_plot(points: pd.DataFrame) -> str:
@@ -289,7 +305,7 @@ def cv_plot(points: pd.DataFrame) -> str:
     return to_data_uri(fig)
 
 
-def history_plot(series: Mapping[str, Any]) -> str:
+def history_figure(series: Mapping[str, Any]) -> Figure:
     """A nightly series: value per run on a date axis (when each run measured), the steps marked."""
     import matplotlib.dates as mdates
 
@@ -318,4 +334,8 @@ def history_plot(series: Mapping[str, Any]) -> str:
         xlabel = "run (oldest first)"
     title = "\n".join(textwrap.wrap(f"history: {series['label']}", 90))
     _style(ax, title, xlabel, series.get("unit", ""))
-    return to_data_uri(fig)
+    return fig
+
+
+def history_plot(series: Mapping[str, Any]) -> str:
+    return to_data_uri(history_figure(series))
