@@ -109,14 +109,13 @@ class GateRule:
         stat = f"[{self.stat}]" if self.metric in STAT_METRICS or self.stat != DEFAULT_STAT else ""
         return " ".join([f"{self.metric}{stat}", *[w for w in where if not w.endswith("=None")]])
 
-    def same_selection(self, other: GateRule) -> bool:
-        return (self.metric, self.stat, self.probe, self.device, self.model) == (
-            other.metric,
-            other.stat,
-            other.probe,
-            other.device,
-            other.model,
-        )
+    def covers(self, other: GateRule) -> bool:
+        """Everything `other` judges, this rule judges too: the same metric and stat, and each filter
+        either open or the same (`latency_ms[p50]` covers `latency_ms[p50] probe=bench`)."""
+        if (self.metric, self.stat) != (other.metric, other.stat):
+            return False
+        pairs = ((self.probe, other.probe), (self.device, other.device), (self.model, other.model))
+        return all(mine is None or mine == theirs for mine, theirs in pairs)
 
 
 def default_rules(max_slowdown: float = 0.05) -> list[GateRule]:
@@ -192,13 +191,13 @@ def rules_from_suite(path: Path) -> list[GateRule]:
 def merge_rules(
     defaults: Sequence[GateRule], overrides: Sequence[GateRule], max_slowdown: float | None = None
 ) -> list[GateRule]:
-    """Suite rules add to the defaults. A default is dropped only when a suite rule covers exactly what
-    it covers (same metric, stat and filters: the suite sets that check's threshold), or when a suite rule
-    on its metric says `replace_defaults = true`. --max-slowdown overrides the relative thresholds of
+    """Suite rules add to the defaults. A default is dropped only when a suite rule covers all it covers
+    (same metric and stat, filters open or equal: the suite sets that check's threshold), or when a suite
+    rule on its metric says `replace_defaults = true`. --max-slowdown overrides the relative thresholds of
     every latency rule."""
     replaced = {r.metric for r in overrides if r.replaces_defaults}
     rules = [
-        d for d in defaults if d.metric not in replaced and not any(o.same_selection(d) for o in overrides)
+        d for d in defaults if d.metric not in replaced and not any(o.covers(d) for o in overrides)
     ] + list(overrides)
     if max_slowdown is not None:
         rules = [

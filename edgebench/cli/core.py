@@ -152,9 +152,10 @@ def bench(
         show_records(shot.records, f"bench on {spec.name} (run {shot.run_id})")
     else:
         lines = [ln for i, s in enumerate(summaries, 1) for ln in [*summary_lines(i, s), ""]]
-        print("\n".join(lines + comparison_lines(summaries)).rstrip())
-        where = "" if no_store else f" stored in {store}"
-        note(f"edgebench: run {shot.run_id}{where}; --table for every record")
+        if lines:  # stdout stays empty when nothing was measured
+            print("\n".join(lines + comparison_lines(summaries)).rstrip())
+            where = "" if no_store else f" stored in {store}"
+            note(f"edgebench: run {shot.run_id}{where}; --table for every record")
     if len(ok) < len(shot.outcomes):
         for o in shot.outcomes:
             if not o.ok and len(jobs) > 1:
