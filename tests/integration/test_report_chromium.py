@@ -210,7 +210,7 @@ def test_fit_measured_predicted_and_cross_validated(fleet: Fleet) -> None:
     small, big = _p99(fleet.db, "cpu1", "mlp_a"), _p99(fleet.db, "cpu1", "conv_e")
     limit = math.sqrt(small * big)  # between the two, far from both
     models = [a for name, path in fleet.models.items() for a in ("--model", str(path))]
-    out = fleet.ok(
+    out = fleet.cli(
         "fit",
         "--store",
         str(fleet.db),
@@ -222,16 +222,27 @@ def test_fit_measured_predicted_and_cross_validated(fleet: Fleet) -> None:
         "--json",
     )
     doc = json.loads(out.stdout)
+    assert out.returncode == doc["exit_code"] == 1, out.stderr[-2000:]  # conv_e does not fit: exit 1
     fits = {(r["device"], r["model"]): r for r in doc["records"] if r["metric"] == "fits"}
+    small_fit, big_fit = fits[("cpu1", "mlp_a")]["annotations"], fits[("cpu1", "conv_e")]["annotations"]
+    assert fits[("cpu1", "mlp_a")]["value"] == 1.0 and small_fit["basis"] == "measured"
+    assert small_fit["verdict"] == "fits" and small_fit["ratio"] < 1
+    assert fits[("cpu1", "conv_e")]["value"] == 0.0 and big_fit["basis"] == "measured"
     assert (
-        fits[("cpu1", "mlp_a")]["value"] == 1.0 and fits[("cpu1", "mlp_a")]["params"]["basis"] == "measured"
+        big_fit["limiting"] == "latency_p99_ms"
+        and big_fit["verdict"] == "does not fit"
+        and big_fit["ratio"] > 1
     )
-    assert (
-        fits[("cpu1", "conv_e")]["value"] == 0.0 and fits[("cpu1", "conv_e")]["params"]["basis"] == "measured"
-    )
-    assert fits[("cpu1", "conv_e")]["params"]["limiting"] == "latency_p99_ms"
-    held = fits[("cpu1", HELD_OUT)]
-    assert held["params"]["basis"] == "predicted" and held["value"] in (0.0, 1.0)
+    held = fits[("cpu1", HELD_OUT)]["annotations"]
+    assert held["basis"] == "predicted" and held["verdict"] in ("fits", "does not fit", "uncertain")
+    # A prediction's verdict follows its interval (from the device's cross-validation) against the limit.
+    interval = held["intervals"].get("latency_p99_ms")
+    if interval is not None:
+        lo, hi = interval
+        expected = "fits" if hi <= limit else "does not fit" if lo > limit else "uncertain"
+        assert held["verdict"] == expected, (interval, limit)
+    else:
+        assert held["verdict"] == "uncertain" and "no prediction interval" in held["why"]
     predicted = {
         r["params"].get("stat"): r["value"]
         for r in doc["records"]
@@ -247,7 +258,7 @@ def test_fit_measured_predicted_and_cross_validated(fleet: Fleet) -> None:
         if r["device"] == "*" and r["metric"] in ("cv_within_10pct", "cv_median_abs_err")
     }
     pairs = {
-        r["params"]["pairs"]
+        r["annotations"]["pairs"]
         for r in doc["records"]
         if r["device"] == "*"
         and r["metric"] == "cv_within_10pct"
