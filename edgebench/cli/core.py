@@ -132,8 +132,8 @@ def bench(
         )
         for ref in refs
     ]
-    names = ", ".join(f"{r.name} ({rt})" for r, rt in zip(refs, runtimes, strict=True))
-    note(f"edgebench: bench {names} on {spec.name}")
+    names, chosen = ", ".join(r.name for r in refs), ", ".join(dict.fromkeys(runtimes))
+    note(f"edgebench: bench {names} on {spec.name} ({chosen})")
     access = DeviceAccess(lock_dir, lease_timeout)
     shot = run_now(
         spec, jobs, None if no_store else store, "bench", access=access, on_state=device_waits(spec.name)
