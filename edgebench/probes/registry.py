@@ -73,9 +73,7 @@ class BenchParams(ProbeParams):
     shapes: dict[str, tuple[int, ...]] | None = _shapes()
     inputs: str | None = _inputs()
     seed: int = _seed()
-    runs: int = param(
-        400, PO, "int", "At least this many timed runs (368 bound a p99 at 95%).", minimum=1
-    )
+    runs: int = param(400, PO, "int", "At least this many timed runs (368 bound a p99 at 95%).", minimum=1)
     warmup: int = param(1, PO, "int", "At least this many warm-up runs (and warmup_seconds).", minimum=0)
     warmup_seconds: float = param(0.5, PO, "float", "At least this long warming up.", unit="s", minimum=0)
     min_seconds: float = param(1.0, PO, "float", "Sample for at least this long.", unit="s", minimum=0)
