@@ -18,9 +18,9 @@ from ..agent.protocol import DoctorTask
 from ..errors import UserError
 from ..execution.jobs import Job
 from ..lab.device import Device
-from ..models.refs import resolve_model
+from ..models.refs import ModelRef, resolve_model
 from ..records import ProbeResult, RecordContext
-from .common import job_timeout, model_file_for
+from .common import check_runtime, job_timeout, model_file_for
 from .registry import RUNTIMES, DoctorParams
 from .sensing import sensors_config
 
@@ -48,18 +48,40 @@ def runtimes_on(device: Device) -> list[str]:
     return [r for r in RUNTIMES if found.get(r)]
 
 
+# LiteRT loads only .tflite files and nothing here converts ONNX to it: its check runs the built-in
+# flatbuffer MLP when the doctor's model is another format.
+LITERT_MODEL = "builtin:mlp.tflite"
+
+
+def models_for(model: ModelRef, runtimes: list[str]) -> dict[str, ModelRef]:
+    """The model each runtime's check runs: the doctor's model where the runtime loads it, LiteRT's
+    built-in otherwise; a runtime that can run neither (onnxruntime given an .mnn) is left out."""
+    out: dict[str, ModelRef] = {}
+    for runtime in runtimes:
+        for candidate in (model, resolve_model(LITERT_MODEL)) if runtime == "litert" else (model,):
+            try:
+                check_runtime(candidate, runtime)
+            except UserError:
+                continue
+            out[runtime] = candidate
+            break
+    return out
+
+
 def run_doctor(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     params = DoctorParams.of(job)
     if device.spec.agent != "python":
         raise UserError(f"{device.name}: doctor needs the Python agent (the device runs native runners)")
     ctx.base_params = params.identity()
     model = resolve_model(params.model)
-    runtimes = runtimes_on(device)
+    models = models_for(model, runtimes_on(device))
+    runtimes = list(models)
     timeout = job_timeout(device, job)
-    files = device.ensure_files([model_file_for(model, r) for r in runtimes], timeout) if runtimes else []
+    local = [model_file_for(models[r], r) for r in runtimes]
+    files = device.ensure_files(local, timeout) if runtimes else []
     task = doctor_task(params, dict(zip(runtimes, files, strict=True)), sensors_config(device.spec))
     reply = device.run_agent(task, timeout)
-    out = doctor_records(ctx, reply.result, params, model.name)
+    out = doctor_records(ctx, reply.result, params, {r: m.name for r, m in models.items()})
     out.warnings[:0] = reply.warnings
     if not runtimes:
         out.warnings.append(f"{device.name}: no runtime found (onnxruntime, mnn): no harness comparison")
@@ -71,7 +93,9 @@ def flag(value: float, bound: float, above: bool, name: str) -> str | None:
     return name if (value > bound if above else value < bound) else None
 
 
-def doctor_records(ctx: RecordContext, r: dict[str, Any], params: DoctorParams, model: str) -> ProbeResult:
+def doctor_records(
+    ctx: RecordContext, r: dict[str, Any], params: DoctorParams, models: dict[str, str]
+) -> ProbeResult:
     out = ProbeResult()
     flags: list[str] = []
     timer = r.get("timer") or {}
@@ -88,7 +112,7 @@ def doctor_records(ctx: RecordContext, r: dict[str, Any], params: DoctorParams, 
             out.warnings.append(f"doctor: {runtime} not checked: {health['error']}")
             continue
         out.records += runtime_records(
-            dataclasses.replace(ctx, runtime=runtime), health, params, model, flags
+            dataclasses.replace(ctx, runtime=runtime), health, params, models.get(runtime, "?"), flags
         )
     for cpu in r.get("cpus") or []:
         notes = {k: cpu.get(k) for k in ("governor", "min_mhz", "max_mhz")}

@@ -44,6 +44,11 @@ def test_doctor_measures_the_harness_against_bare_loops_and_the_report_shows_it(
     assert 0.5 < overhead["value"] < 2.0, overhead
     assert overhead["annotations"]["bare_p50_ms"] > 0 and overhead["annotations"]["rounds"] == 2
     assert got[("noise_cv", "onnxruntime", None)]["value"] >= 0
+    # every runtime the device has is checked, LiteRT on its own flatbuffer model
+    runtimes = {r["runtime"] for r in doc["records"] if r["metric"] == "harness_overhead"}
+    assert runtimes == {"onnxruntime", "mnn", "litert"}, doc["warnings"]
+    assert got[("harness_overhead", "litert", None)]["annotations"]["model"] == "mlp"  # builtin:mlp.tflite
+    assert 0.5 < got[("harness_overhead", "litert", None)]["value"] < 2.0
     for backend in ("numpy", "onnxruntime"):
         reach = got[("probe_reach", backend, "matmul")]
         assert 0.3 < reach["value"] < 3.0 and reach["annotations"]["bare_gflops"] > 0
