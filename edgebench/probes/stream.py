@@ -3,7 +3,7 @@
 The agent's `stream` task times each frame (inputs in, one inference, outputs out) with the named outputs
 feeding the next frame's inputs (`--state OUT=IN`). Records:
 
-- `frame_latency_ms` (stat p50, p90, p99, mean, min, max; p99 refused under 100 frames, as bench does);
+- `frame_latency_ms` (stat p50, p90, p99, mean, min, max; p99 refused under 368 frames, as bench does);
 - `rtf`, the real-time factor: frame latency / frame duration (stat p50, p90, p99 and mean): under 1 the
   model keeps up with the stream;
 - `deadline_miss_ratio`: the share of frames slower than the time they hold;
