@@ -154,11 +154,13 @@ def run(task: dict) -> tuple[dict, list[str]]:
             beside(step, policy, int(n), float(task.get("corunner_seconds", 1.0)), token)
             for n in task.get("corunner_threads") or [1]
         ]
+        # alone again after the co-run phases: drifting machine load then weighs on both sides alike
+        after, cut_after = sample(step, policy)
     except TaskError:
         raise
     except Exception as exc:  # noqa: BLE001 - the runtime's own errors carry the reason
         raise TaskError("model", f"inference failed: {str(exc).strip().splitlines()[0]}") from None
-    if cut_alone or any(p["cut_short"] for p in phases):
+    if cut_alone or cut_after or any(p["cut_short"] for p in phases):
         warnings.append(f"a phase stopped at max_seconds={policy.max_seconds:g} before {policy.runs} runs")
     return {
         "runtime": session.runtime,
@@ -169,6 +171,7 @@ def run(task: dict) -> tuple[dict, list[str]]:
         **cost,
         "first_inference_ms": first_ms,
         "latencies_alone_ms": alone,
+        "latencies_alone_after_ms": after,
         "phases": phases,
         "token": token,
     }, warnings

@@ -4,8 +4,10 @@ and what the model costs the co-runner; per thread count of the model.
 The agent starts and stops the co-runner (N busy processes, see `agent/contention.py`). Records, per model
 thread count (`threads`):
 - `latency_ms` (stat p50 and mean) with `corunner_threads` = 0 (alone) and N;
-- `corunner_slowdown` with `victim = "model"` (p50 beside / p50 alone) and `victim = "corunner"` (the
-  co-runner's throughput alone / beside the model), per N;
+- `corunner_slowdown` with `victim = "model"` (mean beside / mean alone: the throughput the model loses;
+  an inference shorter than a scheduler slice often runs whole, so time-slicing shows in the mean and the
+  tail, not the median, which is kept in the annotations) and `victim = "corunner"` (the co-runner's
+  throughput alone / beside the model), per N. "Alone" is timed before and after the co-run phases;
 - `load_ms`; the raw latencies of every phase as samples.
 """
 
@@ -61,19 +63,25 @@ def run_contention(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
 def contention_records(ctx: RecordContext, reply: AgentReply) -> ProbeResult:
     r = reply.result
     out = ProbeResult(warnings=list(reply.warnings))
-    alone = summarize(r["latencies_alone_ms"])
+    alone_samples = r["latencies_alone_ms"] + (r.get("latencies_alone_after_ms") or [])
+    alone = summarize(alone_samples)
     ctx.base_annotations = {**ctx.base_annotations, "cpus": r.get("cpus"), "corunner_token": r.get("token")}
-    _latency(ctx, out, alone, 0, r["latencies_alone_ms"])
+    _latency(ctx, out, alone, 0, alone_samples)
     for phase in r["phases"]:
         n = int(phase["corunner_threads"])
         with_load = summarize(phase["latencies_ms"])
         _latency(ctx, out, with_load, n, phase["latencies_ms"])
-        model_notes: dict[str, Any] = {"alone_p50_ms": alone.percentiles["p50"]}
-        model_notes["beside_p50_ms"] = with_load.percentiles["p50"]
+        model_notes: dict[str, Any] = {
+            "alone_mean_ms": alone.mean,
+            "beside_mean_ms": with_load.mean,
+            "alone_p50_ms": alone.percentiles["p50"],
+            "beside_p50_ms": with_load.percentiles["p50"],
+            "p50_ratio": with_load.percentiles["p50"] / alone.percentiles["p50"],
+        }
         out.records.append(
             ctx.record(
                 "corunner_slowdown",
-                with_load.percentiles["p50"] / alone.percentiles["p50"],
+                with_load.mean / alone.mean,
                 "ratio",
                 annotations=model_notes,
                 corunner_threads=n,

@@ -82,7 +82,9 @@ def test_contention_slows_both_sides_and_leaves_no_corunner(tmp_path: Path) -> N
     alone, beside = got[("latency_ms", "p50", 0, None)], got[("latency_ms", "p50", 2, None)]
     model = got[("corunner_slowdown", None, 2, "model")]
     corunner = got[("corunner_slowdown", None, 2, "corunner")]
-    assert model["value"] == pytest.approx(beside["value"] / alone["value"])
+    alone_mean, beside_mean = got[("latency_ms", "mean", 0, None)], got[("latency_ms", "mean", 2, None)]
+    assert model["value"] == pytest.approx(beside_mean["value"] / alone_mean["value"])
+    assert model["annotations"]["p50_ratio"] == pytest.approx(beside["value"] / alone["value"])
     # Three busy threads on the CPUs the model had: both sides lose (generous bounds: a shared machine).
     cpus = model["annotations"]["cpus"]
     print(f"contention on {cpus} CPUs: model x{model['value']:.2f}, co-runner x{corunner['value']:.2f}")

@@ -38,7 +38,12 @@ def agent_result(harness: float, bare: float, cv: float, reach: float) -> dict:
 
 
 def records(run: str, **kw: float):  # type: ignore[no-untyped-def]
-    return doctor_records(RecordContext(run, "phone", "doctor"), agent_result(**kw), DoctorParams(), {"onnxruntime": "mlp", "mnn": "mlp"})
+    return doctor_records(
+        RecordContext(run, "phone", "doctor"),
+        agent_result(**kw),
+        DoctorParams(),
+        {"onnxruntime": "mlp", "mnn": "mlp"},
+    )
 
 
 def test_a_healthy_device_has_no_flags() -> None:
