@@ -474,9 +474,10 @@ class ClusterExecutor:
             retries=0,
         )
 
-    def wait(self, future: Any, device: str) -> Any:
+    def wait(self, future: Any, device: str, workers: list[str] | None = None) -> Any:
         """The task's result. WorkerLost when no worker holds the device any more, TaskLost when Dask
-        dropped the task with its worker: never a hang."""
+        dropped the task with its worker, or when every worker it was pinned to (`workers`) is gone: the
+        scheduler would keep such a task waiting for them for ever. Never a hang."""
         from distributed import CancelledError
         from distributed.scheduler import KilledWorker
 
@@ -489,6 +490,10 @@ class ClusterExecutor:
                 except WorkerLost:
                     future.cancel()
                     raise
+                if workers and not set(workers) & set(self.holders(device)):
+                    future.cancel()
+                    gone = ", ".join(workers)
+                    raise TaskLost(f"{device}: the worker its job was pinned to is gone ({gone})") from None
             except KilledWorker as exc:
                 raise WorkerLost(f"{device}: the workers running its job kept dying ({exc})") from None
             except (CancelledError, OSError) as exc:
@@ -580,7 +585,7 @@ class ClusterSession:
             fn, args, workers = task()
             workers = workers or self._home_workers()
             try:
-                reply = ex.wait(ex.submit(fn, self.device, *args, workers=workers), self.device)
+                reply = ex.wait(ex.submit(fn, self.device, *args, workers=workers), self.device, workers)
             except TaskLost:
                 losses += 1
                 if losses > MAX_LOSSES:

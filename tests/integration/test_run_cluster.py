@@ -240,7 +240,11 @@ def test_a_lost_worker_fails_its_devices_jobs_and_local_moves_on(
     os.kill(w1.pid, signal.SIGKILL)  # the host holding the board and the phone drops off the network
     w1.wait(10)  # reaped, as its supervisor would: a zombie still counts as a live lease holder
     started = time.monotonic()
-    out, err = run.communicate(timeout=180)
+    try:
+        out, err = run.communicate(timeout=180)
+    except subprocess.TimeoutExpired as exc:
+        run.kill()
+        raise AssertionError(f"the controller hung; its stderr: {(exc.stderr or b'').decode()}") from None
     assert time.monotonic() - started < 90  # bounded by the worker grace and retries, never a hang
     assert run.returncode == 1, err
     assert "Traceback" not in err
