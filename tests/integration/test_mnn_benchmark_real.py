@@ -130,10 +130,9 @@ def test_fixed_shape_model_matches_a_direct_run_of_the_tool(
 
 
 def test_tool_beside_the_python_agents_mnn(tool: Path, tmp_path: Path) -> None:
-    """The tool's mean on the host against the Python agent's MNN p50 on the same model and threads. The
-    ratio is printed, not bounded: today the agent's MNN session is far slower than the tool on the same
-    model (its input handling is being fixed on branch truth); once that lands they should agree within
-    ~15% and this test should assert it."""
+    """The vendor tool and the Python agent time one MNN model at the same threads: their fastest runs agree
+    (the agent refreshes its inputs untimed and times runSession alone, as the tool times its loop). Rounds
+    alternate the two; the minimum is compared because a busy machine only ever adds time."""
     lab = tmp_path / "lab"
     lab.mkdir()
     (lab / "host-native.toml").write_text(
@@ -144,18 +143,22 @@ def test_tool_beside_the_python_agents_mnn(tool: Path, tmp_path: Path) -> None:
     for _ in range(ROUNDS):
         res = bench(lab, "host-native", "builtin:convnet", tmp_path, "--json")
         assert res.returncode == 0, res.stderr
-        tool_ms.append(
-            next(r["value"] for r in json.loads(res.stdout)["records"] if r["params"].get("stat") == "mean")
-        )
+        tool_ms.append(stat_of(res.stdout, "min"))
         res = bench(lab, "local", "builtin:convnet", tmp_path, "--min-seconds", "0", "--json")
         assert res.returncode == 0, res.stderr
-        agent_ms.append(
-            next(r["value"] for r in json.loads(res.stdout)["records"] if r["params"].get("stat") == "p50")
-        )
-    ratio = statistics.median(tool_ms) / statistics.median(agent_ms)
-    print(f"\nbenchmark.out mean {statistics.median(tool_ms):.3f} ms / Python agent MNN p50 "
-          f"{statistics.median(agent_ms):.3f} ms = {ratio:.3f} (threads {THREADS})")  # fmt: skip
-    assert ratio > 0 and all(v > 0 for v in tool_ms + agent_ms)
+        agent_ms.append(stat_of(res.stdout, "min"))
+    ratio = min(tool_ms) / min(agent_ms)
+    print(f"\nbenchmark.out min {min(tool_ms):.3f} ms / Python agent MNN min {min(agent_ms):.3f} ms = "
+          f"{ratio:.3f} (threads {THREADS})")  # fmt: skip
+    assert 0.75 < ratio < 1.33, (tool_ms, agent_ms)  # goal within 15%; generous for a shared machine
+
+
+def stat_of(stdout: str, stat: str) -> float:
+    """The latency_ms record of one stat in a bench's --json output."""
+    records = json.loads(stdout)["records"]
+    return next(
+        r["value"] for r in records if r["metric"] == "latency_ms" and r["params"].get("stat") == stat
+    )
 
 
 def dynamic_model(path: Path) -> Path:
