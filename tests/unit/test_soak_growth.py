@@ -3,6 +3,7 @@ exact count), a flat one, and a one-time allocation that a short run must not ca
 
 from __future__ import annotations
 
+import mmap
 import time
 
 import numpy as np
@@ -16,14 +17,18 @@ CHUNK = 256 * 1024
 
 
 class LeakingStep:
-    """Keeps every buffer it allocates (touched, so resident): a leak of CHUNK bytes per call."""
+    """Keeps every buffer it maps (touched, so resident): a leak of CHUNK bytes per call. Fresh anonymous
+    mappings, not the heap: a long-lived test process has freed heap pages still resident, which a heap
+    leak would refill without its RSS growing."""
 
     def __init__(self) -> None:
-        self.kept: list[bytearray] = []
+        self.kept: list[mmap.mmap] = []
         self.times: list[float] = []
 
     def __call__(self) -> None:
-        self.kept.append(bytearray(b"\x01" * CHUNK))
+        buffer = mmap.mmap(-1, CHUNK)
+        buffer.write(b"\x01" * CHUNK)
+        self.kept.append(buffer)
         self.times.append(time.monotonic())
 
 
