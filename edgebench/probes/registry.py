@@ -73,9 +73,7 @@ class BenchParams(ProbeParams):
     shapes: dict[str, tuple[int, ...]] | None = _shapes()
     inputs: str | None = _inputs()
     seed: int = _seed()
-    runs: int = param(
-        400, PO, "int", "At least this many timed runs (368 bound a p99 at 95%).", minimum=1
-    )
+    runs: int = param(400, PO, "int", "At least this many timed runs (368 bound a p99 at 95%).", minimum=1)
     warmup: int = param(1, PO, "int", "At least this many warm-up runs (and warmup_seconds).", minimum=0)
     warmup_seconds: float = param(0.5, PO, "float", "At least this long warming up.", unit="s", minimum=0)
     min_seconds: float = param(1.0, PO, "float", "Sample for at least this long.", unit="s", minimum=0)
@@ -238,6 +236,25 @@ class BandwidthParams(ProbeParams):
     block_kb: float | None = param(None, PO, "float", "Block of the blocked kernels.", unit="KiB", minimum=1)
     trials: int = param(10, PO, "int", "Timed trials per kernel and thread count.", minimum=1)
     max_seconds: float = param(600.0, PO, "float", "Time budget of each agent call.", unit="s", minimum=1)
+    sweep: bool = param(
+        False, ID, "bool", "Sweep working-set sizes from the caches to DRAM: the memory hierarchy."
+    )
+    sweep_min_kb: float = param(32.0, PO, "float", "Sweep: smallest working set.", unit="KiB", minimum=4)
+    sweep_max_mb: float | None = param(
+        None,
+        PO,
+        "float",
+        "Sweep: largest working set (default 512 MiB, or 4x a smaller last-level cache).",
+        unit="MiB",
+        positive=True,
+    )
+    sweep_steps: int = param(2, PO, "int", "Sweep: sizes per doubling.", minimum=1, maximum=8)
+
+    def check(self) -> None:
+        if self.sweep and (self.array_mb is not None or self.kernel is not None):
+            raise ParamError(
+                "sweep", "a sweep sizes its own working sets and kernels: drop array_mb / kernel"
+            )
 
 
 @dataclass(frozen=True)
