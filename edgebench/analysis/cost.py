@@ -404,6 +404,12 @@ class ModelCost:
         """FLOPs per byte of that least traffic (the roofline's x-axis)."""
         return sum(self.floor_flops_by_dtype.values()) / max(self.floor_bytes, 1)
 
+    @property
+    def winograd_flops(self) -> int:
+        """FLOPs of dense 3x3 stride-1 convolutions: work a runtime may do as Winograd, with fewer
+        multiplies than the 2 x multiply-adds counted here (F(2,3): 2.25x fewer)."""
+        return sum(n.flops for n in self.nodes if is_winograd_candidate(n))
+
 
 # ---- analysis ------------------------------------------------------------------------------------
 class Analyzer:
@@ -831,6 +837,16 @@ class Analyzer:
 KERNEL_ATTRS = frozenset(
     {"kernel_shape", "group", "strides", "dilations", "transA", "transB", "mode", "axis", "to", "perm"}
 )
+
+
+def is_winograd_candidate(n: NodeCost) -> bool:
+    """A dense (group 1) 3x3 convolution with stride 1."""
+    if n.op_type not in ("Conv", "FusedConv") or len(n.input_shapes) < 2 or n.input_shapes[1] is None:
+        return False
+    w = n.input_shapes[1]
+    group = n.attr("group", 1) or 1
+    strides = n.attr("strides") or (1, 1)
+    return len(w) == 4 and tuple(w[2:]) == (3, 3) and group == 1 and all(s == 1 for s in strides)
 
 
 def _plain(value: Any) -> Any:
@@ -1375,6 +1391,8 @@ class Floor:
     peak_tops: dict[str, float]
     bandwidth_gbps: float
     notes: tuple[str, ...] = ()
+    level: str = "DRAM"  # the memory level whose bandwidth the traffic is charged at
+    working_set_bytes: int | None = None
 
     @property
     def floor_ms(self) -> float:
@@ -1385,8 +1403,11 @@ class Floor:
         return "compute" if self.compute_ms >= self.memory_ms else "memory"
 
 
-def floor(cost: ModelCost, peak_tops: dict[str, float], bandwidth_gbps: float) -> Floor:
-    """max(FLOPs / peak, bytes / bandwidth): FLOPs of each compute class against its own measured peak."""
+def floor(cost: Any, peak_tops: dict[str, float], bandwidth_gbps: float) -> Floor:
+    """max(FLOPs / peak, bytes / bandwidth): FLOPs of each compute class against its own measured peak.
+
+    `cost` is a ModelCost or anything with its `floor_flops_by_dtype` and `floor_bytes` (counts read back
+    from stored records)."""
     if bandwidth_gbps <= 0:
         raise ValueError("bandwidth must be positive")
     notes = []

@@ -297,6 +297,12 @@ class RooflineParams(ProbeParams):
     threads: int = _threads()
     affinity: tuple[int, ...] | None = _affinity()
     bench: bool = param(True, PO, "bool", "Bench the model for its efficiency against the floor.")
+    measure: bool = param(
+        True,
+        PO,
+        "bool",
+        "Measure the ceilings when none are given (false: count only; floors come from the run's records).",
+    )
     matmul: dict[str, Any] | None = param(
         None, PO, "table", "Params of the matmul ceiling run.", table=MatmulParams, cli=False
     )
