@@ -39,7 +39,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -829,6 +829,22 @@ class Verdict:
     evidence: str = ""
     estimated: tuple[str, ...] = ()
     counts: ModelCounts | None = None
+    # The answer: "fits", "does not fit" or "uncertain" (FITS, NO_FIT, UNCERTAIN; "" without budgets),
+    # the value / limit ratio of each budget (0.5 = half the budget, 36 = 36 times over), the interval a
+    # prediction's true value lies in (per budget, when one is available) and why the answer is what it is.
+    verdict: str = ""
+    ratios: dict[str, float] = field(default_factory=dict)
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
+    why: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        """value / limit of the limiting budget."""
+        return self.ratios.get(self.limiting) if self.limiting else None
+
+
+FITS, NO_FIT, UNCERTAIN = "fits", "does not fit", "uncertain"
+INTERVAL_COVERAGE = 0.8  # a prediction interval holds the true value 4 times in 5 (10% on each side)
 
 
 @dataclass(frozen=True)
@@ -895,7 +911,8 @@ class FitResult:
         return out
 
     def records(self, run_id: str) -> list[Record]:
-        """The result as records (probe `fit`), the schema every other part reads."""
+        """The result as records (probe `fit`), the schema every other part reads: identity in params
+        (the budget, stat, holdout, quantity a figure is of), what is known about it in annotations."""
         ts = utc_now()
         out: list[Record] = []
 
@@ -906,8 +923,9 @@ class FitResult:
             metric: str,
             value: float | None,
             unit: str,
+            params: dict[str, Any] | None = None,
             /,
-            **params: Any,
+            **annotations: Any,
         ) -> None:
             out.append(
                 Record(
@@ -919,8 +937,9 @@ class FitResult:
                     metric,
                     None if value is None else float(value),
                     unit,
-                    params,
+                    params or {},
                     ts,
+                    annotations,
                 )
             )
 
@@ -939,31 +958,37 @@ class FitResult:
                 "fits",
                 None if v.fits is None else float(v.fits),
                 "bool",
+                None,
                 **common,
+                verdict=v.verdict,
+                why=v.why,
                 budgets=limits,
                 limiting=v.limiting,
-                margin=v.margin,
+                ratio=v.ratio,
+                ratios=v.ratios,
+                intervals={k: list(iv) for k, iv in v.intervals.items()},
                 values=v.values,
                 unchecked=list(v.unchecked),
                 evidence=v.evidence or None,
                 estimated=list(v.estimated),
             )
-            for key, margin in v.margins.items():
+            for key, ratio in v.ratios.items():
+                iv = v.intervals.get(key)
                 rec(
                     v.device,
                     v.runtime,
                     v.model,
-                    "margin",
-                    margin,
+                    "budget_ratio",
+                    ratio,
                     "ratio",
+                    {"budget": key},
                     basis=v.basis,
-                    budget=key,
                     limit=limits[key],
                     value=v.values[key],
+                    interval=list(iv) if iv else None,
                 )
             for key, value in v.predicted.items():
                 metric, _, stat = key.partition(":")
-                extra = {"stat": stat} if stat else {}
                 rec(
                     v.device,
                     v.runtime,
@@ -971,14 +996,14 @@ class FitResult:
                     metric,
                     value,
                     _unit_of(metric),
+                    {"stat": stat} if stat else None,
                     basis="predicted",
                     evidence=v.evidence or None,
-                    **extra,
                 )
         for (device, runtime), desc in sorted(
             self.calibrations.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")
         ):
-            rec(device, runtime, None, "calibration_models", desc.get("models"), "count", **desc)
+            rec(device, runtime, None, "calibration_models", desc.get("models"), "count", None, **desc)
         for p in self.cv:
             rec(
                 p.device,
@@ -987,34 +1012,22 @@ class FitResult:
                 "cv_error",
                 p.error,
                 "ratio",
-                holdout=p.holdout,
-                quantity=p.quantity,
+                {"holdout": p.holdout, "quantity": p.quantity},
                 measured=p.measured,
                 predicted=p.predicted,
             )
         for s in self.cv_summaries():
-            rec(
-                s.device,
-                s.runtime,
-                None,
-                "cv_within_10pct",
-                s.within,
-                "ratio",
-                holdout=s.holdout,
-                quantity=s.quantity,
-                pairs=s.pairs,
-            )
-            rec(
-                s.device,
-                s.runtime,
-                None,
-                "cv_median_abs_err",
-                s.median_abs_err,
-                "ratio",
-                holdout=s.holdout,
-                quantity=s.quantity,
-                pairs=s.pairs,
-            )
+            for metric, value in (("cv_within_10pct", s.within), ("cv_median_abs_err", s.median_abs_err)):
+                rec(
+                    s.device,
+                    s.runtime,
+                    None,
+                    metric,
+                    value,
+                    "ratio",
+                    {"holdout": s.holdout, "quantity": s.quantity},
+                    pairs=s.pairs,
+                )
         return out
 
 
@@ -1139,6 +1152,14 @@ def assess(
         if ident not in benched and (not devices or ident[0] in devices):
             result.verdicts.append(_decode_verdict(ident, speed, budgets))
     result.cv = engine.cross_validate()
+    measured_on = defaultdict(set)
+    for t in targets.values():
+        for m in t.obs:
+            measured_on[m].add((t.device, t.runtime))
+    result.verdicts = [
+        decide(v, budgets, result.cv, bool(measured_on[v.model] - {(v.device, v.runtime)}))
+        for v in result.verdicts
+    ]
     for key, t in targets.items():
         n = sum(1 for m in t.obs if m in counts)
         if 0 < n < 3 and any(
@@ -1323,6 +1344,131 @@ class _Engine:
                 if mem is not None and o.memory_mb:
                     out.append(CvPoint(t.device, t.runtime, model, "model", "memory_mb", o.memory_mb, mem))
         return out
+
+
+def _cv_quantity(budget: Budget) -> str | None:
+    """The cross-validated quantity whose errors bound a prediction of this budget's value."""
+    if budget.quantity == "memory":
+        return "memory_mb"
+    if budget.quantity == "energy":
+        return "latency_p50_ms"  # energy is the device's net energy rate times the predicted p50
+    if budget.quantity == "latency":
+        stat = budget.stat or "p50"
+        if stat in ("min", "p50", "p99"):
+            return f"latency_{stat}_ms"
+        return "latency_p99_ms" if stat in ("p90", "max") else "latency_p50_ms"
+    return None  # load time is not predicted
+
+
+def prediction_interval(
+    cv: Sequence[CvPoint],
+    device: str,
+    runtime: str | None,
+    quantity: str,
+    holdouts: Sequence[str],
+    coverage: float = INTERVAL_COVERAGE,
+) -> tuple[float, float, int] | tuple[None, None, int]:
+    """Bounds on measured / predicted for a new prediction on a target, from its held-out pairs.
+
+    The ratios of the target's cross-validated pairs are exchangeable with the new one's, so their order
+    statistics bound it (split conformal): the upper bound is the ceil((n + 1)(1 - t))-th smallest ratio,
+    t = (1 - coverage) / 2, which needs n >= 1 / t - 1 pairs (9 for an 80% interval); with fewer, None.
+    Returns (low ratio, high ratio, pairs used) from the first holdout kind that has points.
+    """
+    tail = (1 - coverage) / 2
+    n = 0
+    for holdout in holdouts:
+        ratios = sorted(
+            p.measured / p.predicted
+            for p in cv
+            if (p.device, p.runtime, p.quantity, p.holdout) == (device, runtime, quantity, holdout)
+            and p.predicted > 0
+            and p.measured > 0
+        )
+        n = len(ratios)
+        if not n:
+            continue
+        k = math.ceil((n + 1) * (1 - tail))
+        if k > n:
+            return None, None, n
+        return ratios[n - k], ratios[k - 1], n
+    return None, None, n
+
+
+def min_pairs_for_interval(coverage: float = INTERVAL_COVERAGE) -> int:
+    tail = (1 - coverage) / 2
+    return math.ceil(1 / tail - 1 - 1e-9)
+
+
+def decide(
+    v: Verdict, budgets: Sequence[Budget], cv: Sequence[CvPoint], benched_elsewhere: bool = False
+) -> Verdict:
+    """The answer for one target x model: "fits" only when every budget was checked and is met (for a
+    prediction: its whole interval under the limit), "does not fit" when one is exceeded (for a
+    prediction: its whole interval over the limit), "uncertain" otherwise. An interval the predictor
+    gives (`v.intervals`) is used as is; otherwise it comes from the cross-validation of the target."""
+    ratios = {b.key: v.values[b.key] / b.limit for b in budgets if v.values.get(b.key) is not None}
+    if not budgets:
+        return replace(v, verdict="", ratios=ratios, why="no budgets given")
+    intervals = dict(v.intervals)
+    states: dict[str, str] = {}
+    reasons: list[str] = []
+    for b in budgets:
+        value = v.values.get(b.key)
+        if value is None:
+            states[b.key] = UNCERTAIN
+            reasons.append(f"{b.key} not checked (nothing measured or predicted it)")
+            continue
+        if v.basis == "measured":
+            states[b.key] = FITS if b.margin(value) >= 0 else NO_FIT
+            continue
+        if b.key not in intervals:
+            quantity = _cv_quantity(b)
+            holdouts = ("pair", "model") if benched_elsewhere and quantity != "memory_mb" else ("model",)
+            lo, hi, n = (
+                prediction_interval(cv, v.device, v.runtime, quantity, holdouts)
+                if quantity
+                else (None, None, 0)
+            )
+            if lo is None or hi is None:
+                states[b.key] = UNCERTAIN
+                reasons.append(
+                    f"{b.key}: no prediction interval ({n} cross-validated model(s) on {v.device}; an "
+                    f"{INTERVAL_COVERAGE:.0%} interval needs {min_pairs_for_interval()})"
+                )
+                continue
+            intervals[b.key] = (value * lo, value * hi)
+        lo_v, hi_v = intervals[b.key]
+        worst, best = (lo_v, hi_v) if b.at_least else (hi_v, lo_v)  # a rate's worst case is its low end
+        states[b.key] = FITS if b.margin(worst) >= 0 else NO_FIT if b.margin(best) < 0 else UNCERTAIN
+        if states[b.key] == UNCERTAIN:
+            reasons.append(
+                f"{b.key}: the {INTERVAL_COVERAGE:.0%} prediction interval {lo_v:.4g}-{hi_v:.4g} "
+                f"spans the limit {b.limit:g}"
+            )
+    found = set(states.values())
+    verdict = NO_FIT if NO_FIT in found else UNCERTAIN if UNCERTAIN in found else FITS
+    if verdict == NO_FIT:
+        missed = [b for b in budgets if states.get(b.key) == NO_FIT]
+        why = "; ".join(
+            f"{'under' if b.at_least else 'over'} {b.key} ({_times(ratios[b.key])} the budget)" for b in missed
+        )
+    elif verdict == FITS:
+        why = "every budget met" + (" by the whole prediction interval" if v.basis == "predicted" else "")
+    else:
+        why = "; ".join(reasons)
+    fits = {FITS: True, NO_FIT: False}.get(verdict)
+    return replace(v, verdict=verdict, fits=fits, ratios=ratios, intervals=intervals, why=why)
+
+
+def _times(ratio: float) -> str:
+    return f"{ratio:.2g}x" if ratio < 10 else f"{ratio:.0f}x"
+
+
+def verdict_exit_code(verdicts: Sequence[Verdict], strict: bool = False) -> int:
+    """`fit` as a release gate: 1 when a pair does not fit (or, with strict, is uncertain), else 0."""
+    found = {v.verdict for v in verdicts}
+    return 1 if NO_FIT in found or (strict and UNCERTAIN in found) else 0
 
 
 def _judge(

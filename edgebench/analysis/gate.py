@@ -10,9 +10,14 @@ A regression needs both
     statistic itself (`scipy.stats.permutation_test`) for tail statistics (p90, p99, min, max), since a
     tail can move while the median stays.
 
-Verdicts: PASS, FAIL, NOISY (too few samples, or a threshold-sized change can neither be shown nor ruled
-out; carries a power estimate of the samples per side that would settle it), MISSING (in the baseline,
-not in the candidate), IMPROVED (significantly better by at least the threshold).
+Verdicts: PASS, FAIL, NOISY (a threshold-sized change can neither be shown nor ruled out; carries a power
+estimate of the samples per side that would settle it), INCOMPLETE (the rule cannot be evaluated: too few
+samples for its statistic, or a rule the suite asks for pairs nothing), MISSING (in the baseline, not in
+the candidate), IMPROVED (significantly better by at least the threshold). A gate never passes on what it
+could not evaluate: its overall verdict is INCOMPLETE then (exit 1 with --strict).
+
+A rule's statistic need not be stored: a bench with 97 samples has no p99 record, but its samples are
+kept, so a p99 rule still pairs it (and finds it INCOMPLETE: p99 needs 100 samples per side).
 
 Single-value metrics (peak memory, energy per inference, accuracy) have no samples: they are compared
 with a plain threshold, and the verdict says so (method "threshold").
@@ -25,7 +30,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,9 +43,11 @@ from ..records import Record, Samples
 from .stats import MIN_SAMPLES_FOR_P90, MIN_SAMPLES_FOR_P99
 
 PASS, FAIL, NOISY, MISSING, IMPROVED = "PASS", "FAIL", "NOISY", "MISSING", "IMPROVED"
-VERDICTS = (FAIL, MISSING, NOISY, IMPROVED, PASS)
+INCOMPLETE = "INCOMPLETE"
+VERDICTS = (FAIL, INCOMPLETE, MISSING, NOISY, IMPROVED, PASS)
 
 LOCATION_STATS = ("p50", "mean")
+STAT_METRICS = ("latency_ms", "frame_latency_ms")  # metrics whose records carry a `stat` param
 DEFAULT_STAT = "p50"
 
 
@@ -74,6 +81,10 @@ class GateRule:
     min_delta: float = 0.0  # absolute change that never fails, whatever the ratio
     source: str = "default"
     kind: str = ""  # max_slowdown | max_increase | max_drop (for messages); derived when empty
+    # A rule someone asked for (a suite's [[gate]]) must pair something, or the gate is INCOMPLETE; a
+    # default rule applies where its metric was measured and is skipped elsewhere.
+    required: bool = False
+    replaces_defaults: bool = False  # `replace_defaults = true` in the suite: drop defaults of its metric
 
     def matches(self, key: PairKey) -> bool:
         for want, have in (
@@ -89,6 +100,22 @@ class GateRule:
     def describe(self, unit: str = "") -> str:
         word = (self.kind or {"higher": "max_increase", "lower": "max_drop"}[self.worse]).replace("_", " ")
         return f"{word} {self.threshold.text(unit)}"
+
+    def selection(self) -> str:
+        """What the rule covers, as a user would write it: `latency_ms[p99] probe=bench model=enc`."""
+        where = [
+            f"{k}={v}" for k, v in (("probe", self.probe), ("device", self.device), ("model", self.model))
+        ]
+        stat = f"[{self.stat}]" if self.metric in STAT_METRICS or self.stat != DEFAULT_STAT else ""
+        return " ".join([f"{self.metric}{stat}", *[w for w in where if not w.endswith("=None")]])
+
+    def covers(self, other: GateRule) -> bool:
+        """Everything `other` judges, this rule judges too: the same metric and stat, and each filter
+        either open or the same (`latency_ms[p50]` covers `latency_ms[p50] probe=bench`)."""
+        if (self.metric, self.stat) != (other.metric, other.stat):
+            return False
+        pairs = ((self.probe, other.probe), (self.device, other.device), (self.model, other.model))
+        return all(mine is None or mine == theirs for mine, theirs in pairs)
 
 
 def default_rules(max_slowdown: float = 0.05) -> list[GateRule]:
@@ -154,6 +181,8 @@ def rules_from_suite(path: Path) -> list[GateRule]:
                     model=g.model,
                     source=f"{Path(path).name} gate[{i}]",
                     kind=kind,
+                    required=True,
+                    replaces_defaults=g.replace_defaults,
                 )
             )
     return rules
@@ -162,10 +191,14 @@ def rules_from_suite(path: Path) -> list[GateRule]:
 def merge_rules(
     defaults: Sequence[GateRule], overrides: Sequence[GateRule], max_slowdown: float | None = None
 ) -> list[GateRule]:
-    """Suite rules replace the defaults for the metrics they name; --max-slowdown overrides relative
-    thresholds of every rule on a time metric that is gated statistically (latency)."""
-    named = {r.metric for r in overrides}
-    rules = [r for r in defaults if r.metric not in named] + list(overrides)
+    """Suite rules add to the defaults. A default is dropped only when a suite rule covers all it covers
+    (same metric and stat, filters open or equal: the suite sets that check's threshold), or when a suite
+    rule on its metric says `replace_defaults = true`. --max-slowdown overrides the relative thresholds of
+    every latency rule."""
+    replaced = {r.metric for r in overrides if r.replaces_defaults}
+    rules = [
+        d for d in defaults if d.metric not in replaced and not any(o.covers(d) for o in overrides)
+    ] + list(overrides)
     if max_slowdown is not None:
         rules = [
             replace(r, threshold=Threshold(max_slowdown, True))
@@ -472,6 +505,7 @@ class PairVerdict:
     method: str = "-"
     samples_needed: int | None = None
     lab_failure: bool = False
+    warnings: tuple[str, ...] = ()  # what the two runs' jobs warned of (outliers: a disturbed device)
 
     def change_text(self) -> str:
         if self.change is None:
@@ -505,6 +539,7 @@ class PairVerdict:
             "method": self.method,
             "samples_needed": self.samples_needed,
             "lab_failure": self.lab_failure,
+            "warnings": list(self.warnings),
             "rule": {
                 "metric": self.rule.metric,
                 "stat": self.rule.stat,
@@ -522,6 +557,33 @@ def _finite(v: float | None) -> float | None:
 
 
 @dataclass(frozen=True)
+class RuleReport:
+    """What one rule covered: how many pairs and their verdicts; INCOMPLETE when it could not be
+    evaluated (a required rule that paired nothing, or pairs it could not judge)."""
+
+    rule: GateRule
+    pairs: int
+    counts: dict[str, int]
+    status: str  # the rule's verdict: FAIL, INCOMPLETE, ... PASS; "n/a" for a default with nothing to judge
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule.selection(),
+            "threshold": self.rule.describe(),
+            "source": self.rule.source,
+            "required": self.rule.required,
+            "pairs": self.pairs,
+            "counts": {k: n for k, n in self.counts.items() if n},
+            "status": self.status,
+            "note": self.note,
+        }
+
+
+NOT_APPLICABLE = "n/a"
+
+
+@dataclass(frozen=True)
 class GateResult:
     baseline: str
     candidate: str
@@ -529,15 +591,26 @@ class GateResult:
     options: GateOptions = field(default_factory=GateOptions)
     unpaired_candidate: int = 0
     notes: tuple[str, ...] = ()
+    rules: tuple[RuleReport, ...] = ()
 
     def counts(self) -> dict[str, int]:
         return {v: sum(1 for p in self.verdicts if p.verdict == v) for v in VERDICTS}
 
     @property
+    def incomplete(self) -> bool:
+        """Something asked for could not be evaluated, or nothing at all was compared."""
+        return (
+            not self.verdicts
+            or self.counts()[INCOMPLETE] > 0
+            or any(r.status == INCOMPLETE for r in self.rules)
+        )
+
+    @property
     def exit_code(self) -> int:
-        """1 a regression (or, with strict, NOISY/MISSING); 3 a lab failure left pairs unmeasured; else 0."""
+        """1 a regression (or, with strict, NOISY/MISSING/INCOMPLETE); 3 a lab failure left pairs
+        unmeasured; else 0."""
         c = self.counts()
-        if c[FAIL] or (self.options.strict and (c[NOISY] or c[MISSING])):
+        if c[FAIL] or (self.options.strict and (c[NOISY] or c[MISSING] or self.incomplete)):
             return 1
         if any(v.lab_failure for v in self.verdicts):
             return 3
@@ -545,7 +618,15 @@ class GateResult:
 
     @property
     def overall(self) -> str:
-        return {0: PASS, 1: FAIL, 3: "LAB FAILURE"}[self.exit_code]
+        """FAIL, LAB FAILURE, INCOMPLETE (never PASS on what could not be evaluated) or PASS."""
+        code = self.exit_code
+        if code == 3:
+            return "LAB FAILURE"
+        if self.counts()[FAIL]:
+            return FAIL
+        if self.incomplete:
+            return INCOMPLETE
+        return FAIL if code == 1 else PASS
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -558,6 +639,7 @@ class GateResult:
             "strict": self.options.strict,
             "unpaired_candidate": self.unpaired_candidate,
             "notes": list(self.notes),
+            "rules": [r.to_dict() for r in self.rules],
             "pairs": [v.to_dict() for v in self.verdicts],
         }
 
@@ -665,8 +747,8 @@ def too_few(key: PairKey, rule: GateRule, base: Side, cand: Side, need: int) -> 
     return PairVerdict(
         key,
         rule,
-        NOISY,
-        f"too few samples ({nb} vs {nc}); {rule.stat} needs at least {need} per side",
+        INCOMPLETE,
+        f"cannot evaluate: too few samples ({nb} vs {nc}); {rule.stat} needs at least {need} per side",
         unit=cand.unit,
         baseline=base.value,
         candidate=cand.value,
@@ -698,6 +780,25 @@ class JobFailure:
         )
 
 
+def with_rule_stats(sides: dict[PairKey, Side], rules: Sequence[GateRule]) -> dict[PairKey, Side]:
+    """Add the pairs a rule's statistic needs but no record holds, from the kept samples.
+
+    A bench with fewer than 100 samples stores no p99 record; its samples still exist, so a p99 rule
+    pairs it (and finds it INCOMPLETE for want of samples) instead of silently matching nothing.
+    """
+    out = dict(sides)
+    for key, side in sides.items():
+        if not key.stat or not side.samples:
+            continue
+        for rule in rules:
+            wanted = replace(key, stat=rule.stat)
+            if wanted in out or not rule.matches(wanted):
+                continue
+            values = np.asarray(side.samples, dtype=float)
+            out[wanted] = Side(float(stat_of(values, rule.stat)), side.unit, side.samples, n_records=0)
+    return out
+
+
 def evaluate(
     baseline: dict[PairKey, Side],
     candidate: dict[PairKey, Side],
@@ -712,9 +813,10 @@ def evaluate(
     rng = np.random.default_rng(opts.seed)
     for rule in rules:
         check_stat(rule.stat)
+    baseline = with_rule_stats(baseline, rules)
+    candidate = with_rule_stats(candidate, rules)
     pending: list[tuple[PairKey, GateRule, SampleTest, str]] = []
     done: list[PairVerdict] = []
-    covered: set[PairKey] = set()
     for key in sorted(baseline):
         for rule in rules:
             if not rule.matches(key):
@@ -722,7 +824,6 @@ def evaluate(
             base, cand = baseline[key], candidate.get(key)
             if math.isnan(base.value):
                 continue  # nothing to compare against
-            covered.add(key)
             if cand is None:
                 done.append(_missing(key, rule, base, candidate_failures))
             elif math.isnan(cand.value):
@@ -757,8 +858,29 @@ def evaluate(
     unpaired = sum(1 for k in candidate if k not in baseline and any(r.matches(k) for r in rules))
     order = {v: i for i, v in enumerate(VERDICTS)}
     done.sort(key=lambda v: (order[v.verdict], v.key))
-    notes = [] if covered else ["no baseline record matches any gate rule: nothing was compared"]
-    return GateResult(baseline_run, candidate_run, tuple(done), opts, unpaired, tuple(notes))
+    reports = tuple(rule_report(r, done, candidate) for r in rules)
+    notes = [] if done else ["no baseline record matches any gate rule: nothing was compared"]
+    notes += [
+        f"rule {r.rule.selection()} ({r.rule.source}): {r.note}" for r in reports if r.status == INCOMPLETE
+    ]
+    return GateResult(baseline_run, candidate_run, tuple(done), opts, unpaired, tuple(notes), reports)
+
+
+def rule_report(
+    rule: GateRule, verdicts: Sequence[PairVerdict], candidate: dict[PairKey, Side]
+) -> RuleReport:
+    """One rule's coverage and verdict, from the pairs it judged."""
+    mine = [v for v in verdicts if v.rule == rule]
+    counts = {k: sum(1 for v in mine if v.verdict == k) for k in VERDICTS}
+    if not mine:
+        seen = any(rule.matches(k) for k in candidate)
+        why = "no baseline record matches it (the candidate has some)" if seen else "no record matches it"
+        if rule.required:
+            return RuleReport(rule, 0, counts, INCOMPLETE, f"cannot evaluate: {why}")
+        return RuleReport(rule, 0, counts, NOT_APPLICABLE, why)
+    status = next(k for k in VERDICTS if counts[k])
+    note = f"{counts[INCOMPLETE]} of {len(mine)} pair(s) could not be evaluated" if counts[INCOMPLETE] else ""
+    return RuleReport(rule, len(mine), counts, status, note)
 
 
 def _missing(key: PairKey, rule: GateRule, base: Side, failures: Sequence[JobFailure]) -> PairVerdict:
@@ -796,8 +918,42 @@ def gate_runs(
     base = collect_side(store.records([baseline]), store.samples([baseline]))
     cand = collect_side(store.records([candidate]), store.samples([candidate]))
     result = evaluate(base, cand, rules, opts, failures, baseline, candidate)
+    warned = {"baseline": store.jobs([baseline]), "candidate": store.jobs([candidate])}
+    verdicts = tuple(
+        replace(v, warnings=job_warnings(v.key, warned)) if v.verdict == FAIL else v for v in result.verdicts
+    )
     changed = fingerprint_changes(store.device_info([baseline]), store.device_info([candidate]))
-    return replace(result, notes=result.notes + tuple(changed))
+    return replace(result, verdicts=verdicts, notes=result.notes + tuple(changed))
+
+
+# Words of the warnings that say a measurement was disturbed (outliers, a warm device, retries), as the
+# bench probe, the cool-down guard and the session word them.
+DISTURBANCE_WORDS = ("outlier", "disturb", "did not cool", "starts warm", "throttl", "transport error")
+
+
+def job_warnings(
+    key: PairKey, jobs: Mapping[str, Sequence[Mapping[str, Any]]], most: int = 3
+) -> tuple[str, ...]:
+    """The disturbance warnings stored with the jobs that measured a pair (outliers: the device was
+    disturbed), by side, so a FAIL on a noisy host says so next to the numbers."""
+    import json
+
+    identity = json.loads(key.params)
+    out = []
+    for side, side_jobs in jobs.items():
+        for j in side_jobs:
+            same = (j["device"], j["probe"], j["model"] or "-", j["runtime"] or "-") == (
+                key.device,
+                key.probe,
+                key.model,
+                key.runtime,
+            )
+            params = j.get("params") or {}
+            if not same or any(k in identity and identity[k] != v for k, v in params.items()):
+                continue
+            disturbed = [w for w in j.get("warnings") or [] if any(d in w.lower() for d in DISTURBANCE_WORDS)]
+            out += [f"{side}: {w}" for w in disturbed[:most]]
+    return tuple(dict.fromkeys(out))
 
 
 FINGERPRINT_KEYS = ("kernel", "build", "cpu_model", "cores", "arch", "memory_mb", "governors", "runtimes")

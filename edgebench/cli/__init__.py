@@ -22,7 +22,9 @@ EXITS = (click.exceptions.Exit, getattr(_typer_click.exceptions, "Exit", click.e
 ABORTS = (click.exceptions.Abort, getattr(_typer_click.exceptions, "Abort", click.Abort), KeyboardInterrupt)
 
 # Modules under edgebench.cli that add commands; each has register(app).
-COMMAND_MODULES = ("core", "probe", "run", "gate", "numerics", "report", "roofline", "doctor")
+COMMAND_MODULES = (
+    "core", "probe", "run", "runs", "compare", "gate", "numerics", "report", "roofline", "doctor",
+)  # fmt: skip
 
 
 def build_app() -> typer.Typer:
@@ -31,6 +33,8 @@ def build_app() -> typer.Typer:
         add_completion=False,
         no_args_is_help=True,
         pretty_exceptions_enable=False,
+        # Help is plain text: Rich markup would eat bracketed text such as `[[gate]]` or `[budget]`.
+        rich_markup_mode=None,
         help="Device benchmarking and profiling lab harness for on-device AI.",
         context_settings={"help_option_names": ["-h", "--help"]},
     )
@@ -38,12 +42,23 @@ def build_app() -> typer.Typer:
     @app.callback()
     def _root(
         debug: bool = typer.Option(False, "--debug", help="Show tracebacks for internal errors."),
+        version: bool = typer.Option(
+            False, "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
+        ),
     ) -> None:
         """Device benchmarking and profiling lab harness for on-device AI."""
 
     for name in COMMAND_MODULES:
         importlib.import_module(f"{__name__}.{name}").register(app)
     return app
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        print(f"edgebench {__version__}")
+        raise typer.Exit(0)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -119,16 +119,45 @@ def connected(lab: Lab, name: str):  # type: ignore[no-untyped-def]
         device.close()
 
 
-def render_table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+PIPE_WIDTH = 100_000  # "unlimited": a table in a pipe or a CI log takes its natural width, never folds
 
-    table = Table(title=title)
+
+def console(stderr: bool = False):  # type: ignore[no-untyped-def]
+    """A Rich console for tables: the terminal's width on a terminal; in a pipe, a file or a CI log no
+    width limit (nothing truncated or folded into 80 columns) and no colour codes."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty():
+        return Console(file=stream, soft_wrap=False)
+    return Console(file=stream, width=PIPE_WIDTH, soft_wrap=True, no_color=True, highlight=False)
+
+
+def make_table(title: str | None, columns: list[str]):  # type: ignore[no-untyped-def]
+    """A Rich table whose title and headers are plain text (no markup: `[[gate]]` stays as written)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=Text(title) if title else None)
     for c in columns:
-        table.add_column(c)
+        table.add_column(Text(c), overflow="fold")
+    return table
+
+
+def render_table(title: str, columns: list[str], rows: list[list[Any]], stderr: bool = False) -> None:
+    """A table of plain values (escaped, never read as markup), full width when not on a terminal."""
+    from rich.text import Text
+
+    table = make_table(title, columns)
     for row in rows:
-        table.add_row(*[_cell(v) for v in row])
-    Console(soft_wrap=True).print(table)
+        table.add_row(*[v if _is_renderable(v) else Text(_cell(v)) for v in row])
+    console(stderr).print(table)
+
+
+def _is_renderable(v: Any) -> bool:
+    from rich.text import Text
+
+    return isinstance(v, Text)
 
 
 def _cell(v: Any) -> str:
@@ -139,3 +168,17 @@ def _cell(v: Any) -> str:
     if isinstance(v, dict):
         return ", ".join(f"{k}={_cell(x)}" for k, x in v.items())
     return str(v)
+
+
+def open_store(path: Path):  # type: ignore[no-untyped-def]
+    """A store that must already exist: reading never creates an empty one."""
+    from ..results.store import Store
+
+    if not path.exists():
+        raise UserError(f"{path}: no such store")
+    return Store(path)
+
+
+def resolve_runs(store: Any, refs: Iterable[str], what: str = "run") -> list[str]:
+    """Run references (ids, latest, latest~N, suite:NAME, tag:NAME, prefixes) as run ids, in order."""
+    return list(dict.fromkeys(store.resolve_run(r, what) for r in refs))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import typer
@@ -21,10 +22,12 @@ from .common import (
     device_waits,
     note,
     open_lab,
+    open_store,
     positive_seconds,
     print_json,
     records_json,
     render_table,
+    resolve_runs,
     warn,
 )
 from .params import probe_flags, refuse_native_only
@@ -85,10 +88,12 @@ def devices(
 
 @probe_flags("bench")
 def bench(
-    model: str = typer.Argument(..., help="Model file (.onnx, .mnn, .tflite) or builtin:NAME."),
+    models: list[str] = typer.Argument(
+        ..., help="Model files (.onnx, .mnn, .tflite) or builtin:NAME; several are compared with each other."
+    ),
     device: str = typer.Option("local", "--device", "-d"),
     runtime: str = typer.Option(
-        None, "--runtime", help="onnxruntime, mnn or litert (default: from the model file)."
+        None, "--runtime", help="onnxruntime, mnn or litert (default: from the model file: .mnn runs on MNN)."
     ),
     timeout: float = typer.Option(
         None, "--timeout", callback=positive_seconds, help="Bound on every remote call (default: descriptor)."
@@ -98,30 +103,66 @@ def bench(
     lab: Path = LAB_OPT,
     lock_dir: Path = LOCK_DIR_OPT,
     lease_timeout: float = LEASE_TIMEOUT_OPT,
+    tag: list[str] = typer.Option(None, "--tag", help="Tag the run (repeatable)."),
+    table: bool = typer.Option(False, "--table", help="Every record as a table (default: a short summary)."),
     as_json: bool = JSON_OPT,
     params: BenchParams = BenchParams(),
 ) -> int:
-    """Benchmark a model's latency, load time and memory on a device."""
+    """Benchmark models' latency, load time and memory on a device (several: which ran faster)."""
+    from ..probes.common import check_runtime
+    from ..render.bench_summary import comparison_lines, summarize_bench, summary_lines
+    from ..results.store import Store, check_tag
+
+    for t in tag or []:
+        check_tag(t)
     the_lab = open_lab(lab)
     spec = the_lab.get(device)
-    ref = resolve_model(model)
+    refs = [resolve_model(m) for m in models]
     check_inputs(params.inputs)
     refuse_native_only(params, spec.agent, spec.name, spec.source)
-    job = Job(
-        device=spec.name, probe="bench", model=ref, runtime=runtime, params=params.given(), timeout_s=timeout
-    )
-    note(f"edgebench: bench {ref.name} on {spec.name} ({runtime or 'runtime from the model file'})")
+    runtimes = [check_runtime(ref, runtime) for ref in refs]  # usage errors: refused before a run is stored
+    jobs = [
+        Job(
+            device=spec.name,
+            probe="bench",
+            model=ref,
+            runtime=runtime,
+            params=params.given(),
+            timeout_s=timeout,
+        )
+        for ref in refs
+    ]
+    names, chosen = ", ".join(r.name for r in refs), ", ".join(dict.fromkeys(runtimes))
+    note(f"edgebench: bench {names} on {spec.name} ({chosen})")
     access = DeviceAccess(lock_dir, lease_timeout)
     shot = run_now(
-        spec, [job], None if no_store else store, "bench", access=access, on_state=device_waits(spec.name)
+        spec, jobs, None if no_store else store, "bench", access=access, on_state=device_waits(spec.name)
     )
+    if tag and not no_store:
+        with Store(store) as st:
+            st.add_tags(shot.run_id, tag)
     for o in shot.outcomes:
-        warn(o.warnings, f"{o.job.device}: ")
-    shot.raise_first_error()
+        model = f"{o.job.model.name}: " if o.job.model and len(jobs) > 1 else ""
+        warn(o.warnings, f"{o.job.device}: {model}")
+    ok = [o for o in shot.outcomes if o.ok]
+    summaries = [s for o in ok if (s := summarize_bench(o.records, o.samples)) is not None]
     if as_json:
-        print_json(records_json(shot.records, run_id=shot.run_id))
+        print_json(records_json(shot.records, run_id=shot.run_id, summary=[asdict(s) for s in summaries]))
+    elif table:
+        show_records(shot.records, f"bench on {spec.name} (run {shot.run_id})")
     else:
-        show_records(shot.records, f"bench {ref.name} on {spec.name} (run {shot.run_id})")
+        lines = [ln for i, s in enumerate(summaries, 1) for ln in [*summary_lines(i, s), ""]]
+        if lines:  # stdout stays empty when nothing was measured
+            print("\n".join(lines + comparison_lines(summaries)).rstrip())
+            where = "" if no_store else f" stored in {store}"
+            note(f"edgebench: run {shot.run_id}{where}; --table for every record")
+    if len(ok) < len(shot.outcomes):
+        for o in shot.outcomes:
+            if not o.ok and len(jobs) > 1:
+                note(f"edgebench: error: {o.job.model.name if o.job.model else 'bench'}: {o.error}")
+        if not ok or len(jobs) == 1:
+            shot.raise_first_error()
+        return 1
     return 0
 
 
@@ -132,8 +173,11 @@ def check_inputs(inputs: str | None) -> None:
 
 
 def show_records(records: list[Record], title: str) -> None:
+    """Records as a table; with records of several runs, the first column names the run."""
+    several = len({r.run_id for r in records}) > 1
     rows = [
         [
+            *([r.run_id] if several else []),
             r.device,
             r.model,
             r.runtime,
@@ -146,28 +190,23 @@ def show_records(records: list[Record], title: str) -> None:
         ]
         for r in records
     ]
-    render_table(
-        title, ["device", "model", "runtime", "probe", "metric", "params", "stat", "value", "unit"], rows
-    )
+    columns = ["device", "model", "runtime", "probe", "metric", "params", "stat", "value", "unit"]
+    render_table(title, (["run"] if several else []) + columns, rows)
 
 
 def results(
     store: Path = STORE_OPT,
-    run: list[str] = typer.Option(None, "--run", help="Run id (repeatable; default: the latest run)."),
+    run: list[str] = typer.Option(
+        None, "--run", help="Run id or reference: latest, latest~1, suite:NAME, a prefix (repeatable)."
+    ),
     all_runs: bool = typer.Option(False, "--all", help="Every run in the store."),
     as_json: bool = JSON_OPT,
     as_csv: bool = typer.Option(False, "--csv", help="CSV on stdout."),
     parquet: Path = typer.Option(None, "--parquet", help="Write a Parquet file."),
 ) -> int:
     """Export stored records (JSON, CSV or Parquet) or show them as a table."""
-    from ..results.store import Store
-
-    if not store.exists():
-        raise UserError(f"{store}: no such store")
-    with Store(store) as st:
-        run_ids = None if all_runs else (list(run) if run else [st.latest_run().run_id])
-        for rid in run_ids or []:
-            st.run(rid)
+    with open_store(store) as st:
+        run_ids = None if all_runs else (resolve_runs(st, run) if run else [st.latest_run().run_id])
         records = st.records(run_ids)
         errors = st.errors(run_ids)
         frame = st.records_frame(run_ids)

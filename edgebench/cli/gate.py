@@ -11,20 +11,29 @@ import typer
 
 from ..errors import UserError
 from ..records import Record
-from .common import JSON_OPT, STORE_OPT, note, print_json, records_json
+from .common import JSON_OPT, STORE_OPT, console, make_table, note, open_store, print_json, records_json
 
-_GATE_BASELINE = typer.Option(..., "--baseline", help="Run id of the reference run.")
-_GATE_CANDIDATE = typer.Option(..., "--candidate", help="Run id of the run to judge.")
+_RUN_REF = "a run id or reference: latest, latest~1, suite:NAME, suite:NAME~1, tag:NAME, a prefix"
+_GATE_BASELINE = typer.Option(..., "--baseline", help=f"The reference run ({_RUN_REF}).")
+_GATE_CANDIDATE = typer.Option(..., "--candidate", help=f"The run to judge ({_RUN_REF}).")
 _GATE_MAX_SLOWDOWN = typer.Option(
     None, "--max-slowdown", help="Allowed latency slowdown, e.g. 5% (default 5%, or the suite's)."
 )
-_GATE_SUITE = typer.Option(None, "--suite", help="Suite whose [[gate]] tables give the rules.")
+_GATE_SUITE = typer.Option(
+    None,
+    "--suite",
+    help="Suite whose [[gate]] tables add rules to the defaults (replace_defaults = true drops "
+    "the defaults of that metric).",
+)
 _GATE_ALPHA = typer.Option(0.01, "--alpha", help="Significance level (false discovery rate across pairs).")
-_GATE_MIN_SAMPLES = typer.Option(10, "--min-samples", min=3, help="Fewer samples per side is NOISY.")
-_GATE_STRICT = typer.Option(False, "--strict", help="NOISY and MISSING fail the gate too.")
+_GATE_MIN_SAMPLES = typer.Option(10, "--min-samples", min=3, help="Fewer samples per side is INCOMPLETE.")
+_GATE_STRICT = typer.Option(
+    False, "--strict", help="NOISY, MISSING and INCOMPLETE fail the gate too (exit 1)."
+)
 _GATE_SEED = typer.Option(0, "--seed", help="Seed of the bootstrap and permutation resampling.")
 _GATE_JUNIT = typer.Option(None, "--junit", help="Write JUnit XML (one testcase per pair).")
-_GATE_MARKDOWN = typer.Option(None, "--markdown", help="Write a Markdown summary.")
+_GATE_MARKDOWN = typer.Option(None, "--markdown", help="Write a Markdown summary (for a PR comment).")
+_GATE_NO_STORE = typer.Option(False, "--no-store", help="Do not keep the verdicts as a gate run.")
 _HISTORY_DEVICE = typer.Option(..., "--device", "-d", help="Device name as stored.")
 _HISTORY_MODEL = typer.Option(..., "--model", "-m", help="Model name as stored (its file stem).")
 _HISTORY_METRIC = typer.Option("latency_ms", "--metric")
@@ -34,7 +43,7 @@ _HISTORY_RUNTIME = typer.Option(None, "--runtime", help="Only this runtime (defa
 _HISTORY_MIN_CHANGE = typer.Option("2%", "--min-change", help="Smaller steps are not reported.")
 _HISTORY_ALPHA = typer.Option(0.01, "--alpha", help="Significance level of each step.")
 _HISTORY_SEED = typer.Option(0, "--seed")
-_EXPORT_RUN = typer.Option(None, "--run", help="Run id (default: the latest run).")
+_EXPORT_RUN = typer.Option(None, "--run", help="Run id or reference (default: latest).")
 _EXPORT_OUT = typer.Option(None, "--out", "-o", help="Write the JSON here (default: stdout).")
 _EXPORT_NO_DATA = typer.Option(False, "--no-data", help="Leave out the raw samples (stats.data).")
 _IMPORT_FILES = typer.Argument(..., help="pytest-benchmark JSON files (one run each).")
@@ -46,15 +55,6 @@ def register(app: typer.Typer) -> None:
     app.command("history")(history)
     app.command("export-pytest-benchmark")(export_pytest_benchmark)
     app.command("import-pytest-benchmark")(import_pytest_benchmark)
-
-
-def _open_existing(store: Path):  # type: ignore[no-untyped-def]
-    """Open a store that must already exist (reading never creates an empty one)."""
-    from ..results.store import Store
-
-    if not store.exists():
-        raise UserError(f"{store}: no such store")
-    return Store(store)
 
 
 def _write(path: Path, text: str, what: str) -> None:
@@ -78,6 +78,7 @@ def gate(
     seed: int = _GATE_SEED,
     junit: Path = _GATE_JUNIT,
     markdown: Path = _GATE_MARKDOWN,
+    no_store: bool = _GATE_NO_STORE,
     as_json: bool = JSON_OPT,
 ) -> int:
     """Compare a candidate run with a baseline: exit 0 pass, 1 regression, 2 usage, 3 lab failure."""
@@ -89,6 +90,7 @@ def gate(
         parse_percent,
         rules_from_suite,
     )
+    from ..records import new_run_id
     from ..render.junit import gate_junit
     from ..render.markdown_gate import gate_markdown
 
@@ -98,40 +100,57 @@ def gate(
     overrides = rules_from_suite(suite) if suite is not None else []
     rules = merge_rules(default_rules(), overrides, slowdown)
     opts = GateOptions(alpha=alpha, min_samples=min_samples, seed=seed, strict=strict)
-    with _open_existing(store) as st:
-        result = gate_runs(st, baseline, candidate, rules, opts)
+    run_id = None if no_store else new_run_id()
+    with open_store(store) as st:
+        base_id = st.resolve_run(baseline, "--baseline run")
+        cand_id = st.resolve_run(candidate, "--candidate run")
+        result = gate_runs(st, base_id, cand_id, rules, opts)
+        records = gate_records(result, run_id or cand_id)
+        if run_id is not None:
+            st.save_gate(run_id, {**result.to_dict(), "gate_run": run_id}, records)
     if junit is not None:
         _write(junit, gate_junit(result), "JUnit XML")
     if markdown is not None:
         _write(markdown, gate_markdown(result), "Markdown")
     if as_json:
-        print_json(records_json(_gate_records(result), **result.to_dict()))
+        print_json(records_json(records, gate_run=run_id, **result.to_dict()))
     else:
-        _show_gate(result)
+        _show_gate(result, run_id)
     for n in result.notes:
         note(f"edgebench: note: {n}")
     return result.exit_code
 
 
-def _gate_records(result) -> list[Record]:  # type: ignore[no-untyped-def]
-    """One record per pair (probe `gate`, metric `change`) so reports can plot a gate like any result."""
+def gate_records(result, run_id: str) -> list[Record]:  # type: ignore[no-untyped-def]
+    """One record per pair (probe `gate`, metric `change`), kept in the gate's own run so reports and
+    `history --probe gate --metric change` read gates like any result. Identity: what was gated; the
+    verdict and its numbers are annotations."""
     out = []
     for v in result.verdicts:
         params = {
             **v.key.to_dict()["params"],
             "gated_probe": v.key.probe,
             "gated_metric": v.key.metric,
-            "stat": v.key.stat or None,
+            **({"stat": v.key.stat} if v.key.stat else {}),
+        }
+        annotations = {
             "verdict": v.verdict,
+            "reason": v.reason,
             "baseline_run": result.baseline,
+            "candidate_run": result.candidate,
+            "baseline": _finite(v.baseline),
+            "candidate": _finite(v.candidate),
             "ci_low": _finite(v.ci_low),
             "ci_high": _finite(v.ci_high),
             "q_value": _finite(v.q_value),
+            "rule": v.rule.selection(),
+            "threshold": v.rule.describe(v.unit),
+            "warnings": list(v.warnings),
         }
         unit = "ratio" if v.rule.threshold.relative else v.unit
         out.append(
             Record(
-                result.candidate,
+                run_id,
                 v.key.device,
                 "gate",
                 v.key.model,
@@ -140,6 +159,7 @@ def _gate_records(result) -> list[Record]:  # type: ignore[no-untyped-def]
                 _finite(v.change),
                 unit,
                 params,
+                annotations=annotations,
             )
         )
     return out
@@ -149,43 +169,61 @@ def _finite(v: float | None) -> float | None:
     return v if v is not None and math.isfinite(v) else None
 
 
-def _show_gate(result) -> None:  # type: ignore[no-untyped-def]
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+_STYLE = {
+    "PASS": "green",
+    "IMPROVED": "cyan",
+    "FAIL": "bold red",
+    "NOISY": "yellow",
+    "MISSING": "magenta",
+    "INCOMPLETE": "bold yellow",
+    "n/a": "dim",
+}
 
-    style = {"PASS": "green", "IMPROVED": "cyan", "FAIL": "bold red", "NOISY": "yellow", "MISSING": "magenta"}
-    console = Console(soft_wrap=False)
-    if not console.is_terminal:  # CI logs: do not fold the numbers into 80 columns
-        console.width = max(console.width, 180)
-    table = Table(title=escape(f"gate: baseline {result.baseline} -> candidate {result.candidate}"))
-    for col in ("verdict", "measurement", "baseline", "candidate", "change \\[CI]", "q", "n", "why"):
-        table.add_column(col, overflow="fold")
+
+def _show_gate(result, run_id: str | None) -> None:  # type: ignore[no-untyped-def]
+    """The pairs (FAIL first, with the jobs' warnings under them), then every rule and what it covered."""
+    from rich.text import Text
+
+    out = console()
+    table = make_table(
+        f"gate: baseline {result.baseline} -> candidate {result.candidate}",
+        ["verdict", "measurement", "baseline", "candidate", "change [CI]", "q", "n", "why"],
+    )
     for v in result.verdicts:
         stat = f"[{v.key.stat}]" if v.key.stat else ""
         params = "" if v.key.params == "{}" else f" {v.key.params}"
+        why = v.reason + "".join(f"\n! {w}" for w in v.warnings)
         table.add_row(
-            f"[{style.get(v.verdict, '')}]{v.verdict}[/]",
-            escape(
-                f"{v.key.device} {v.key.model} {v.key.runtime}\n{v.key.probe}:{v.key.metric}{stat}{params}"
-            ),
-            _num(v.baseline, v.unit),
-            _num(v.candidate, v.unit),
-            escape(v.change_text()),
-            "-" if v.q_value is None else f"{v.q_value:.2g}",
-            f"{v.n_baseline}/{v.n_candidate}",
-            escape(v.reason),
+            Text(v.verdict, style=_STYLE.get(v.verdict, "")),
+            Text(f"{v.key.device} {v.key.model} {v.key.runtime}\n{v.key.probe}:{v.key.metric}{stat}{params}"),
+            Text(_num(v.baseline, v.unit)),
+            Text(_num(v.candidate, v.unit)),
+            Text(v.change_text()),
+            Text("-" if v.q_value is None else f"{v.q_value:.2g}"),
+            Text(f"{v.n_baseline}/{v.n_candidate}"),
+            Text(why),
         )
-    console.print(table)
+    out.print(table)
+    rules = make_table("rules", ["rule", "threshold", "from", "pairs", "verdicts", "status"])
+    for r in result.rules:
+        counts = ", ".join(f"{n} {k}" for k, n in r.counts.items() if n) or r.note or "-"
+        rules.add_row(
+            Text(r.rule.selection()),
+            Text(r.rule.describe()),
+            Text(r.rule.source),
+            Text(str(r.pairs)),
+            Text(counts if not r.note or not r.pairs else f"{counts}; {r.note}"),
+            Text(r.status, style=_STYLE.get(r.status, "")),
+        )
+    out.print(rules)
     counts = ", ".join(f"{n} {k}" for k, n in result.counts().items() if n) or "nothing compared"
-    console.print(
-        f"gate {result.overall}: {counts}"
-        + (
-            f"; {result.unpaired_candidate} candidate measurement(s) without a baseline"
-            if result.unpaired_candidate
-            else ""
-        )
+    unpaired = (
+        f"; {result.unpaired_candidate} candidate measurement(s) without a baseline"
+        if result.unpaired_candidate
+        else ""
     )
+    stored = f" (stored as gate run {run_id})" if run_id else ""
+    out.print(Text(f"gate {result.overall}: {counts}{unpaired}{stored}"))
 
 
 def _num(value: float | None, unit: str) -> str:
@@ -213,7 +251,7 @@ def history(
     if not 0 < alpha < 0.5:
         raise UserError(f"--alpha {alpha:g}: must be between 0 and 0.5")
     floor = parse_percent(min_change, "--min-change")
-    with _open_existing(store) as st:
+    with open_store(store) as st:
         all_series = load_series(st, device, model, metric, stat, probe, runtime)
     found = [(s, change_points(s, alpha=alpha, min_change=floor, seed=seed)) for s in all_series]
     records = [r for s, cps in found for r in change_point_records(s, cps)]
@@ -244,28 +282,25 @@ def history(
 
 
 def _show_history(found) -> None:  # type: ignore[no-untyped-def]
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+    from rich.text import Text
 
-    console = Console(soft_wrap=False)
-    if not console.is_terminal:
-        console.width = max(console.width, 160)
+    out = console()
     for s, cps in found:
-        console.print(escape(f"history {s.label()}: {len(s.points)} runs, {len(cps)} step(s)"))
+        out.print(Text(f"history {s.label()}: {len(s.points)} runs, {len(cps)} step(s)"))
         if not cps:
             continue
-        table = Table()
-        for col in (
-            "first run at new level",
-            "measured",
-            "previous run",
-            f"before ({s.unit})",
-            f"after ({s.unit})",
-            "change",
-            "p",
-        ):
-            table.add_column(escape(col))
+        table = make_table(
+            None,
+            [
+                "first run at new level",
+                "measured",
+                "previous run",
+                f"before ({s.unit})",
+                f"after ({s.unit})",
+                "change",
+                "p",
+            ],
+        )
         for cp in cps:
             table.add_row(
                 cp.run_id,
@@ -276,7 +311,7 @@ def _show_history(found) -> None:  # type: ignore[no-untyped-def]
                 f"{cp.change * 100:+.1f}%",
                 f"{cp.p_value:.2g}",
             )
-        console.print(table)
+        out.print(table)
 
 
 def export_pytest_benchmark(
@@ -288,8 +323,8 @@ def export_pytest_benchmark(
     """Write a stored run as pytest-benchmark JSON (readable by `pytest-benchmark compare`)."""
     from ..results.interop import export_run
 
-    with _open_existing(store) as st:
-        run_id = run or st.latest_run().run_id
+    with open_store(store) as st:
+        run_id = st.resolve_run(run) if run else st.latest_run().run_id
         doc = export_run(st, run_id, include_data=not no_data)
     text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
     if out is None:

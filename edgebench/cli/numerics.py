@@ -11,6 +11,7 @@ import typer
 from ..execution.jobs import Job, JobOutcome
 from ..execution.oneshot import OneShot, run_now
 from ..models.refs import resolve_model
+from ..probes.common import check_runtime
 from ..probes.registry import AccuracyParams, ProfileParams, SensitivityParams
 from ..records import Record
 from .common import (
@@ -86,7 +87,7 @@ def variants(
         seed=seed,
         on_variant=progress,
     )
-    manifest = out / f"{ref.path.stem}.variants.json"
+    manifest = out / f"{ref.name}.variants.json"
     import json
 
     manifest.write_text(json.dumps(vset.manifest(), indent=1) + "\n")
@@ -100,6 +101,10 @@ def variants(
             note(f"edgebench: {'WARNING' if loud else 'warning'}: {w}")
         if not v.ok:
             note(f"edgebench: warning: {v.name}: not made: {v.error}")
+    if vset.log_lines:
+        note(
+            f"edgebench: the converters printed {vset.log_lines} line(s) of warnings and logs: see {vset.log}"
+        )
     records = [r for o in outcomes for r in o.records]
     errors = [{"variant": v.name, "error": v.error} for v in vset.variants if not v.ok]
     if as_json:
@@ -251,6 +256,7 @@ def profile(
     """Per-op times on a device (onnxruntime's profiler or MNN's per-op callbacks) against the latency."""
     ref = resolve_model(model)
     check_inputs(params.inputs)
+    check_runtime(ref, runtime)  # a usage error is refused here, before a run is stored
     job = Job(
         device=device, probe="profile", model=ref, runtime=runtime, params=params.given(), timeout_s=timeout
     )

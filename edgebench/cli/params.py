@@ -40,8 +40,8 @@ def flag_help(spec: Spec, default: Any) -> str:
         parts.append(
             f"Default: {default:g}{unit}." if isinstance(default, float) else f"Default: {default}{unit}."
         )
-    # Square brackets are Rich markup in typer's help: escape them so they are shown as written.
-    return " ".join(parts).replace("[", "\\[")
+    # Help is plain text (the app turns Rich markup off), so brackets are shown as written.
+    return " ".join(parts)
 
 
 def option_for(name: str, spec: Spec, default: Any) -> tuple[Any, Any]:

@@ -9,6 +9,7 @@ import typer
 from ..execution.jobs import Job
 from ..execution.oneshot import run_now
 from ..models.refs import resolve_model
+from ..probes.common import check_runtime
 from ..probes.params import ProbeParams
 from ..probes.registry import BandwidthParams, MatmulParams, ThreadsParams
 from ..records import Record
@@ -56,6 +57,8 @@ def run_one(
     spec = open_lab(lab).get(device)
     ref = resolve_model(model) if model else None
     refuse_native_only(params, spec.agent, spec.name, spec.source)
+    if ref is not None:
+        check_runtime(ref, runtime)  # a usage error is refused here, before a run is stored
     job = Job(
         device=spec.name,
         probe=job_probe,
@@ -178,7 +181,9 @@ def bandwidth(
 def threads(
     model: str = typer.Option(..., "--model", "-m", help="Model file (.onnx, .mnn) or builtin:NAME."),
     device: str = DEVICE_OPT,
-    runtime: str = typer.Option("onnxruntime", "--runtime", help="onnxruntime or mnn."),
+    runtime: str = typer.Option(
+        None, "--runtime", help="onnxruntime, mnn or litert (default: from the model file: .mnn runs on MNN)."
+    ),
     timeout: float = TIMEOUT_OPT,
     store: Path = STORE_OPT,
     no_store: bool = NO_STORE_OPT,

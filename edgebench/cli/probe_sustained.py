@@ -10,6 +10,7 @@ import typer
 from ..execution.jobs import Job
 from ..execution.oneshot import run_now
 from ..models.refs import resolve_model
+from ..probes.common import check_runtime
 from ..probes.registry import PowerParams, ThermalParams
 from ..records import Record
 from .common import (
@@ -30,7 +31,9 @@ from .params import probe_flags, refuse_native_only
 
 MODEL_OPT = typer.Option(..., "--model", "-m", help="Model file (.onnx, .mnn) or builtin:NAME.")
 DEVICE_OPT = typer.Option("local", "--device", "-d")
-RUNTIME_OPT = typer.Option("onnxruntime", "--runtime", help="onnxruntime or mnn.")
+RUNTIME_OPT = typer.Option(
+    None, "--runtime", help="onnxruntime, mnn or litert (default: from the model file: .mnn runs on MNN)."
+)
 TIMEOUT_OPT = typer.Option(
     None,
     "--timeout",
@@ -106,7 +109,8 @@ def _run(
     job = Job(
         device=spec.name, probe=kind, model=ref, runtime=runtime, params=params.given(), timeout_s=timeout
     )
-    note(f"edgebench: {kind} {ref.name} on {spec.name} ({runtime}, {params.duration_s:g} s)")
+    chosen = check_runtime(ref, runtime)  # a usage error is refused here, before a run is stored
+    note(f"edgebench: {kind} {ref.name} on {spec.name} ({chosen}, {params.duration_s:g} s)")
     shot = run_now(spec, [job], None if no_store else store, kind, on_state=device_waits(spec.name))
     for o in shot.outcomes:
         warn(o.warnings, f"{o.job.device}: ")

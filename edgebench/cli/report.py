@@ -8,7 +8,19 @@ from pathlib import Path
 import typer
 
 from ..errors import UserError
-from .common import JSON_OPT, STORE_OPT, note, parse_shapes, print_json, records_json, warn
+from .common import (
+    JSON_OPT,
+    STORE_OPT,
+    console,
+    make_table,
+    note,
+    open_store,
+    parse_shapes,
+    print_json,
+    records_json,
+    resolve_runs,
+    warn,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -16,13 +28,17 @@ def register(app: typer.Typer) -> None:
     app.command("fit")(fit)
 
 
-def _open_store(path: Path):  # type: ignore[no-untyped-def]
-    """An existing store (never create an empty one by mistake)."""
-    from ..results.store import Store
+def suite_runs(st, suite: Path) -> list[str]:  # type: ignore[no-untyped-def]
+    """The runs of a suite (by the name in its file), and the gate runs that compared them."""
+    from ..execution.suite import load_suite
 
-    if not path.exists():
-        raise UserError(f"{path}: no such store")
-    return Store(path)
+    name = load_suite(suite).name
+    runs = st.runs()
+    ids = [r.run_id for r in runs if r.suite == name]
+    if not ids:
+        raise UserError(f"{suite}: no run of suite '{name}' in {st.path} (run `edgebench run {suite}` first)")
+    gated = {g["run_id"] for g in st.gates() if g["candidate"] in ids or g["baseline"] in ids}
+    return [r.run_id for r in runs if r.run_id in set(ids) | gated]
 
 
 def _budgets(suite: Path | None, items: list[str] | None):  # type: ignore[no-untyped-def]
@@ -33,17 +49,29 @@ def _budgets(suite: Path | None, items: list[str] | None):  # type: ignore[no-un
 
 
 _OUT = typer.Option(None, "--out", "-o", help="Report file, e.g. reports/nightly.html (required).")
-_RUNS = typer.Option(None, "--run", help="Run id (repeatable; default: every run in the store).")
-_SUITE_REPORT = typer.Option(None, "--suite", help="Suite file whose budget table colours the matrix.")
+_RUNS = typer.Option(
+    None,
+    "--run",
+    help="Run id or reference: latest, latest~1, suite:NAME, tag:NAME, a prefix (repeatable; default: "
+    "every run, or with --suite that suite's runs).",
+)
+_SUITE_REPORT = typer.Option(
+    None, "--suite", help="Suite file: its runs (unless --run is given) and its [budget] table."
+)
 _BUDGET = typer.Option(
     None, "--budget", help="KEY=VALUE: latency_p99_ms, memory_mb, energy_mj, load_ms (repeatable)."
 )
 _FORMAT = typer.Option(None, "--format", help="html or md (default: from the --out suffix, else html).")
 _TITLE = typer.Option(None, "--title", help="Report title.")
 _MODELS = typer.Option(
-    None, "--model", "-m", help="Model file or builtin:NAME to add (measured or not; repeatable)."
+    None,
+    "--model",
+    "-m",
+    help="Only this model (repeatable): a name measured in the store, or a model file or builtin:NAME "
+    "(whose counts let fit predict it where it was never benched).",
 )
-_DEVICES = typer.Option(None, "--device", "-d", help="Only these devices (repeatable).")
+_STRICT = typer.Option(False, "--strict", help="Uncertain verdicts fail too (exit 1).")
+_DEVICES = typer.Option(None, "--device", "-d", help="Only this device (repeatable).")
 _SUITE_FIT = typer.Option(None, "--suite", help="Take budgets from this suite's budget table.")
 _SHAPES = typer.Option(None, "--shape", help="NAME=DIMS for dynamic inputs of --model files.")
 _NO_STORE = typer.Option(False, "--no-store", help="Do not keep the verdicts in the store.")
@@ -65,8 +93,9 @@ def report(
         raise UserError("--out is required (e.g. --out reports/nightly.html, or .md for Markdown)")
     kind = format_for(out, fmt)
     budgets = _budgets(suite, budget)
-    with _open_store(store) as st:
-        data = load_report_data(st, list(run) if run else None, budgets, title)
+    with open_store(store) as st:
+        run_ids = resolve_runs(st, run) if run else (suite_runs(st, suite) if suite is not None else None)
+        data = load_report_data(st, run_ids, budgets, title)
     text = render(data, kind)
     write_report(text, out)
     warn(data.fit_warnings)
@@ -81,33 +110,23 @@ def fit(
     budget: list[str] = _BUDGET,
     suite: Path = _SUITE_FIT,
     shape: list[str] = _SHAPES,
+    strict: bool = _STRICT,
     no_store: bool = _NO_STORE,
     as_json: bool = JSON_OPT,
 ) -> int:
-    """Which model fits which chip: measured verdicts, and predicted ones for pairs never benched."""
-    from ..analysis.fit import assess, count_model
+    """Does the model fit the chip? Exit 0 fits, 1 does not fit (or, with --strict, uncertain)."""
+    from ..analysis.fit import MEASURING_PROBES, assess, verdict_exit_code
     from ..execution.provenance import host_provenance
-    from ..models.refs import resolve_model
     from ..records import new_run_id
 
     budgets = _budgets(suite, budget)
     shapes = parse_shapes(shape)
-    counts = {}
-    uncountable = []
-    for ref in model or []:
-        resolved = resolve_model(ref)
-        if resolved.format != "onnx":  # an MNN file still gets its measured verdicts, just no prediction
-            uncountable.append(
-                f"{ref}: FLOPs and bytes are counted on ONNX models; pass the ONNX it came from "
-                "to predict it where it was not benched"
-            )
-            continue
-        counts[resolved.name] = count_model(resolved.path, resolved.name, shapes)
-        warn(counts[resolved.name].warnings, f"{resolved.name}: ")
-    with _open_store(store) as st:
+    with open_store(store) as st:
         runs = st.runs()
         order = [r.run_id for r in runs]
-        records = [r for r in st.records() if r.probe != "fit"]
+        records = [r for r in st.records() if r.probe not in ("fit", "gate")]
+        measured = {r.model for r in records if r.probe in MEASURING_PROBES and r.model}
+        selected, counts, notes = _fit_models(model or [], measured, shapes, st.path)
         result = assess(
             records,
             budgets,
@@ -118,54 +137,102 @@ def fit(
             models=list(counts),
             run_order=order,
         )
+        if selected:
+            result.verdicts = [v for v in result.verdicts if v.model in selected]
+        if not result.verdicts:
+            what = f" of {', '.join(sorted(selected))}" if selected else ""
+            raise UserError(
+                f"{store}: no bench measurements or predictions{what} to judge (run `edgebench bench`)"
+            )
         run_id = new_run_id()
         out = result.records(run_id)
-        if not result.verdicts:
-            raise UserError(f"{store}: no bench measurements to judge (run `edgebench bench` first)")
         if not no_store:
             st.import_records(run_id, out, kind="fit", provenance=host_provenance())
     if not budgets:
         result.warnings.insert(0, "no budgets given (--budget latency_p99_ms=15 ...): showing values only")
-    result.warnings[:0] = uncountable
+    result.warnings[:0] = notes
     warn(result.warnings)
+    code = verdict_exit_code(result.verdicts, strict)
     if as_json:
         summary = [dataclasses.asdict(s) for s in result.cv_summaries()]
-        print_json(records_json(out, run_id=run_id, cv=summary, warnings=result.warnings))
-        return 0
+        print_json(records_json(out, run_id=run_id, cv=summary, warnings=result.warnings, exit_code=code))
+        return code
     _show(result, run_id, no_store)
-    return 0
+    return code
+
+
+def _fit_models(
+    refs: list[str], measured: set[str], shapes: dict[str, list[int]], store: Path
+) -> tuple[set[str], dict, list[str]]:  # type: ignore[type-arg]
+    """--model selects rows: a name measured in the store, or a model file (whose counts let fit predict
+    it where it was never benched). Returns the names selected, the counts and notes for the user."""
+    from ..analysis.fit import count_model
+    from ..errors import ModelError
+    from ..models.refs import resolve_model
+
+    selected: set[str] = set()
+    counts = {}
+    notes = []
+    for ref in refs:
+        if ref in measured and not Path(ref).exists():
+            selected.add(ref)
+            continue
+        try:
+            resolved = resolve_model(ref)
+        except ModelError as exc:
+            if "/" in ref or Path(ref).suffix or ref.startswith("builtin:"):
+                raise  # a file the user named: its own error (missing, corrupt)
+            known = ", ".join(sorted(measured)[:8]) or "none"
+            raise UserError(
+                f"--model {ref}: neither a model measured in {store} (measured: {known}) nor a model file"
+            ) from exc
+        selected.add(resolved.name)
+        if resolved.format != "onnx":  # an MNN file still gets its measured verdicts, just no prediction
+            notes.append(
+                f"{ref}: FLOPs and bytes are counted on ONNX models; pass the ONNX it came from "
+                "to predict it where it was not benched"
+            )
+            continue
+        counts[resolved.name] = count_model(resolved.path, resolved.name, shapes)
+        warn(counts[resolved.name].warnings, f"{resolved.name}: ")
+    return selected, counts, notes
+
+
+def ratio_text(ratio: float | None) -> str:
+    """value / limit as people read it: "0.62x budget", "36x budget"."""
+    if ratio is None:
+        return "-"
+    return f"{ratio:.2f}x budget" if ratio < 10 else f"{ratio:.0f}x budget"
 
 
 def _show(result, run_id: str, no_store: bool) -> None:  # type: ignore[no-untyped-def]
-    """The verdicts as a table on stdout (wide enough to read when piped), the trust figures after it."""
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+    """The verdicts as a table on stdout (full width when piped), the trust figures after it."""
+    from rich.text import Text
 
-    from ..render.report.html import pct
-
-    console = Console(soft_wrap=False)
-    if not console.is_terminal:
-        console.width = max(console.width, 160)
-    table = Table(title=f"fit ({'not stored' if no_store else 'run ' + run_id})")
-    for col in ("device", "model", "runtime", "fits", "basis", "limiting", "margin", "values", "not checked"):
-        table.add_column(col)
+    style = {"fits": "green", "does not fit": "bold red", "uncertain": "yellow"}
+    table = make_table(
+        f"fit ({'not stored' if no_store else 'run ' + run_id})",
+        ["device", "model", "runtime", "verdict", "basis", "limiting", "value / limit", "values", "why"],
+    )
     for v in result.verdicts:
-        verdict = {True: "[green]yes[/]", False: "[red]NO[/]", None: "?"}[v.fits]
         shown = v.values or {k.replace(":", " "): x for k, x in v.predicted.items()}
-        values = ", ".join(f"{k}={x:.4g}" for k, x in shown.items())
-        table.add_row(
-            escape(v.device),
-            escape(v.model),
-            escape(v.runtime or "-"),
-            verdict,
-            "[cyan]predicted[/]" if v.basis == "predicted" else "measured",
-            escape(v.limiting or "-"),
-            pct(v.margin, signed=True) if v.margin is not None else "-",
-            escape(values),
-            escape(", ".join(v.unchecked) or "-"),
+        values = ", ".join(
+            f"{k}={x:.4g}"
+            + (f" [{v.intervals[k][0]:.4g}-{v.intervals[k][1]:.4g}]" if k in v.intervals else "")
+            for k, x in shown.items()
         )
-    console.print(table)
+        table.add_row(
+            Text(v.device),
+            Text(v.model),
+            Text(v.runtime or "-"),
+            Text(v.verdict or "-", style=style.get(v.verdict, "")),
+            Text(v.basis, style="cyan" if v.basis == "predicted" else ""),
+            Text(v.limiting or "-"),
+            Text(ratio_text(v.ratio)),
+            Text(values),
+            Text(v.why),
+        )
+    console().print(table)
     names = {"latency_min_ms": "fastest inference", "latency_p50_ms": "p50", "memory_mb": "peak memory"}
     for s in result.cv_summaries():
         if s.device == "*" and s.holdout == "model" and s.quantity in names:

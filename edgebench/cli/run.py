@@ -11,10 +11,25 @@ from typing import Any
 import typer
 
 from ..execution.jobs import JobOutcome
-from .common import LAB_OPT, LOCK_DIR_OPT, STORE_OPT, note, positive_seconds, print_json, records_json
+from .common import (
+    LAB_OPT,
+    LOCK_DIR_OPT,
+    STORE_OPT,
+    console,
+    note,
+    open_store,
+    positive_seconds,
+    print_json,
+    records_json,
+)
 
 SUITE_ARG = typer.Argument(..., help="Suite file (TOML).")
-RESUME_OPT = typer.Option(None, "--resume", help="Finish run RUN_ID: only jobs with no ok record run.")
+RESUME_OPT = typer.Option(
+    None,
+    "--resume",
+    help="Finish run RUN_ID (or a reference: latest, suite:NAME, a prefix): only jobs with no ok record run.",
+)
+TAG_OPT = typer.Option(None, "--tag", help="Tag the run (repeatable), e.g. --tag nightly --tag rc-1.2.")
 CLUSTER_OPT = typer.Option(
     None, "--cluster", help="Dask scheduler tcp://HOST:PORT; devices resolve on its workers."
 )
@@ -49,16 +64,22 @@ def run(
     cluster: str = CLUSTER_OPT,
     timeout: float = TIMEOUT_OPT,
     lock_dir: Path = LOCK_DIR_OPT,
+    tag: list[str] = TAG_OPT,
     as_json: bool = RUN_JSON_OPT,
 ) -> int:
     """Run a suite: every device in parallel, its jobs in series, each job stored as it finishes."""
     from ..execution.fleet import run_suite
     from ..execution.suite import load_suite
     from ..lab.descriptors import load_lab
-    from ..results.store import Store
+    from ..results.store import Store, check_tag
 
+    for t in tag or []:
+        check_tag(t)
     the_suite = load_suite(suite)
     the_lab = None if cluster else load_lab(lab)
+    if resume is not None:
+        with open_store(store) as st:
+            resume = st.resolve_run(resume, "--resume run")
     _terminate_as_interrupt()
     with _Progress() as progress:
         result = run_suite(
@@ -72,6 +93,9 @@ def run(
             observer=progress,
             argv=sys.argv[1:],
         )
+    if tag:
+        with Store(store) as st:
+            st.add_tags(result.run_id, tag)
     _summary(result, suite)
     for line in result.notes:
         note(f"edgebench: {line}")
@@ -216,7 +240,6 @@ def _summary_dict(s: Any) -> dict[str, Any]:
 
 
 def _summary(result: Any, suite: Path) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
@@ -234,10 +257,10 @@ def _summary(result: Any, suite: Path) -> None:
             str(s.failed),
             str(s.skipped),
             f"{s.wall_s:.1f}",
-            escape((s.error or "")[:160]),
+            escape(s.error or ""),
         )
-    # Cron logs are not terminals: give the table room instead of folding the error column.
-    Console(stderr=True, width=None if sys.stderr.isatty() else 200).print(table)
+    # Cron logs are not terminals: the table takes its full width instead of folding the error column.
+    console(stderr=True).print(table)
     failed = sum(s.failed for s in result.devices.values())
     if failed:
         note(f"edgebench: {failed} job(s) failed; retry them: edgebench run {suite} --resume {result.run_id}")

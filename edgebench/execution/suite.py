@@ -89,6 +89,7 @@ class GateSpec:
     max_slowdown: float | None = None
     max_increase: float | None = None
     max_drop: float | None = None
+    replace_defaults: bool = False  # drop the gate's default rules on this metric (else rules add up)
 
 
 @dataclass(frozen=True)
@@ -385,6 +386,7 @@ def _gates(r: TableReader, path: Path) -> list[GateSpec]:
             device=t.get("device", str, None),
             model=t.get("model", str, None),
             **{k: _fraction(t, k) for k in _GATE_THRESHOLDS},
+            replace_defaults=t.get("replace_defaults", bool, False),
         )
         t.done()
         if all(getattr(rule, k) is None for k in _GATE_THRESHOLDS):

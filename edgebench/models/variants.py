@@ -2,22 +2,31 @@
 
 | variant | file | how |
 | --- | --- | --- |
-| `fp16` | STEM.fp16.onnx | onnxconverter-common float16, inputs/outputs kept fp32 |
-| `int8-dynamic` | STEM.int8-dynamic.onnx | onnxruntime.quantization.quantize_dynamic, int8 weights |
-| `int8-static` | STEM.int8-static.onnx | quantize_static: per-channel int8 weights, uint8 activations |
-| `mnn-fp32` | STEM.fp32.mnn | MNN's converter (`_tools.mnnconvert`, child process) |
-| `mnn-int8-weight` | STEM.int8-weight.mnn | the converter, `--weightQuantBits 8` (int8 weights, fp32 math) |
-| `mnn-int8` | STEM.int8.mnn | MNN's offline quantizer (`_tools.mnnquant`, child process), calibrated |
+| `fp16` | NAME.fp16.onnx | onnxconverter-common float16, inputs/outputs kept fp32 |
+| `int8-dynamic` | NAME.int8-dynamic.onnx | onnxruntime.quantization.quantize_dynamic, int8 weights |
+| `int8-static` | NAME.int8-static.onnx | quantize_static: per-channel int8 weights, uint8 activations |
+| `mnn-fp32` | NAME.fp32.mnn | MNN's converter (`_tools.mnnconvert`, child process) |
+| `mnn-int8-weight` | NAME.int8-weight.mnn | the converter, `--weightQuantBits 8` (int8 weights, fp32 math) |
+| `mnn-int8` | NAME.int8.mnn | MNN's offline quantizer (`_tools.mnnquant`, child process), calibrated |
 
 Calibration (int8-static, mnn-int8) comes from an .npz with one array per model input (a leading axis of
 samples, or a batch split into samples); without one, seeded random inputs are used and every record of
-those variants says `calibration = "random"`. MNN's quantizer needs static input shapes: from the model,
-`--shape`, or the calibration arrays.
+those variants says `calibration = "random"`. Random calibration needs a shape for every dynamic input
+(`--shape`): a calibrated variant of a dynamic model without one is refused, since calibrating a
+1x3x640x640 detector at 1x3x1x1 makes a model whose ranges say nothing of real inputs. MNN's quantizer
+needs static input shapes: from the model, `--shape`, or the calibration arrays.
+
+What the converters and quantizers print (onnxconverter-common's float16 warnings, onnxruntime's
+quantizer log, MNN's tools, anything on the process's stderr) goes to `OUT/NAME.variants.log`; the
+command says in one line how many lines went there.
 
 Before quantizing, Constant nodes become initializers and onnxruntime's pre-processing runs (shape
 inference, BatchNorm folding), since quantizers only see initializer weights. Quantized ONNX files get short
 internal tensor names (node names and the model's inputs and outputs are kept): on a small model the
 quantizer's generated names would otherwise outweigh what int8 weights save.
+
+NAME is the model's identity (its file stem, or `convnet` for `builtin:convnet`), so a variant benched from
+its file is `convnet.int8-static` in the store, next to `convnet`.
 
 A variant that cannot be made for a model (an op the converter lacks, a graph the quantizer refuses)
 becomes an entry with an error; the others are still made.
@@ -28,9 +37,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,6 +107,8 @@ class VariantSet:
     source_size: int
     variants: list[Variant]
     warnings: list[str] = field(default_factory=list)
+    log: Path | None = None  # what the converters printed
+    log_lines: int = 0
 
     def manifest(self) -> dict[str, Any]:
         return {
@@ -104,6 +117,7 @@ class VariantSet:
                 "path": str(self.source.path),
                 "size_bytes": self.source_size,
             },
+            "log": str(self.log) if self.log else None,
             "variants": [
                 {
                     "name": v.name,
@@ -189,15 +203,15 @@ def random_calibration(
     from ..agent.inputs import random_array
 
     rng = np.random.default_rng(seed)
-    warnings = []
+    warnings: list[str] = []
     resolved = {}
     for decl in inputs:
         shape = concrete_shape(decl, shapes)
-        if shape is None:
-            shape = [d if isinstance(d, int) and d > 0 else 1 for d in decl.shape]
-            warnings.append(
-                f"input '{decl.name}' has dynamic dims {list(decl.shape)}; random calibration uses "
-                f"{'x'.join(map(str, shape)) or 'a scalar'} (set --shape {decl.name}=...)"
+        if shape is None:  # calibrating at 1 for every unknown dim makes ranges of nothing real
+            example = "x".join(str(d) if isinstance(d, int) and d > 0 else "N" for d in decl.shape)
+            raise UserError(
+                f"calibration needs the shape of input '{decl.name}' (dynamic dims {list(decl.shape)}): "
+                f"pass --shape {decl.name}={example} with the real sizes, or --calib data.npz"
             )
         resolved[decl.name] = (shape, decl.dtype)
     feeds = [
@@ -239,7 +253,11 @@ class _Context:
     _mnn_fp32: Path | None = None
 
     def target(self, kind: str) -> Path:
-        return self.out_dir / f"{self.source.path.stem}{SUFFIXES[kind]}"
+        return self.out_dir / f"{self.source.name}{SUFFIXES[kind]}"
+
+    @property
+    def log(self) -> Path:
+        return log_path(self.out_dir, self.source)
 
     def calibration(self) -> CalibrationFeeds:
         if self._calibration is None:
@@ -294,6 +312,8 @@ def make_variants(
     except OSError as exc:
         raise UserError(f"{out_dir}: cannot create the output folder ({exc.strerror})") from None
     variants: list[Variant] = []
+    log = log_path(out_dir, model)
+    log.write_text("", encoding="utf-8")
     with tempfile.TemporaryDirectory(prefix="edgebench-variants-") as scratch:
         ctx = _Context(model, out_dir, Path(scratch), inputs, shapes, calib, samples, seed, timeout)
         if calib is not None and any(k in kinds for k in ("int8-static", "mnn-int8")):
@@ -303,7 +323,43 @@ def make_variants(
             variants.append(variant)
             if on_variant:
                 on_variant(variant)
-    return VariantSet(model, model.path.stat().st_size, variants)
+    text = log.read_text(encoding="utf-8", errors="replace")
+    lines = sum(1 for line in text.splitlines() if line.strip() and not line.startswith("==== "))
+    return VariantSet(model, model.path.stat().st_size, variants, log=log, log_lines=lines)
+
+
+def log_path(out_dir: Path, model: ModelRef) -> Path:
+    return out_dir / f"{model.name}.variants.log"
+
+
+@contextmanager
+def converter_log(path: Path, kind: str) -> Iterator[None]:
+    """Send what a converter prints to the log file: Python warnings, log records, and the process's
+    stderr (fd 2, where native code such as onnxruntime's C++ logger writes), under a header per variant."""
+    import logging
+    import warnings as pywarnings
+
+    with path.open("a", encoding="utf-8") as log:
+        log.write(f"==== {kind}\n")
+        log.flush()
+        handler = logging.StreamHandler(log)
+        handler.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
+        root = logging.getLogger()
+        root.addHandler(handler)
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(log.fileno(), 2)
+        try:
+            with pywarnings.catch_warnings(record=True) as caught:
+                pywarnings.simplefilter("always")
+                yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            root.removeHandler(handler)
+            for w in caught:
+                log.write(f"{w.filename}:{w.lineno}: {w.category.__name__}: {w.message}\n")
 
 
 def _make_one(ctx: _Context, kind: str) -> Variant:
@@ -314,7 +370,8 @@ def _make_one(ctx: _Context, kind: str) -> Variant:
     params: dict[str, Any] = {}
     warnings: list[str] = []
     try:
-        MAKERS[kind](ctx, target, params, warnings)
+        with converter_log(ctx.log, kind):
+            MAKERS[kind](ctx, target, params, warnings)
     except Exception as exc:  # noqa: BLE001 - a variant that cannot be made is an entry, not a crash
         _unlink(target)
         message = (
@@ -437,6 +494,8 @@ def _make_mnn_int8(ctx: _Context, target: Path, params: dict[str, Any], warnings
     config = write_mnn_calibration(folder, ctx.inputs, shapes, calibration.feeds)
     tmp = ctx.scratch / "int8.mnn"
     output = run_mnn_tool([str(source), str(tmp), str(config)], quant=True, timeout=ctx.timeout)
+    with ctx.log.open("a", encoding="utf-8") as log:
+        log.write(output if output.endswith("\n") or not output else output + "\n")
     if not tmp.is_file() or tmp.stat().st_size == 0:
         lines = [ln for ln in output.splitlines() if ln.strip()]
         raise ModelError(f"mnnquant made no model: {lines[-1] if lines else 'no output'}")
@@ -638,7 +697,7 @@ def variant_outcomes(run_id: str, vset: VariantSet) -> list[JobOutcome]:
         )
     ]
     for v in vset.variants:
-        name = f"{source.path.stem}{SUFFIXES[v.name]}"[: -len(".onnx" if v.format == "onnx" else ".mnn")]
+        name = f"{source.name}{SUFFIXES[v.name]}"[: -len(".onnx" if v.format == "onnx" else ".mnn")]
         ref = ModelRef(name, v.path or source.path)
         job = Job(device="local", probe="variants", model=ref, runtime=v.runtime, params={"variant": v.name})
         if not v.ok:

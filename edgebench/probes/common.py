@@ -28,21 +28,32 @@ def runtime_of(model: ModelRef | None, requested: str | None) -> str:
     return RUNTIME_OF_FORMAT.get(model.format, "onnxruntime") if model is not None else "onnxruntime"
 
 
+def check_runtime(model: ModelRef | None, runtime: str | None) -> str:
+    """The runtime a job will use, or a usage error when it cannot run the model (unknown runtime, an
+    .mnn on onnxruntime, a .tflite elsewhere than LiteRT). Pure: the CLI calls it before any run is
+    stored, so a typo never becomes a failed run in the store."""
+    chosen = runtime_of(model, "litert" if runtime == "tflite" else runtime)  # LiteRT's former name
+    if chosen not in RUNTIMES:
+        raise UserError(f"unknown runtime '{chosen}' (use {', '.join(RUNTIMES)})")
+    if model is None:
+        return chosen
+    if (chosen == "litert") != (model.format == "tflite"):
+        if chosen == "litert":
+            raise ModelError(f"{model.path}: LiteRT runs .tflite models (use --runtime onnxruntime or mnn)")
+        raise ModelError(f"{model.path}: {chosen} cannot run a .tflite model (use --runtime litert)")
+    if chosen == "onnxruntime" and model.format == "mnn":
+        raise ModelError(f"{model.path}: onnxruntime cannot run an MNN model (use --runtime mnn)")
+    return chosen
+
+
 def model_file_for(model: ModelRef, runtime: str) -> Path:
     """The file the runtime loads: ONNX as is; for MNN an .mnn, converted from ONNX once and cached;
     LiteRT only `.tflite` files (no converter here)."""
-    if runtime not in RUNTIMES:
-        raise UserError(f"unknown runtime '{runtime}' (use {', '.join(RUNTIMES)})")
-    if (runtime == "litert") != (model.format == "tflite"):
-        if runtime == "litert":
-            raise ModelError(f"{model.path}: LiteRT runs .tflite models (use --runtime onnxruntime or mnn)")
-        raise ModelError(f"{model.path}: {runtime} cannot run a .tflite model (use --runtime litert)")
+    check_runtime(model, runtime)
     if runtime == "mnn" and model.format == "onnx":
         from ..models.convert import onnx_to_mnn
 
         return onnx_to_mnn(model.path)
-    if runtime == "onnxruntime" and model.format == "mnn":
-        raise ModelError(f"{model.path}: onnxruntime cannot run an MNN model (use --runtime mnn)")
     return model.path
 
 

@@ -401,6 +401,9 @@ def _mnn_shapes(items: Any) -> TensorShapes:
 # ---- records -------------------------------------------------------------------------------------------
 def profile_records(ctx: RecordContext, reply: AgentReply, profile: OpProfile) -> ProbeResult:
     r = reply.result
+    if r.get("inputs"):  # the shapes the profile ran at (a dynamic dim left at 1 makes a model look fast)
+        shapes = {name: list(d.get("shape") or []) for name, d in r["inputs"].items()}
+        ctx.base_annotations = {**ctx.base_annotations, "input_shapes": shapes}
     out = ProbeResult(warnings=list(reply.warnings))
     latencies = [float(v) for v in r["latencies_ms"]]
     s = summarize(latencies)

@@ -21,7 +21,7 @@ from ..errors import MeasurementError, UserError
 from ..execution.jobs import Job
 from ..lab.device import Device
 from ..records import ProbeResult, RecordContext
-from .common import require_model, shape_lists
+from .common import require_model, runtime_of, shape_lists
 from .registry import BenchParams, RooflineParams
 
 BENCH_DEFAULTS = {"runs": 50, "min_seconds": 1.0}
@@ -85,7 +85,7 @@ def bench_here(
         {**BENCH_DEFAULTS, "shapes": params.shapes, "threads": params.threads, "affinity": params.affinity}
     )
     sub = dataclasses.replace(job, probe="bench", params=bench.given())
-    bctx = dataclasses.replace(ctx, probe="bench", runtime=job.runtime or "onnxruntime", base_params={})
+    bctx = dataclasses.replace(ctx, probe="bench", runtime=runtime_of(job.model, job.runtime), base_params={})
     result = run_bench(device, sub, bctx)
     out.extend(result)
     p50 = next(

@@ -15,7 +15,7 @@ from ..execution.jobs import Job
 from ..lab.descriptors import DeviceSpec
 from ..lab.device import Device
 from ..records import RecordContext, Samples
-from .common import push_model_and_inputs, shape_lists
+from .common import push_model_and_inputs, runtime_of, shape_lists
 from .registry import PowerParams, ThermalParams
 
 DEFAULT_PERIOD_S = 0.25
@@ -60,7 +60,8 @@ def start_sustained_run(
     """What thermal and power runs share before their task: a Python agent, the identity params (the paced
     rate among them: it changes what is measured) and the model pushed. Returns (runtime, model, inputs)."""
     require_python_agent(device, job.probe)
-    runtime = job.runtime or "onnxruntime"
+    runtime = runtime_of(job.model, job.runtime)
+    ctx.runtime = runtime
     ctx.base_params = params.identity()
     return (runtime, *push_model_and_inputs(device, job, runtime, params.inputs))
 

@@ -25,7 +25,7 @@ from ..execution.jobs import Job
 from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, RecordContext
 from .bench import bench_records, bench_task
-from .common import job_timeout, push_model_and_inputs
+from .common import job_timeout, push_model_and_inputs, runtime_of
 from .knobs import device_cpus
 from .registry import BenchParams, ThreadsParams
 
@@ -85,7 +85,8 @@ def pooled(replies: list[AgentReply]) -> AgentReply:
 
 def run_threads(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     params = ThreadsParams.of(job)
-    runtime = job.runtime or "onnxruntime"
+    runtime = runtime_of(job.model, job.runtime)
+    ctx.runtime = runtime
     remote_model, remote_inputs = push_model_and_inputs(device, job, runtime, params.inputs)
     timeout = job_timeout(device, job)
     out = ProbeResult()

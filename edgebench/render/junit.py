@@ -1,7 +1,8 @@
 """A gate result as JUnit XML: one testcase per pair; failures carry the numbers.
 
-PASS and IMPROVED pass; FAIL is a <failure>; NOISY and MISSING are <skipped> (or <failure> under
---strict); a pair left unmeasured by a lab failure is an <error>. Every testcase carries its numbers as
+PASS and IMPROVED pass; FAIL is a <failure>; NOISY, MISSING and INCOMPLETE are <skipped> (or <failure>
+under --strict); a pair left unmeasured by a lab failure is an <error>. A suite rule that paired nothing
+is a testcase of its own (`rule:METRIC[STAT]`), INCOMPLETE. Every testcase carries its numbers as
 <properties> so CI dashboards can show them.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from ..analysis.gate import FAIL, MISSING, NOISY, GateResult, PairVerdict
+from ..analysis.gate import FAIL, INCOMPLETE, MISSING, NOISY, GateResult, PairVerdict
 
 SUITE_NAME = "edgebench gate"
 
@@ -45,6 +46,7 @@ def verdict_text(v: PairVerdict) -> str:
         lines.append(f"method: {v.method}")
     if v.samples_needed:
         lines.append(f"samples per side to settle: {v.samples_needed}")
+    lines += [f"warning: {w}" for w in v.warnings]
     return "\n".join(lines)
 
 
@@ -74,16 +76,28 @@ def gate_junit(result: GateResult) -> str:
         if v.lab_failure:
             ET.SubElement(case, "error", message=message, type="LabFailure").text = verdict_text(v)
             errors += 1
-        elif v.verdict == FAIL or (strict and v.verdict in (NOISY, MISSING)):
+        elif v.verdict == FAIL or (strict and v.verdict in (NOISY, MISSING, INCOMPLETE)):
             failure = ET.SubElement(case, "failure", message=message, type=f"Gate{v.verdict.title()}")
             failure.text = verdict_text(v)
             failures += 1
-        elif v.verdict in (NOISY, MISSING):
+        elif v.verdict in (NOISY, MISSING, INCOMPLETE):
             ET.SubElement(case, "skipped", message=message).text = verdict_text(v)
             skipped += 1
         else:
             ET.SubElement(case, "system-out").text = verdict_text(v)
-    suite.set("tests", str(len(result.verdicts)))
+    unpaired_rules = [r for r in result.rules if r.status == INCOMPLETE and not r.pairs]
+    for r in unpaired_rules:
+        case = ET.SubElement(
+            suite, "testcase", classname="edgebench.rules", name=f"rule:{r.rule.selection()}", time="0"
+        )
+        message = f"INCOMPLETE: {r.note} ({r.rule.source})"
+        if strict:
+            ET.SubElement(case, "failure", message=message, type="GateIncomplete").text = message
+            failures += 1
+        else:
+            ET.SubElement(case, "skipped", message=message).text = message
+            skipped += 1
+    suite.set("tests", str(len(result.verdicts) + len(unpaired_rules)))
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))
     suite.set("skipped", str(skipped))

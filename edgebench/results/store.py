@@ -7,11 +7,20 @@ store written by a newer edgebench is refused):
       (sample counts, effective values, sizes, paths). Version 1 kept those in `params`; the migration
       moves each probe's annotation keys (`edgebench.probes.registry.annotation_keys`) out of them, so
       v1 and v2 records pair by the same `Record.key()`.
+  3 — `tags` (labels on runs: `run --tag nightly`, `runs --add-tag release-1.2`) and `gates` (one row per
+      stored `gate` run: baseline, candidate, overall verdict, exit code and the whole result), so gate
+      verdicts are history too. Nothing older changes: the migration only adds the two tables.
+
+Run references (`resolve_run`): every verb that takes a run id also takes `latest`, `latest~N` (the N-th
+measurement run before the latest; `gate` and `fit` runs measure nothing and are skipped), `suite:NAME` and
+`suite:NAME~N` (that suite's runs), `tag:NAME[~N]` (runs with that tag) and a unique prefix of a run id or
+of its random tail (`7de0` for `20261201T081909Z-7de074`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -24,7 +33,8 @@ from ..errors import UserError
 from ..execution.jobs import JobOutcome
 from ..records import Record, Samples, utc_now
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+ANALYSIS_KINDS = ("gate", "fit")  # runs that judge other runs and measure nothing: `latest` skips them
 
 _SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -50,6 +60,14 @@ CREATE TABLE IF NOT EXISTS samples(
     params TEXT NOT NULL, vals TEXT NOT NULL, ts TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS samples_run ON samples(run_id);
 """
+
+_SCHEMA_V3 = """
+CREATE TABLE IF NOT EXISTS tags(run_id TEXT NOT NULL, tag TEXT NOT NULL, PRIMARY KEY(run_id, tag));
+CREATE TABLE IF NOT EXISTS gates(
+    run_id TEXT PRIMARY KEY, baseline TEXT NOT NULL, candidate TEXT NOT NULL, verdict TEXT NOT NULL,
+    exit_code INTEGER NOT NULL, result TEXT NOT NULL, ts TEXT NOT NULL);
+"""
+_TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+@/-]{0,63}$")
 
 
 @dataclass(frozen=True)
@@ -122,6 +140,8 @@ class Store:
             self._update_to_1()
         if version < 2:
             self._update_to_2()
+        if version < 3:
+            self._update_to_3()
 
     def _update_to_1(self) -> None:
         with self._tx():
@@ -147,6 +167,15 @@ class Store:
                         updates.append((_dumps(params), _dumps(moved), row_id))
                 self.db.executemany(f"UPDATE {table} SET params=?, annotations=? WHERE id=?", updates)
             self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', '2')")
+
+    def _update_to_3(self) -> None:
+        with self._tx():
+            if self._schema_version() >= 3:
+                return
+            for stmt in _SCHEMA_V3.split(";"):
+                if stmt.strip():
+                    self.db.execute(stmt)
+            self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', '3')")
 
     def _schema_version(self) -> int:
         row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -300,7 +329,67 @@ class Store:
         )
         self.finish_run(run_id, "ok")
 
+    def add_tags(self, run_id: str, tags: Iterable[str]) -> None:
+        """Label a run (`run --tag nightly`); a tag is a word of letters, digits and `._=+@/-`."""
+        wanted = list(dict.fromkeys(tags))
+        for tag in wanted:
+            check_tag(tag)
+        self.run(run_id)
+        with self._tx():
+            self.db.executemany(
+                "INSERT OR IGNORE INTO tags(run_id, tag) VALUES(?, ?)", [(run_id, t) for t in wanted]
+            )
+
+    def save_gate(self, run_id: str, result: dict[str, Any], records: Sequence[Record]) -> None:
+        """Store a gate's verdicts as a run of kind `gate`: one row in `gates` (the whole result) and its
+        per-pair records (probe `gate`), so `runs`, `history` and reports see gates like any run."""
+        from ..execution.provenance import host_provenance
+
+        self.begin_run(run_id, "gate", host_provenance())
+        if records:
+            self.import_records(run_id, records, kind="gate")
+        with self._tx():
+            self.db.execute(
+                "INSERT OR REPLACE INTO gates(run_id, baseline, candidate, verdict, exit_code, result, ts)"
+                " VALUES(?,?,?,?,?,?,?)",
+                (
+                    run_id,
+                    result["baseline"],
+                    result["candidate"],
+                    result["verdict"],
+                    int(result["exit_code"]),
+                    json.dumps(result, sort_keys=True, default=str, allow_nan=False),
+                    utc_now(),
+                ),
+            )
+        self.finish_run(run_id, "ok")
+
     # ---- reading --------------------------------------------------------------------------------
+    def tags(self) -> dict[str, list[str]]:
+        """Every run's tags, by run id (runs without tags are absent)."""
+        out: dict[str, list[str]] = {}
+        for run_id, tag in self.db.execute("SELECT run_id, tag FROM tags ORDER BY rowid"):
+            out.setdefault(run_id, []).append(tag)
+        return out
+
+    def gates(self, run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """Stored gate results (oldest first): run_id, baseline, candidate, verdict, exit_code, result."""
+        sql, args = _select(
+            "SELECT run_id, baseline, candidate, verdict, exit_code, result, ts FROM gates", run_ids, {}
+        )
+        cols = ("run_id", "baseline", "candidate", "verdict", "exit_code", "result", "ts")
+        out = []
+        for row in self.db.execute(sql + " ORDER BY ts, run_id", args):
+            d = dict(zip(cols, row, strict=True))
+            d["result"] = json.loads(d["result"])
+            out.append(d)
+        return out
+
+    def resolve_run(self, ref: str, what: str = "run") -> str:
+        """The run id a reference names (see the module docstring); unknown or ambiguous references are
+        a one-line UserError naming the candidates."""
+        return resolve_run_ref(ref, self.runs(), self.tags(), f"{what} '{ref}' in {self.path}")
+
     def runs(self) -> list[RunInfo]:
         rows = self.db.execute(
             "SELECT run_id, created, kind, suite, provenance, status, finished FROM runs"
@@ -315,10 +404,23 @@ class Store:
         raise UserError(f"unknown run '{run_id}' in {self.path}")
 
     def latest_run(self) -> RunInfo:
+        """The latest measurement run (what `latest` names), else the latest run of any kind."""
         runs = self.runs()
         if not runs:
             raise UserError(f"{self.path}: the store has no runs yet")
-        return runs[-1]
+        measured = [r for r in runs if r.kind not in ANALYSIS_KINDS]
+        return (measured or runs)[-1]
+
+    def run_devices(self) -> dict[str, list[str]]:
+        """The devices each run touched (fingerprinted or named by a job), by run id."""
+        out: dict[str, list[str]] = {}
+        rows = self.db.execute(
+            "SELECT run_id, device FROM devices UNION SELECT run_id, device FROM jobs ORDER BY 1, 2"
+        )
+        for run_id, device in rows:
+            if device and device != "-":
+                out.setdefault(run_id, []).append(device)
+        return out
 
     def ok_job_keys(self, run_id: str) -> set[str]:
         rows = self.db.execute("SELECT job_key FROM jobs WHERE run_id=? AND status='ok'", (run_id,))
@@ -389,7 +491,7 @@ class Store:
     def jobs(self, run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
         sql, args = _select(
             "SELECT run_id, job_key, device, probe, model, runtime, params, status, error, "
-            "wall_s, device_s, started, finished FROM jobs",
+            "wall_s, device_s, started, finished, warnings FROM jobs",
             run_ids,
             {},
         )
@@ -407,11 +509,13 @@ class Store:
             "device_s",
             "started",
             "finished",
+            "warnings",
         )
         out = []
         for r in self.db.execute(sql + " ORDER BY id", args):
             d = dict(zip(cols, r, strict=True))
             d["params"] = json.loads(d["params"])
+            d["warnings"] = json.loads(d["warnings"] or "[]")
             out.append(d)
         return out
 
@@ -431,6 +535,56 @@ class Store:
         return pd.DataFrame(
             [r.to_dict() for r in self.records(run_ids, **where)], columns=list(RECORD_FIELDS)
         )
+
+
+def check_tag(tag: str) -> None:
+    if not _TAG.match(tag):
+        raise UserError(f"--tag {tag!r}: a tag is letters, digits and ._=+@/- (at most 64, no spaces)")
+
+
+_NTH = re.compile(r"^(?P<base>.+?)~(?P<n>[0-9]+)$")
+
+
+def resolve_run_ref(ref: str, runs: Sequence[RunInfo], tags: dict[str, list[str]], where: str) -> str:
+    """Pure: a run reference against the store's runs (oldest first) and tags. `where` names the
+    reference in errors ("run 'latest~3' in lab.db")."""
+    ids = [r.run_id for r in runs]
+    text = ref.strip()
+    if text in ids:
+        return text
+    m = _NTH.match(text)
+    base, back = (m.group("base"), int(m.group("n"))) if m else (text, 0)
+    series: list[str] | None = None
+    if base == "latest":
+        series, label = [r.run_id for r in runs if r.kind not in ANALYSIS_KINDS], "measurement run(s)"
+    elif base.startswith("suite:"):
+        name = base[len("suite:") :]
+        series, label = [r.run_id for r in runs if r.suite == name], f"run(s) of suite {name}"
+        if not series:
+            known = sorted({r.suite for r in runs if r.suite})
+            raise UserError(f"{where}: no run of suite '{name}' (suites: {', '.join(known) or 'none'})")
+    elif base.startswith("tag:"):
+        name = base[len("tag:") :]
+        series, label = [r for r in ids if name in tags.get(r, [])], f"run(s) tagged {name}"
+        if not series:
+            known = sorted({t for ts in tags.values() for t in ts})
+            raise UserError(f"{where}: no run tagged '{name}' (tags: {', '.join(known) or 'none'})")
+    if series is not None:
+        if back >= len(series):
+            raise UserError(f"{where}: the store has only {len(series)} {label}")
+        return series[-1 - back]
+    if m:
+        raise UserError(f"{where}: ~N follows latest, suite:NAME or tag:NAME")
+    matches = [r for r in ids if r.startswith(text) or r.partition("-")[2].startswith(text)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        shown = ", ".join(matches[-5:]) + (f" and {len(matches) - 5} more" if len(matches) > 5 else "")
+        raise UserError(f"{where} is ambiguous: it matches {shown}")
+    recent = ", ".join(ids[-3:]) or "none"
+    raise UserError(
+        f"unknown {where} (latest runs: {recent}; also latest, latest~N, suite:NAME, tag:NAME or a prefix)"
+    )
 
 
 def _is_locked(exc: BaseException) -> bool:

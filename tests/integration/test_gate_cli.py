@@ -150,7 +150,8 @@ def test_heavier_model_of_the_same_name_fails_with_a_junit_failure(runs: tuple[P
     assert doc["verdict"] == "FAIL" and doc["exit_code"] == 1
     lat = next(p for p in doc["pairs"] if p["metric"] == "latency_ms")
     assert lat["verdict"] == "FAIL" and lat["model"] == "net" and lat["change"] > 1.0
-    assert all(r["probe"] == "gate" and r["run_id"] == heavier for r in doc["records"])
+    assert all(r["probe"] == "gate" and r["annotations"]["candidate_run"] == heavier for r in doc["records"])
+    assert all(r["run_id"] == doc["gate_run"] for r in doc["records"])  # kept as a gate run
 
 
 def test_usage_errors_are_one_line_and_exit_2(runs: tuple[Path, str, str, str]) -> None:
@@ -160,7 +161,7 @@ def test_usage_errors_are_one_line_and_exit_2(runs: tuple[Path, str, str, str]) 
             "gate", "--baseline", first, "--candidate", "20991231T000000Z-000000", "--store", "e.db", cwd=cwd
         ),
         2,
-        "unknown run '20991231T000000Z-000000'",
+        "unknown --candidate run '20991231T000000Z-000000'",
     )
     one_line_error(
         edgebench("gate", "--baseline", first, "--candidate", first, "--store", "absent.db", cwd=cwd),

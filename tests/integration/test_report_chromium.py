@@ -210,7 +210,7 @@ def test_fit_measured_predicted_and_cross_validated(fleet: Fleet) -> None:
     small, big = _p99(fleet.db, "cpu1", "mlp_a"), _p99(fleet.db, "cpu1", "conv_e")
     limit = math.sqrt(small * big)  # between the two, far from both
     models = [a for name, path in fleet.models.items() for a in ("--model", str(path))]
-    out = fleet.ok(
+    out = fleet.cli(
         "fit",
         "--store",
         str(fleet.db),
@@ -222,16 +222,27 @@ def test_fit_measured_predicted_and_cross_validated(fleet: Fleet) -> None:
         "--json",
     )
     doc = json.loads(out.stdout)
+    assert out.returncode == doc["exit_code"] == 1, out.stderr[-2000:]  # conv_e does not fit: exit 1
     fits = {(r["device"], r["model"]): r for r in doc["records"] if r["metric"] == "fits"}
+    small_fit, big_fit = fits[("cpu1", "mlp_a")]["annotations"], fits[("cpu1", "conv_e")]["annotations"]
+    assert fits[("cpu1", "mlp_a")]["value"] == 1.0 and small_fit["basis"] == "measured"
+    assert small_fit["verdict"] == "fits" and small_fit["ratio"] < 1
+    assert fits[("cpu1", "conv_e")]["value"] == 0.0 and big_fit["basis"] == "measured"
     assert (
-        fits[("cpu1", "mlp_a")]["value"] == 1.0 and fits[("cpu1", "mlp_a")]["params"]["basis"] == "measured"
+        big_fit["limiting"] == "latency_p99_ms"
+        and big_fit["verdict"] == "does not fit"
+        and big_fit["ratio"] > 1
     )
-    assert (
-        fits[("cpu1", "conv_e")]["value"] == 0.0 and fits[("cpu1", "conv_e")]["params"]["basis"] == "measured"
-    )
-    assert fits[("cpu1", "conv_e")]["params"]["limiting"] == "latency_p99_ms"
-    held = fits[("cpu1", HELD_OUT)]
-    assert held["params"]["basis"] == "predicted" and held["value"] in (0.0, 1.0)
+    held = fits[("cpu1", HELD_OUT)]["annotations"]
+    assert held["basis"] == "predicted" and held["verdict"] in ("fits", "does not fit", "uncertain")
+    # A prediction's verdict follows its interval (from the device's cross-validation) against the limit.
+    interval = held["intervals"].get("latency_p99_ms")
+    if interval is not None:
+        lo, hi = interval
+        expected = "fits" if hi <= limit else "does not fit" if lo > limit else "uncertain"
+        assert held["verdict"] == expected, (interval, limit)
+    else:
+        assert held["verdict"] == "uncertain" and "no prediction interval" in held["why"]
     predicted = {
         r["params"].get("stat"): r["value"]
         for r in doc["records"]
@@ -247,7 +258,7 @@ def test_fit_measured_predicted_and_cross_validated(fleet: Fleet) -> None:
         if r["device"] == "*" and r["metric"] in ("cv_within_10pct", "cv_median_abs_err")
     }
     pairs = {
-        r["params"]["pairs"]
+        r["annotations"]["pairs"]
         for r in doc["records"]
         if r["device"] == "*"
         and r["metric"] == "cv_within_10pct"
@@ -400,10 +411,10 @@ def test_report_renders_in_headless_chromium(fleet: Fleet, chromium, tmp_path: P
 
     # Chromium's DOM after loading: every section, every plot of this store.
     loaded = _parse(chromium("--dump-dom", out.as_uri()))
-    assert list(loaded.sections) == [sid for sid, _ in SECTIONS]
-    for sid in ("summary", "matrix", "ceilings", "roofline", "threads", "latency", "fit"):
+    assert list(loaded.sections) == [sid for sid, _, _ in SECTIONS]
+    for sid in ("fit", "health", "ceilings", "roofline", "threads", "latency", "prediction", "summary"):
         assert loaded.sections[sid] == "data", (sid, loaded.sections)
-    for sid in ("thermal", "power", "ops", "accuracy"):  # no such probes in this store: said cleanly
+    for sid in ("thermal", "power", "ops", "accuracy", "variants", "sensitivity"):  # none here: said cleanly
         assert loaded.sections[sid] == "empty"
     expected = {
         "ceilings-cpu1",
@@ -437,4 +448,95 @@ def test_report_renders_in_headless_chromium(fleet: Fleet, chromium, tmp_path: P
     md = fleet.root / "reports" / "fleet.md"
     fleet.ok("report", "--store", str(fleet.db), "--out", str(md), "--budget", "latency_p99_ms=2")
     summary = md.read_text()
-    assert "| device | model | runtime | p50 |" in summary and "conv_e" in summary and "<" not in summary
+    assert (
+        "| verdict | device | model | runtime | p50 |" in summary
+        and "conv_e" in summary
+        and "<" not in summary
+    )
+
+
+# ---- the report a lab reads: every kind of answer, at two widths -----------------------------------------
+NIGHTLY_DEMO = """name = "nightly"
+devices = ["local"]
+models = ["builtin:mlp", "builtin:convnet", "builtin:encoder"]
+[[probe]]
+kind = "bench"
+params = { threads = 1, runs = 120, warmup = 2, min_seconds = 0, shapes = { x = [1, 1024] } }
+models = ["mlp"]
+[[probe]]
+kind = "bench"
+params = { threads = 1, runs = 120, warmup = 2, min_seconds = 0 }
+models = ["convnet", "encoder"]
+[[probe]]
+kind = "matmul"
+params = { backend = "onnxruntime", dtype = "fp32", threads = 1, sizes = [[256, 512]], skinny = false, trials = 3, max_seconds = 10 }
+[[probe]]
+kind = "bandwidth"
+params = { kernel = "triad", threads = 1, array_mb = 64, max_seconds = 10 }
+[[probe]]
+kind = "roofline"
+params = { bench = false, matmul = { backend = "onnxruntime", dtype = "fp32", threads = 1, sizes = [256, 512], skinny = false, trials = 3, max_seconds = 10 }, bandwidth = { kernel = "triad", threads = 1, array_mb = 64, max_seconds = 10 } }
+"""
+DEMO_VARIANTS = ("fp16", "int8-dynamic", "int8-static")
+SHOT_WIDTHS = (1400, 800)
+SHOT_HEIGHT = 2600
+
+
+@pytest.fixture(scope="module")
+def demo_lab(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
+    """A lab's store as the docs show it: two nightly suite runs (one gate between them), variants of the
+    convnet benched and checked for accuracy, an encoder profile, a sensitivity scan, ceilings."""
+    root = tmp_path_factory.mktemp("demo")
+    (root / "suites").mkdir()
+    (root / "suites" / "nightly.toml").write_text(NIGHTLY_DEMO)
+    env = {**os.environ, "XDG_CACHE_HOME": str(root / "cache")}
+    f = Fleet(root, root / "lab.db", root / "devices", {}, env)
+    store = ["--store", str(f.db)]
+    for _ in range(2):
+        f.ok("run", "suites/nightly.toml", "--tag", "nightly", *store)
+    res = f.cli("gate", "--baseline", "suite:nightly~1", "--candidate", "suite:nightly", *store)
+    assert res.returncode in (0, 1), res.stderr
+    f.ok("variants", "builtin:convnet", "--out", "variants", "--only", ",".join(DEMO_VARIANTS), *store)
+    files = sorted(str(p) for p in (root / "variants").iterdir() if p.suffix in (".onnx", ".mnn"))
+    fast = ["--threads", "1", "--runs", "120", "--min-seconds", "0", "--warmup", "2"]
+    f.ok("bench", "builtin:convnet", *files, *fast, *store)
+    f.ok("accuracy", *files, "--reference", "builtin:convnet", *store)
+    f.ok("profile", "builtin:encoder", "--runs", "10", *store)
+    f.ok("sensitivity", "builtin:convnet", "--bits", "8", *store)
+    return f
+
+
+def test_report_screenshots_at_two_widths(demo_lab: Fleet, chromium, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = demo_lab.root / "reports" / "lab.html"
+    budgets = ["--budget", "latency_p99_ms=12", "--budget", "memory_mb=120"]
+    demo_lab.ok("report", "--store", str(demo_lab.db), "--out", str(out), *budgets, "--title", "lab report")
+    text = out.read_text()
+    loaded = _parse(chromium("--dump-dom", out.as_uri()))
+    sections = list(loaded.sections)
+    assert sections[:3] == ["fit", "regressions", "health"]  # the answer first
+    for sid in ("fit", "regressions", "health", "variants", "accuracy", "sensitivity", "ops", "ceilings"):
+        assert loaded.sections[sid] == "data", (sid, loaded.sections)
+    # The variants table: one row per variant with its size against fp32 and its accuracy.
+    variants = text[text.index('id="variants"') : text.index('id="accuracy"')]
+    for v in DEMO_VARIANTS:
+        assert f"<b>{v}</b>" in variants, v
+    assert re.search(r"0\.[0-9]{2}x", variants) and "cosine" in variants
+    ops = text[text.index('id="ops"') : text.index('id="ceilings"')]
+    assert 'data-shapes="' in ops and "input shapes not recorded" not in ops  # shapes of the profile
+    regressions = text[text.index('id="regressions"') : text.index('id="health"')]
+    assert "gate run" in regressions  # the stored gate between the two nightly runs is the one shown
+    from PIL import Image
+
+    shots = {}
+    for width in SHOT_WIDTHS:
+        shot = tmp_path / f"report-{width}.png"
+        chromium(f"--screenshot={shot}", f"--window-size={width},{SHOT_HEIGHT}", out.as_uri())
+        with Image.open(shot) as img:
+            assert img.size == (width, SHOT_HEIGHT)
+            px = np.asarray(img.convert("RGB"), dtype=int)
+        assert float(np.mean(px.min(axis=2) < 235)) > 0.04  # a page with content, not blank
+        shots[width] = shot
+    keep = os.environ.get("EDGEBENCH_SCREENSHOTS")  # e.g. docs: where the committed screenshots go
+    if keep:
+        for width, shot in shots.items():
+            shutil.copy(shot, Path(keep) / f"report-{width}.png")

@@ -184,9 +184,16 @@ def test_measured_verdicts_under_and_over_budget() -> None:
     recs = result.records("fit-run")
     fits = {r.model: r for r in recs if r.metric == "fits"}
     assert fits["small"].value == 1.0 and fits["big"].value == 0.0
-    assert fits["big"].params["basis"] == "measured" and fits["big"].params["limiting"] == "memory_mb"
-    margins = [r for r in recs if r.metric == "margin" and r.model == "big"]
-    assert {r.params["budget"] for r in margins} == {"latency_p99_ms", "memory_mb"}
+    assert (
+        fits["big"].annotations["basis"] == "measured" and fits["big"].annotations["limiting"] == "memory_mb"
+    )
+    assert (
+        fits["big"].annotations["verdict"] == "does not fit"
+        and fits["small"].annotations["verdict"] == "fits"
+    )
+    ratios = {r.params["budget"]: r.value for r in recs if r.metric == "budget_ratio" and r.model == "big"}
+    assert ratios == pytest.approx({"latency_p99_ms": 20 / 15, "memory_mb": 90 / 60})  # value / limit
+    assert by["big"].ratio == pytest.approx(1.5) and "memory_mb (1.5x the budget)" in by["big"].why
     for r in recs:
         assert list(r.to_dict()) == list(RECORD_FIELDS) and r.probe == "fit"
 
@@ -285,9 +292,11 @@ def test_budget_without_data_is_unchecked_not_passed() -> None:
         bench_records("phone", "m", 5.0, p99=6.0), fit.parse_budgets(["latency_p99_ms=10", "energy_mj=1"])
     )
     v = result.verdicts[0]
-    assert v.fits is True and v.unchecked == ("energy_mj",)
+    # A pair is never passed on a budget nobody checked: met on latency, unknown on energy: uncertain.
+    assert v.verdict == fit.UNCERTAIN and v.fits is None and v.unchecked == ("energy_mj",)
+    assert "energy_mj not checked" in v.why
     rec = next(r for r in result.records("x") if r.metric == "fits")
-    assert rec.params["unchecked"] == ["energy_mj"]
+    assert rec.annotations["unchecked"] == ["energy_mj"] and rec.value is None
 
 
 def test_energy_measured_and_predicted_from_net_power() -> None:
@@ -330,7 +339,7 @@ def test_unmeasured_model_is_predicted_and_marked() -> None:
     v2 = next(v for v in tight.verdicts if v.model == "m5")
     assert v2.fits is False and v2.basis == "predicted" and v2.limiting == "latency_p99_ms"
     recs = {(r.model, r.metric, r.params.get("stat")): r for r in tight.records("x")}
-    assert recs[("m5", "fits", None)].params["basis"] == "predicted"
+    assert recs[("m5", "fits", None)].annotations["basis"] == "predicted"
     assert recs[("m5", "predicted_latency_ms", "p50")].value == pytest.approx(truth, rel=0.03)
 
 

@@ -11,6 +11,7 @@ import pytest
 from edgebench.analysis.gate import (
     FAIL,
     IMPROVED,
+    INCOMPLETE,
     MISSING,
     NOISY,
     PASS,
@@ -81,10 +82,10 @@ def test_faster_candidate_is_improved() -> None:
     assert v.verdict == IMPROVED and v.change is not None and v.change < -0.15
 
 
-def test_too_few_samples_is_noisy_with_the_count_needed() -> None:
+def test_too_few_samples_is_incomplete_with_the_count_needed() -> None:
     rng = np.random.default_rng(4)
     v = one(sampled(lognormal(rng, 10.0, 0.02, 5)), sampled(lognormal(rng, 15.0, 0.02, 5)))
-    assert v.verdict == NOISY and "too few samples" in v.reason and v.samples_needed == 10
+    assert v.verdict == INCOMPLETE and "too few samples" in v.reason and v.samples_needed == 10
 
 
 def test_high_noise_is_noisy_and_the_power_estimate_settles_it() -> None:
@@ -109,7 +110,7 @@ def test_tail_statistic_uses_a_permutation_test() -> None:
     v = one(sampled(base), sampled(tuple(tail)), p99, key(stat="p99"))
     assert v.verdict == FAIL and v.method.startswith("permutation")
     few = one(sampled(base[:50]), sampled(tuple(tail[:50])), p99, key(stat="p99"))
-    assert few.verdict == NOISY and f"needs at least {MIN_SAMPLES_FOR_P99}" in few.reason
+    assert few.verdict == INCOMPLETE and f"needs at least {MIN_SAMPLES_FOR_P99}" in few.reason
 
 
 def test_single_values_use_a_plain_threshold() -> None:
@@ -290,7 +291,7 @@ def test_gate_runs_from_a_store_and_renderers(tmp_path: Path) -> None:
     assert body is not None and "baseline: " in (body.text or "") and "+3" in body.get("message", "")
     assert ET.fromstring(gate_junit(lab)).find(".//error") is not None
     md = gate_markdown(res)
-    assert "## edgebench gate: FAIL" in md and "| **FAIL** | local | m | onnxruntime |" in md
+    assert "edgebench gate: FAIL" in md and "| **FAIL** | local · m · onnxruntime<br>" in md
     assert res.to_dict()["verdict"] == "FAIL"
 
 

@@ -185,6 +185,30 @@ def every_probe_records() -> tuple[list[Record], list[Samples]]:
         recs.append(rec(R1, "phone", "profile", "enc", "op_time_ms", ms, "ms", node=node, op_type=op))
     for metric, v in (("cosine", 0.9999), ("max_abs_err", 0.002), ("snr_db", 48.0)):
         recs.append(rec(R1, "phone", "accuracy", "enc-int8", metric, v, "", output="y"))
+    # The variants of enc (sizes), the int8 one benched, and enc's per-layer sensitivity.
+    for name, variant, size, ratio in (
+        ("enc", "fp32", 4_000_000, 1.0),
+        ("enc-int8", "int8-static", 1_040_000, 0.26),
+    ):
+        for metric, v, unit in (("size_bytes", size, "B"), ("size_ratio", ratio, "ratio")):
+            recs.append(rec(R1, "local", "variants", name, metric, v, unit, variant=variant, source="enc"))
+    recs += bench(R1, "phone", "enc-int8", 2.5, 40.0)
+    for rank, (node, cos) in enumerate((("conv1", 0.991), ("mm1", 0.9995)), 1):
+        for metric, v, unit in (("cosine", cos, "ratio"), ("snr_db", 20.0 + rank, "dB")):
+            r = rec(
+                R1,
+                "phone",
+                "sensitivity",
+                "enc",
+                metric,
+                v,
+                unit,
+                bits=8,
+                node=node,
+                op_type="Conv",
+                weight="w",
+            )
+            recs.append(dataclasses.replace(r, annotations={"rank": rank}))
     recs.append(
         rec(
             R2,
@@ -252,12 +276,37 @@ def make_data(
         for d in ("phone", "board")
     )
     fit_records, source, warnings = _fit_records(records, samples, devices, budgets, list(runs))
+    jobs = tuple(
+        {
+            "run_id": run,
+            "device": device,
+            "probe": "bench",
+            "model": "enc",
+            "status": "ok",
+            "warnings": ["3 of 120 samples are outliers (modified z-score > 10): the device was disturbed"]
+            if device == "phone"
+            else [],
+        }
+        for run in runs
+        for device in sorted({r.device for r in records if r.run_id == run})
+    )
+    regression = None
+    if len(runs) >= 2:  # the latest suite run against the previous one, as the report loads it
+        from edgebench.analysis.gate import collect_side, default_rules, evaluate
+
+        sides = [
+            collect_side([r for r in records if r.run_id == run], [s for s in samples if s.run_id == run])
+            for run in runs[-2:]
+        ]
+        regression = evaluate(
+            *sides, default_rules(), baseline_run=runs[-2], candidate_run=runs[-1]
+        ).to_dict()
     return ReportData(
         "test report",
         utc_now(),
         "lab.db",
         run_infos,
-        (),
+        jobs,
         devices,
         tuple(records),
         tuple(samples),
@@ -268,6 +317,8 @@ def make_data(
         tuple(warnings),
         health=tuple(health),
         health_order=tuple(runs),
+        regression=regression,
+        regression_source="computed for this test" if regression else "",
     )
 
 
@@ -416,7 +467,7 @@ def test_every_section_and_plot_rendered_self_contained() -> None:
     text = render(make_data(recs, samples, errors, budgets, health=doctor_health("phone", R2)), "html")
     assert_self_contained(text)
     doc = parse(text)
-    assert list(doc.sections) == [sid for sid, _ in SECTIONS]
+    assert list(doc.sections) == [sid for sid, _, _ in SECTIONS]
     assert all(state == "data" for state in doc.sections.values()), doc.sections
     assert 'data-flagged="phone"' in text and "NOISY: onnxruntime" in text
     for name in (
@@ -452,21 +503,26 @@ def test_matrix_is_coloured_against_budgets() -> None:
     text = render(
         make_data(recs, samples, budgets=parse_budgets(["latency_p99_ms=20", "memory_mb=100"])), "html"
     )
-    matrix = text[text.index('id="matrix"') : text.index('id="ceilings"')]
+    matrix = text[text.index('id="fit"') : text.index('id="regressions"')]
     # enc on the phone: p99 6.24 ms (latest run) under 20 -> ok; big: 120 MB over 100 -> over
     assert re.search(r'class="q ok"[^>]*><span>p99</span><span>6\.24 ms', matrix)
     assert re.search(r'class="q over"[^>]*><span>mem</span><span>120 MB', matrix)
-    fit = text[text.index('id="fit"') : text.index('id="deltas"')]
-    assert "does not fit" in fit and "fits" in fit and "memory_mb" in fit
+    assert (
+        'data-verdict="does not fit"' in matrix and 'data-verdict="fits"' in matrix and "memory_mb" in matrix
+    )
+    assert "latency_p99_ms: 2.34x budget" in matrix  # big on the phone: p99 46.8 ms of 20, as a ratio
 
 
 def test_sections_without_data_say_so() -> None:
     recs = bench(R1, "phone", "enc", 4.0, 50.0)
     text = render(make_data(recs, runs=(R1,)), "html")
     doc = parse(text)
-    assert list(doc.sections) == [sid for sid, _ in SECTIONS]
-    assert doc.sections["matrix"] == "data" and doc.sections["summary"] == "data"
+    assert list(doc.sections) == [sid for sid, _, _ in SECTIONS]
+    assert doc.sections["fit"] == "data" and doc.sections["summary"] == "data"
     for sid in (
+        "regressions",
+        "variants",
+        "sensitivity",
         "ceilings",
         "threads",
         "latency",
@@ -510,8 +566,18 @@ def test_markdown_summary() -> None:
     data = make_data(recs, samples, budgets=parse_budgets(["latency_p99_ms=20", "memory_mb=100"]))
     md = render(data, "md")
     assert md.startswith("# test report")
-    assert "| device | model | runtime | p50 | p99 | peak memory | energy | configuration |" in md
+    assert (
+        "| verdict | device | model | runtime | p50 | p99 | peak memory | energy | limiting | basis |" in md
+    )
     assert "120 MB ❌" in md and "## Which model fits which chip" in md
+    # The answer first: fit, regressions, health; then the detail, accuracy among it.
+    heads = [line for line in md.splitlines() if line.startswith("## ")]
+    assert heads[:3] == [
+        "## Which model fits which chip",
+        "## Regressions against the previous run",
+        "## Device health",
+    ]
+    assert "## Accuracy" in heads and "## Variants" in heads and "0.999900" in md
     assert "## Changes between runs" in md and "+20.0%" in md
     assert "## Measured ceilings" in md and "<img" not in md
 
@@ -523,7 +589,8 @@ def test_decode_section_shows_tokens_per_s_with_the_floor_and_the_budget() -> No
     doc = parse(render(data, "html"))
     assert doc.sections["decode"] == "data"
     html_text = render(data, "html")
-    section = html_text[html_text.index('id="decode"') : html_text.index('id="fit"')]
+    start = html_text.index('id="decode"')
+    section = html_text[start : html_text.index("<section", start)]
     assert '<span class="q ok" data-status="ok">20</span>' in section  # phone: 20 tok/s, floor 25
     assert '<span class="q over" data-status="over">8</span>' in section  # board: 8 < 15 tok/s
     assert "80.0%" in section and ">25<" in section and ">10<" in section
@@ -533,7 +600,7 @@ def test_decode_section_shows_tokens_per_s_with_the_floor_and_the_budget() -> No
     fit = [r for r in data.fit_records if r.metric == "fits" and r.model == "llm"]
     assert {(r.device, r.value) for r in fit} == {("phone", 1.0), ("board", 0.0)}
     assert all(
-        r.params["values"] == {"decode_tokens_per_s_min": 1e3 / (50.0 if r.device == "phone" else 125.0)}
+        r.annotations["values"] == {"decode_tokens_per_s_min": 1e3 / (50.0 if r.device == "phone" else 125.0)}
         for r in fit
     )
 
@@ -557,9 +624,9 @@ def test_predicted_pairs_show_in_matrix_and_fit_without_budgets() -> None:
         recs.append(Record("r1", "board", "roofline", c.name, None, "flops", c.flops, "FLOP", {}))
         recs.append(Record("r1", "board", "roofline", c.name, None, "weight_bytes", c.weight_bytes, "B", {}))
     text = render(make_data(recs, runs=("r1",)), "html")
-    matrix = text[text.index('id="matrix"') : text.index('id="ceilings"')]
+    matrix = text[text.index('id="fit"') : text.index('id="regressions"')]
     assert "badge predicted" in matrix and "≈" in matrix
-    assert "predicted p50 ms" in text[text.index('id="fit"') :]
+    assert "predicted p50 ms" in text[text.index('id="prediction"') :]
     assert_self_contained(text)
 
 
@@ -636,7 +703,8 @@ def test_fit_cli_json_and_store(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert code == 0, err
     doc = json.loads(out)
     fits = [r for r in doc["records"] if r["metric"] == "fits"]
-    assert fits[0]["value"] == 1.0 and fits[0]["params"]["basis"] == "measured" and doc["run_id"]
+    assert fits[0]["value"] == 1.0 and fits[0]["annotations"]["basis"] == "measured" and doc["run_id"]
+    assert fits[0]["annotations"]["verdict"] == "fits" and doc["exit_code"] == 0
     with Store(db) as st:
         assert [r.kind for r in st.runs()] == ["bench", "fit"]
     code, out, err = run_cli(["report", "--store", str(db), "--out", str(tmp_path / "r.md")], capsys)

@@ -44,7 +44,7 @@ def test_v1_store_migrates_and_keeps_every_record(v1_store: Path) -> None:
     expected = json.loads((FIXTURE / "exp-results.json").read_text())["records"]
     with Store(v1_store) as st:
         records = st.records()
-    assert schema_version(v1_store) == SCHEMA_VERSION == 2
+    assert schema_version(v1_store) == SCHEMA_VERSION == 3
     assert len(records) == len(expected)
     for got, old in zip(records, expected, strict=True):
         same = ("run_id", "device", "probe", "model", "runtime", "metric", "value", "unit", "ts")
@@ -73,24 +73,55 @@ def test_gate_on_a_migrated_store_matches_what_v1_printed(v1_store: Path, tmp_pa
     expected = json.loads((FIXTURE / "exp-gate.json").read_text())
     assert res.returncode == expected["exit_code"] == 1, res.stderr
     got = json.loads(res.stdout)
-    for key in ("verdict", "counts", "pairs", "unpaired_candidate", "notes"):
+    for key in ("verdict", "unpaired_candidate", "notes"):
         assert got[key] == expected[key], key
+    # Today's gate adds a verdict (INCOMPLETE, none here) and the jobs' warnings to each pair.
+    assert got["counts"] == {**expected["counts"], "INCOMPLETE": 0}
+    assert [{k: v for k, v in p.items() if k != "warnings"} for p in got["pairs"]] == expected["pairs"]
+    failed = [p for p in got["pairs"] if p["verdict"] == "FAIL"]
+    assert failed and all(any("outliers" in w for w in p["warnings"]) for p in failed)
+
+
+def _section(lines: list[str], title: str) -> list[str]:
+    """The table rows of a Markdown section."""
+    i = lines.index(title)
+    rows = []
+    for line in lines[i + 1 :]:
+        if line.startswith("## "):
+            break
+        if line.startswith("| ") and not line.startswith("|---"):
+            rows.append(line)
+    return rows[1:]  # without the header
 
 
 def test_report_on_a_migrated_store_matches_what_v1_printed(v1_store: Path, tmp_path: Path) -> None:
+    """The report's layout changed (the answer first); its figures did not: every measured value, ceiling
+    and change v1 printed is in today's report of the migrated store."""
     out = tmp_path / "report.md"
     res = edgebench("report", "--store", v1_store, "--out", out, "--format", "md", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     old = (FIXTURE / "exp-report.md").read_text().splitlines()
     new = out.read_text().splitlines()
-    assert len(new) == len(old)
-    for a, b in zip(old, new, strict=True):
-        if a.startswith("3 run(s) from"):  # the store's file name and the generation time
-            assert b.startswith("3 run(s) from")
-        elif "| bandwidth_gbps |" in a:  # the delta row names identity only now: bytes moved to annotations
+    matrix = {
+        tuple(c.strip() for c in row.split("|")[2:8])
+        for row in _section(new, "## Which model fits which chip")
+    }
+    for row in _section(old, "## Device × model"):
+        device, model, runtime, p50, p99, memory, energy = (c.strip() for c in row.split("|")[1:8])
+        assert (device, model, runtime, p50, p99, memory) in matrix, row
+    assert _section(new, "## Measured ceilings") == _section(old, "## Measured ceilings")
+    old_changes, new_changes = (
+        _section(old, "## Changes between runs"),
+        _section(new, "## Changes between runs"),
+    )
+    assert len(new_changes) == len(old_changes)
+    for a, b in zip(old_changes, new_changes, strict=True):
+        if "| bandwidth_gbps |" in a:  # the delta row names identity only now: bytes moved to annotations
             assert b.split("|")[5:] == a.split("|")[5:] and "bytes=402653184" not in b
         else:
             assert a == b
+    cv = [line for line in old if line.startswith("- latency_") or line.startswith("- memory_")]
+    assert cv and all(line in new for line in cv)
 
 
 def test_a_failed_migration_leaves_the_v1_store_as_it_was(

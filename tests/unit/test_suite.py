@@ -256,7 +256,11 @@ def test_run_refuses_bad_suites_with_exit_2_one_line_and_keeps_the_store(suite_d
         assert "Traceback" not in res.stderr and res.stdout == ""
     ok = write(suite_dir, HEAD + BENCH, "ok.toml")
     res = run_cli("run", str(ok), "--store", str(store), "--resume", "no-such-run", cwd=suite_dir)
-    assert res.returncode == 2 and "unknown run 'no-such-run'" in res.stderr and "Traceback" not in res.stderr
+    assert (
+        res.returncode == 2
+        and "unknown --resume run 'no-such-run'" in res.stderr
+        and "Traceback" not in res.stderr
+    )
     with Store(store) as st:
         assert [r.run_id for r in st.runs()] == ["earlier"]
 

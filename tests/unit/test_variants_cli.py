@@ -106,7 +106,7 @@ def test_bad_input_is_one_line_exit_2_and_the_store_keeps_its_runs(
         ),
         (["accuracy", str(variant), *s], ["--reference"]),
         (["profile", str(model), "--device", "nope", *s], ["unknown device 'nope'"]),
-        (["profile", str(model), "--runtime", "tflite", *s], ["unknown runtime 'tflite'"]),
+        (["profile", str(model), "--runtime", "tflite", *s], ["LiteRT runs .tflite models"]),
         (["profile", str(model), "--inputs", str(wrong), *s], ["no array 'x'"]),
         (["sensitivity", str(model), "--bits", "9", *s], ["--bits: must be at most 8"]),
         (["sensitivity", str(tmp_path / "v" / "tiny.fp32.mnn"), *s], ["fp32.mnn"]),

@@ -13,6 +13,7 @@ from ...records import Record, Samples, utc_now
 from ...results.store import RunInfo, Store
 
 LIVE_FIT_RUN = "report"
+ANALYSIS_PROBES = (FIT_PROBE, "gate")
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,10 @@ class ReportData:
     fit_warnings: tuple[str, ...] = ()
     health: tuple[Record, ...] = ()  # the latest `doctor` records of the report's devices, from any run
     health_order: tuple[str, ...] = ()  # run ids of those records, oldest first
+    # The latest suite run against the previous run of the same suite (a gate result as a dict: a stored
+    # gate run's, else one computed for the report with the default rules), and where it came from.
+    regression: dict[str, Any] | None = None
+    regression_source: str = ""
 
     @property
     def run_order(self) -> list[str]:
@@ -45,8 +50,8 @@ class ReportData:
 
     @property
     def measurements(self) -> list[Record]:
-        """Records of measurements (fit records are analysis, shown in their own section)."""
-        return [r for r in self.records if r.probe != FIT_PROBE]
+        """Records of measurements (fit and gate records are analysis, shown in their own sections)."""
+        return [r for r in self.records if r.probe not in ANALYSIS_PROBES]
 
     def budget(self, key: str) -> Budget | None:
         for b in self.budgets:
@@ -78,8 +83,10 @@ def load_report_data(
     records = store.records(ids)
     samples = store.samples(ids)
     devices = store.device_info(ids)
-    fit_records, fit_source, warnings = _fit_records(records, samples, devices, budgets, ids)
+    ungated = [r for r in records if r.probe != "gate"]
+    fit_records, fit_source, warnings = _fit_records(ungated, samples, devices, budgets, ids)
     health, health_order = _health_records(store, all_runs, {r.device for r in records})
+    regression, regression_source = _regression(store, all_runs, runs)
     return ReportData(
         title=title or _default_title(runs),
         generated=utc_now(),
@@ -96,6 +103,8 @@ def load_report_data(
         fit_warnings=tuple(warnings),
         health=tuple(health),
         health_order=tuple(health_order),
+        regression=regression,
+        regression_source=regression_source,
     )
 
 
@@ -108,6 +117,33 @@ def _health_records(
         return [], []
     found = [r for r in store.records(doctor_runs) if r.probe == "doctor" and r.device in devices]
     return found, doctor_runs
+
+
+def previous_suite_run(all_runs: Sequence[RunInfo], selected: Sequence[RunInfo]) -> tuple[str, str] | None:
+    """(previous, latest): the latest selected run of a suite and the run of that suite before it in the
+    store (selected or not), or None when no selected run belongs to a suite with an earlier run."""
+    latest = next((r for r in reversed(selected) if r.suite and r.kind == "suite"), None)
+    if latest is None:
+        return None
+    same = [r.run_id for r in all_runs if r.suite == latest.suite and r.kind == "suite"]
+    i = same.index(latest.run_id)
+    return (same[i - 1], latest.run_id) if i > 0 else None
+
+
+def _regression(
+    store: Store, all_runs: Sequence[RunInfo], selected: Sequence[RunInfo]
+) -> tuple[dict[str, Any] | None, str]:
+    from ...analysis.gate import default_rules, gate_runs
+
+    pair = previous_suite_run(all_runs, selected)
+    if pair is None:
+        return None, ""
+    previous, latest = pair
+    stored = [g for g in store.gates() if (g["baseline"], g["candidate"]) == (previous, latest)]
+    if stored:
+        return stored[-1]["result"], f"gate run {stored[-1]['run_id']}"
+    result = gate_runs(store, previous, latest, default_rules())
+    return result.to_dict(), "computed for this report with the default gate rules"
 
 
 def _fit_records(

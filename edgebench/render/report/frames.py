@@ -583,6 +583,7 @@ def history(
                 "unit": series.unit,
                 "values": [p.value for p in series.points],
                 "runs": [p.run_id for p in series.points],
+                "ts": [p.ts for p in series.points],
                 "steps": [cp.run_id for cp in cps],
             }
         )
@@ -664,7 +665,7 @@ def fit_tables(fit_records: Sequence[Record]) -> dict[str, pd.DataFrame]:
     for r in fit_records:
         if r.probe != "fit":
             continue
-        p = r.params
+        p = {**r.params, **r.annotations}  # fit runs stored before records had annotations: all in params
         if r.metric == "fits":
             verdicts.append(
                 {
@@ -672,9 +673,13 @@ def fit_tables(fit_records: Sequence[Record]) -> dict[str, pd.DataFrame]:
                     "runtime": r.runtime or "",
                     "model": r.model or "",
                     "fits": r.value,
+                    "verdict": _verdict_of(p, r.value),
+                    "why": p.get("why") or "",
                     "basis": p.get("basis", ""),
                     "limiting": p.get("limiting"),
                     "margin": p.get("margin"),
+                    "ratio": p.get("ratio"),
+                    "intervals": p.get("intervals") or {},
                     "values": p.get("values") or {},
                     "budgets": p.get("budgets") or {},
                     "unchecked": p.get("unchecked") or [],
@@ -743,9 +748,13 @@ def fit_tables(fit_records: Sequence[Record]) -> dict[str, pd.DataFrame]:
                 "runtime",
                 "model",
                 "fits",
+                "verdict",
+                "why",
                 "basis",
                 "limiting",
                 "margin",
+                "ratio",
+                "intervals",
                 "values",
                 "budgets",
                 "unchecked",
@@ -778,10 +787,184 @@ def fit_tables(fit_records: Sequence[Record]) -> dict[str, pd.DataFrame]:
     }
 
 
+def _verdict_of(p: Mapping[str, Any], fits: float | None) -> str:
+    """A verdict record's answer; fit runs stored before verdicts had words: from `fits` and budgets."""
+    if "verdict" in p:
+        return str(p["verdict"] or "")
+    if not p.get("budgets"):
+        return ""
+    return {1.0: "fits", 0.0: "does not fit"}.get(fits, "uncertain")  # type: ignore[arg-type]
+
+
 def fit_counts(fit_records: Sequence[Record]) -> dict[str, tuple[float, float]]:
     """Model FLOPs and weight bytes carried in fit verdict records (for the roofline plot)."""
     out = {}
     for r in fit_records:
-        if r.probe == "fit" and r.metric == "fits" and r.model and "flops" in r.params:
-            out[r.model] = (float(r.params["flops"]), float(r.params.get("weight_bytes") or float("nan")))
+        p = {**r.params, **r.annotations}
+        if r.probe == "fit" and r.metric == "fits" and r.model and "flops" in p:
+            out[r.model] = (float(p["flops"]), float(p.get("weight_bytes") or float("nan")))
     return out
+
+
+def profile_shapes(records: Sequence[Record]) -> dict[tuple[str, str, str], str]:
+    """The input shapes each device x model x runtime profile ran at (`x=1x3x224x224`), from what the
+    agent fed (annotations) or the shapes asked for (params); "not recorded" for older profiles."""
+    out: dict[tuple[str, str, str], str] = {}
+    for r in records:
+        if r.probe != "profile" or r.metric != "op_time_total_ms":
+            continue
+        shapes = r.annotations.get("input_shapes") or r.params.get("shapes")
+        text = (
+            ", ".join(f"{k}={'x'.join(str(d) for d in v)}" for k, v in sorted(shapes.items()))
+            if isinstance(shapes, dict) and shapes
+            else "input shapes not recorded"
+        )
+        out[(r.device, r.model or "", r.runtime or "")] = text
+    return out
+
+
+VARIANT_COLUMNS = [
+    "source",
+    "variant",
+    "model",
+    "device",
+    "runtime",
+    "size_bytes",
+    "size_ratio",
+    "p50",
+    "p99",
+    "memory_mb",
+    "cosine",
+    "snr_db",
+    "verdict",
+]
+
+
+def variants(records: Sequence[Record], matrix: pd.DataFrame, fit_verdicts: pd.DataFrame) -> pd.DataFrame:
+    """One row per variant (and per device it was benched on): size and size x fp32 from `variants`,
+    latency and memory from `bench`, the worst cosine and SNR over its outputs from `accuracy`, and its
+    fit verdict. A variant is known by its model name (the file stem, e.g. `enc.int8-static`)."""
+    made: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if r.probe != "variants" or r.model is None:
+            continue
+        row = made.setdefault(
+            r.model,
+            {"source": r.params.get("source", ""), "variant": r.params.get("variant", ""), "model": r.model},
+        )
+        row.setdefault("runtime", r.runtime or "")
+        row[r.metric] = r.value
+    worst: dict[tuple[str, str], dict[str, float]] = {}
+    for r in records:
+        if r.probe == "accuracy" and r.metric in ("cosine", "snr_db") and r.value is not None and r.model:
+            acc = worst.setdefault((r.device, r.model), {})
+            acc[r.metric] = min(acc.get(r.metric, math.inf), float(r.value))
+    verdicts = (
+        {(v.device, v.model): v.verdict for v in fit_verdicts.itertuples()} if len(fit_verdicts) else {}
+    )
+    rows = []
+    for name, v in sorted(made.items(), key=lambda kv: (kv[1]["source"], kv[1].get("size_ratio") or 0)):
+        benched = matrix[matrix["model"] == name] if len(matrix) else matrix
+        targets = [(b.device, b.runtime, b) for b in benched.itertuples()] or [
+            (d, v["runtime"], None) for d in sorted({d for d, m in worst if m == name}) or ["–"]
+        ]
+        for device, runtime, b in targets:
+            acc = worst.get((device, name), {})
+            rows.append(
+                {
+                    **{k: v.get(k) for k in ("source", "variant", "model", "size_bytes", "size_ratio")},
+                    "device": device,
+                    "runtime": runtime,
+                    "p50": getattr(b, "p50", None),
+                    "p99": getattr(b, "p99", None),
+                    "memory_mb": getattr(b, "memory_mb", None),
+                    "cosine": acc.get("cosine"),
+                    "snr_db": acc.get("snr_db"),
+                    "verdict": verdicts.get((device, name), ""),
+                }
+            )
+    return pd.DataFrame(rows, columns=VARIANT_COLUMNS)
+
+
+def sensitivity(records: Sequence[Record], n: int = 10) -> pd.DataFrame:
+    """Per model and bit width, the n layers whose fake quantization alone hurts the output most."""
+    rows: dict[tuple, dict[str, Any]] = {}
+    for r in records:
+        if r.probe != "sensitivity" or r.metric not in ("cosine", "snr_db"):
+            continue
+        key = (r.device, r.model or "", r.params.get("bits"), r.params.get("node"), r.run_id)
+        row = rows.setdefault(
+            key,
+            {
+                "device": r.device,
+                "model": r.model or "",
+                "bits": r.params.get("bits"),
+                "node": r.params.get("node", "?"),
+                "op_type": r.params.get("op_type", "?"),
+                "weight": r.params.get("weight", ""),
+                "rank": r.annotations.get("rank"),
+                "run_id": r.run_id,
+            },
+        )
+        row[r.metric] = r.value
+    cols = ["device", "model", "bits", "rank", "node", "op_type", "weight", "cosine", "snr_db", "run_id"]
+    df = pd.DataFrame(list(rows.values()), columns=cols)
+    if df.empty:
+        return df
+    latest = df.groupby(["device", "model", "bits"])["run_id"].transform("max")
+    df = df[df["run_id"] == latest].sort_values(["device", "model", "bits", "cosine"])
+    return df.groupby(["device", "model", "bits"]).head(n).reset_index(drop=True)
+
+
+DISTURBED = ("outlier", "disturb", "did not cool", "starts warm", "throttl", "transport error")
+HEALTH_COLUMNS = ["device", "status", "jobs", "failed", "disturbed", "notes"]
+
+
+def health(
+    runs: Sequence[Any],
+    jobs: Sequence[Mapping[str, Any]],
+    errors: Sequence[Mapping[str, Any]],
+    records: Sequence[Record],
+) -> pd.DataFrame:
+    """Per device over the selected runs: jobs ok and failed, jobs whose warnings say the device was
+    disturbed (outliers, not cooled down, transport retries), lab failures, and what `doctor` records
+    (probe `doctor`) say. Further health figures join here as more `notes`."""
+    selected = {r.run_id for r in runs}
+    rows = []
+    for device in sorted({j["device"] for j in jobs if j["run_id"] in selected}):
+        mine = [j for j in jobs if j["device"] == device and j["run_id"] in selected]
+        failed = [e for e in errors if e["device"] == device and e["run_id"] in selected]
+        disturbed = [j for j in mine if _disturbance(j.get("warnings") or [])]
+        notes = [f"lab: {e.get('error')}" for e in failed if e.get("kind") == "lab"][:2]
+        for d in disturbed[:3]:
+            notes.append(
+                f"{d['probe']} {d.get('model') or ''}: {_disturbance(d['warnings'])}".replace("  ", " ")
+            )
+        for r in records:
+            if r.probe == "doctor" and r.device == device and r.value is not None:
+                verdict = r.annotations.get("verdict") or r.params.get("verdict") or ""
+                notes.append(f"doctor {r.metric} = {r.value:.4g} {r.unit} {verdict}".strip())
+        lab = any(e.get("kind") == "lab" for e in failed)
+        if lab and len(failed) == len(mine):
+            status = "unreachable"
+        elif lab:
+            status = "lab errors"
+        else:
+            status = "disturbed" if disturbed else ("jobs failed" if failed else "ok")
+        rows.append(
+            {
+                "device": device,
+                "status": status,
+                "jobs": len(mine),
+                "failed": len(failed),
+                "disturbed": len(disturbed),
+                "notes": notes,
+                "runs": len({j["run_id"] for j in mine}),
+            }
+        )
+    return pd.DataFrame(rows, columns=[*HEALTH_COLUMNS, "runs"])
+
+
+def _disturbance(warnings: Sequence[str]) -> str:
+    """The first warning that says the device was disturbed, or ""."""
+    return next((w for w in warnings if any(d in w.lower() for d in DISTURBED)), "")

@@ -2,6 +2,11 @@
 
 `render_html(data)` is pure: ReportData in, a string out. Every section is always there, with its data or
 a one-line "no data" note, so a reader (and a test) finds the same structure in every report.
+
+It opens with the answer (which model fits which chip, what regressed since the suite's previous run,
+whether the devices were healthy) and then gives the detail. A section is one entry in SECTIONS (id,
+title, group) and one builder in BUILDERS (ReportData -> (html, has_data)): a new section (device
+health figures from `doctor`, say) is one function and two lines.
 """
 
 from __future__ import annotations
@@ -22,28 +27,32 @@ from .health import COLUMNS as HEALTH_COLUMNS
 from .health import latest_health
 from .markup import esc, figure, fmt, nodata, pct, table
 
-SECTIONS: tuple[tuple[str, str], ...] = (
-    ("summary", "Run summary"),
-    ("health", "Device health"),
-    ("matrix", "Device × model"),
-    ("ceilings", "Measured ceilings vs datasheet"),
-    ("roofline", "Roofline"),
-    ("threads", "Thread sweep"),
-    ("latency", "Latency distributions"),
-    ("thermal", "Thermal"),
-    ("power", "Power and energy"),
-    ("decode", "LLM decode"),
-    ("ops", "Top ops"),
-    ("accuracy", "Accuracy"),
-    ("divergence", "Layer-wise divergence"),
-    ("streaming", "Streaming and real-time factor"),
-    ("coldload", "Cold load"),
-    ("soak", "Soak: memory and latency over a long run"),
-    ("contention", "Contention with a co-running load"),
-    ("history", "History"),
-    ("fit", "Which model fits which chip"),
-    ("deltas", "Changes between runs"),
-    ("errors", "Errors"),
+ANSWER, DETAIL = "answer", "detail"
+SECTIONS: tuple[tuple[str, str, str], ...] = (
+    ("fit", "Which model fits which chip", ANSWER),
+    ("regressions", "Regressions against the previous run", ANSWER),
+    ("health", "Device health", ANSWER),
+    ("variants", "Variants", DETAIL),
+    ("accuracy", "Accuracy", DETAIL),
+    ("sensitivity", "Quantization sensitivity", DETAIL),
+    ("ops", "Top ops", DETAIL),
+    ("ceilings", "Measured ceilings vs datasheet", DETAIL),
+    ("roofline", "Roofline", DETAIL),
+    ("threads", "Thread sweep", DETAIL),
+    ("latency", "Latency distributions", DETAIL),
+    ("thermal", "Thermal", DETAIL),
+    ("power", "Power and energy", DETAIL),
+    ("decode", "LLM decode", DETAIL),
+    ("divergence", "Layer-wise divergence", DETAIL),
+    ("streaming", "Streaming and real-time factor", DETAIL),
+    ("coldload", "Cold load", DETAIL),
+    ("soak", "Soak: memory and latency over a long run", DETAIL),
+    ("contention", "Contention with a co-running load", DETAIL),
+    ("history", "History", DETAIL),
+    ("prediction", "How far to trust the predictions", DETAIL),
+    ("deltas", "Changes between runs", DETAIL),
+    ("summary", "Runs and devices", DETAIL),
+    ("errors", "Errors", DETAIL),
 )
 _SECRET_WORDS = ("key", "password", "passphrase", "token", "secret", "credential")
 _FINGERPRINT_KEYS = (
@@ -236,28 +245,62 @@ def _predicted_cell(values: dict[str, float] | None, d: ReportData) -> str:
     )
 
 
-def _matrix(d: ReportData) -> tuple[str, bool]:
+_VERDICT_BADGE = {
+    "fits": ("yes", "fits"),
+    "does not fit": ("no", "does not fit"),
+    "uncertain": ("unsure", "uncertain"),
+}
+
+
+def _verdict_badge(verdict: str) -> str:
+    klass, text = _VERDICT_BADGE.get(verdict, ("unknown", "no verdict"))
+    return f'<span class="badge {klass}" data-verdict="{esc(verdict)}">{esc(text)}</span>'
+
+
+def ratio_text(ratio: Any) -> str:
+    """value / limit as people read it: 0.62x budget, 36x budget."""
+    if ratio is None or (isinstance(ratio, float) and math.isnan(ratio)):
+        return "–"
+    return f"{ratio:.2f}x budget" if ratio < 10 else f"{ratio:.0f}x budget"
+
+
+def _verdict_line(v: Any) -> str:
+    """The badge, whether measured or predicted, and the limiting budget as a ratio."""
+    basis = f' <span class="badge {esc(v.basis)}">{esc(v.basis)}</span>' if v.basis == "predicted" else ""
+    limit = ""
+    if v.limiting:
+        limit = f'<div class="cfg">{esc(v.limiting)}: {esc(ratio_text(v.ratio))}</div>'
+    return f'<div class="verdict">{_verdict_badge(v.verdict)}{basis}</div>{limit}'
+
+
+def _fit(d: ReportData) -> tuple[str, bool]:
+    """The answer: a device x model matrix, each cell its verdict (fits, does not fit, uncertain) over
+    the values it was judged on, coloured against the budgets; the verdicts in full below it."""
     m = frames.bench_matrix(d.measurements, d.samples, d.run_order)
-    if m.empty:
+    verdicts = frames.fit_tables(d.fit_records)["verdicts"]
+    if m.empty and verdicts.empty:
         return nodata("bench measurements"), False
-    devices = sorted(m["device"].unique())
+    devices = sorted(set(m["device"]) | set(verdicts["device"]))
     quantities: list[tuple[str, str, str]] = list(_MATRIX_QUANTITIES)
     for b in d.budgets:  # a budget on another statistic gets its own line
         if b.quantity == "latency" and b.stat and b.stat not in ("p50", "p99"):
             quantities.insert(1, (b.stat, b.stat, "ms"))
         elif b.quantity == "load":
             quantities.append(("load_ms", "load", "ms"))
-    verdicts = frames.fit_tables(d.fit_records)["verdicts"]
-    predicted = {
-        (v.device, v.runtime, v.model): v.predicted for v in verdicts.itertuples() if v.basis == "predicted"
-    }
+    by_pair = {(v.device, v.runtime, v.model): v for v in verdicts.itertuples()}
+    models = sorted(
+        {(r.model, r.runtime) for r in m.itertuples()} | {(v.model, v.runtime) for v in verdicts.itertuples()}
+    )
     rows = []
-    for (model, runtime), g in m.groupby(["model", "runtime"], sort=True):
+    for model, runtime in models:
         cells = [f'<b>{esc(model)}</b><br><span class="cfg">{esc(runtime)}</span>']
         for dev in devices:
-            row = g[g["device"] == dev]
+            v = by_pair.get((dev, runtime, model))
+            head = _verdict_line(v) if v is not None and _judged(verdicts) else ""
+            row = m[(m["device"] == dev) & (m["model"] == model) & (m["runtime"] == runtime)]
             if row.empty:
-                cells.append(_predicted_cell(predicted.get((dev, runtime, model)), d))
+                body = _predicted_cell(v.predicted if v is not None else None, d)
+                cells.append(head + body)
                 continue
             r = row.iloc[0]
             lines = []
@@ -277,19 +320,253 @@ def _matrix(d: ReportData) -> tuple[str, bool]:
                 )
             if r["config"]:
                 lines.append(f'<div class="cfg">{esc(r["config"])}</div>')
-            cells.append("".join(lines))
+            cells.append(head + "".join(lines))
         rows.append(cells)
-    legend = (
-        '<p class="note">Each cell: the best measured configuration of the latest run. Colours against the '
-        "budgets: green under, yellow within 10% of the limit, red over; no colour without a budget. "
-        "* p99 estimated from fewer than 100 samples. ≈ a pair never measured: fit's prediction.</p>"
+    out = [_fit_kpis(verdicts)]
+    if d.budgets:
+        out.append(
+            '<p class="note">Budgets: '
+            + ", ".join(f'<span class="code">{esc(b.key)} = {fmt(b.limit)}</span>' for b in d.budgets)
+            + ". Each cell: the verdict, the limiting budget as value / limit, and the best measured "
+            "configuration of the latest run, coloured green under, yellow within 10% of, red over its "
+            "budget. A prediction fits only when its whole prediction interval is under the budget. "
+            "* p99 estimated from fewer than 100 samples. ≈ a pair never measured: fit's prediction.</p>"
+        )
+    else:
+        out.append(
+            '<p class="note">No budgets given: pass --budget latency_p99_ms=15 (or --suite with a [budget] '
+            "table) for verdicts. Each cell: the best measured configuration of the latest run.</p>"
+        )
+    out.append(table(["model"] + devices, rows, cls="matrix", raw=True))
+    out.append(_verdict_table(verdicts, d))
+    return "".join(out), True
+
+
+def _judged(verdicts: pd.DataFrame) -> bool:
+    """fit gave verdicts (it had budgets), not only values."""
+    return bool(len(verdicts)) and bool(verdicts["verdict"].astype(bool).any())
+
+
+def _fit_kpis(verdicts: pd.DataFrame) -> str:
+    if not _judged(verdicts):
+        return ""
+    counts = verdicts["verdict"].value_counts()
+    parts = []
+    for verdict, what in (("fits", "fit"), ("does not fit", "do not fit"), ("uncertain", "uncertain")):
+        n = int(counts.get(verdict, 0))
+        parts.append(
+            f'<div class="kpi" data-kpi="{esc(verdict)}"><b>{n}</b><span>of {len(verdicts)} pairs '
+            f"{esc(what)}</span></div>"
+        )
+    return "".join(parts)
+
+
+def _verdict_table(verdicts: pd.DataFrame, d: ReportData) -> str:
+    if verdicts.empty or not _judged(verdicts):
+        return ""
+    rows = []
+    for r in verdicts.itertuples():
+        intervals = r.intervals or {}
+        values = ", ".join(
+            f"{esc(k)} {fmt(x)}"
+            + (f" [{fmt(intervals[k][0])}–{fmt(intervals[k][1])}]" if k in intervals else "")
+            for k, x in (r.values or {}).items()
+        )
+        rows.append(
+            [
+                esc(r.device),
+                esc(r.model),
+                esc(r.runtime),
+                _verdict_badge(r.verdict),
+                f'<span class="badge {esc(r.basis)}">{esc(r.basis)}</span>',
+                esc(r.limiting or "–"),
+                esc(ratio_text(r.ratio)),
+                values,
+                esc(r.why or ""),
+                esc(r.evidence or r.config),
+            ]
+        )
+    body = table(
+        [
+            "device",
+            "model",
+            "runtime",
+            "verdict",
+            "basis",
+            "limiting budget",
+            "value / limit",
+            "values [prediction interval]",
+            "why",
+            "evidence / configuration",
+        ],
+        rows,
+        raw=True,
     )
-    if not d.budgets:
-        legend += '<p class="note">No budgets given (pass --budget or --suite to colour the matrix).</p>'
-    return legend + table(["model"] + devices, rows, cls="matrix", raw=True), True
+    opened = " open" if len(rows) <= 12 else ""
+    return f"<details{opened}><summary>every verdict and why ({len(rows)})</summary>{body}</details>"
+
+
+def _regressions(d: ReportData) -> tuple[str, bool]:
+    """The latest suite run against the suite's previous run: what got worse, first."""
+    g = d.regression
+    if not g:
+        return (
+            '<p class="nodata">No earlier run of the same suite to compare with (select a suite run with an '
+            "earlier one in the store).</p>",
+            False,
+        )
+    pairs = g.get("pairs") or []
+    order = {"FAIL": 0, "INCOMPLETE": 1, "MISSING": 2, "NOISY": 3, "IMPROVED": 4, "PASS": 5}
+    pairs = sorted(pairs, key=lambda p: (order.get(p["verdict"], 9), -abs(p.get("change") or 0.0)))
+    counts = ", ".join(f"{n} {k}" for k, n in (g.get("counts") or {}).items() if n) or "nothing compared"
+    klass = {"PASS": "yes", "FAIL": "no"}.get(g.get("verdict", ""), "unsure")
+    out = [
+        f'<p class="answer"><span class="badge {klass}" data-verdict="{esc(g.get("verdict"))}">'
+        f'{esc(g.get("verdict"))}</span> run <span class="code">{esc(g.get("candidate"))}</span> against '
+        f'<span class="code">{esc(g.get("baseline"))}</span>: {esc(counts)} '
+        f'<span class="cfg">({esc(d.regression_source)})</span></p>'
+    ]
+
+    def rows(items: list[dict[str, Any]]) -> list[list[Any]]:
+        out_rows = []
+        for p in items:
+            stat = f"[{p['stat']}]" if p.get("stat") else ""
+            params = frames.params_label(p.get("params") or {})
+            change = p.get("change")
+            rel = p.get("change_relative", True)
+            text = "–" if change is None else (pct(change, signed=True) if rel else f"{change:+.4g}")
+            klass = "worse" if p["verdict"] == "FAIL" else "better" if p["verdict"] == "IMPROVED" else ""
+            warn = "".join(f"<br>⚠ {esc(w)}" for w in p.get("warnings") or [])
+            out_rows.append(
+                [
+                    f'<span class="{klass}">{esc(text)}</span>',
+                    esc(p["verdict"]),
+                    f"{esc(p['device'])} · {esc(p['model'])} · {esc(p['runtime'])}<br>"
+                    f'<span class="code">{esc(p["probe"])}:{esc(p["metric"])}{esc(stat)}</span> '
+                    + esc(params),
+                    f"{fmt(p.get('baseline'))} → {fmt(p.get('candidate'))} {esc(p.get('unit', ''))}",
+                    esc(p.get("reason", "")) + warn,
+                ]
+            )
+        return out_rows
+
+    columns = ["change", "verdict", "measurement", "baseline → candidate", "why"]
+    look = [p for p in pairs if p["verdict"] != "PASS"]
+    passed = [p for p in pairs if p["verdict"] == "PASS"]
+    if look:
+        out.append(table(columns, rows(look), raw=True))
+    if passed:
+        folded = table(columns, rows(passed), raw=True)
+        out.append(f"<details><summary>{len(passed)} PASS</summary>{folded}</details>")
+    return "".join(out), True
+
+
+def _job_health(d: ReportData) -> tuple[str, bool]:
+    """Were the devices fit to measure: reached, jobs ok, no disturbance warnings (and doctor's figures)."""
+    h = frames.health(d.runs, d.jobs, d.errors, d.records)
+    if h.empty:
+        return nodata("device jobs"), False
+    klass = {"ok": "yes", "unreachable": "no", "lab errors": "no"}
+    rows = [
+        [
+            esc(r.device),
+            f'<span class="badge {klass.get(r.status, "unsure")}" data-health="{esc(r.status)}">'
+            f"{esc(r.status)}</span>",
+            str(r.jobs),
+            str(r.failed),
+            str(r.disturbed),
+            "<br>".join(esc(n) for n in r.notes) or "–",
+            str(r.runs),
+        ]
+        for r in h.itertuples()
+    ]
+    note = (
+        '<p class="note">Per device over the selected runs: jobs, failed jobs, and jobs whose warnings say '
+        "the device was disturbed (outlier samples, not cooled down, transport retries); a disturbed "
+        "device's numbers are noisier than its silicon.</p>"
+    )
+    return note + table(
+        ["device", "health", "jobs", "failed", "disturbed", "notes", "runs"], rows, raw=True
+    ), True
+
+
+def _variants(d: ReportData) -> tuple[str, bool]:
+    m = frames.bench_matrix(d.measurements, d.samples, d.run_order)
+    v = frames.variants(d.measurements, m, frames.fit_tables(d.fit_records)["verdicts"])
+    if v.empty:
+        return nodata("variants (edgebench variants)"), False
+    rows = [
+        [
+            esc(r.source),
+            f'<b>{esc(r.variant)}</b><br><span class="cfg">{esc(r.model)}</span>',
+            esc(r.device),
+            esc(r.runtime),
+            fmt(r.size_bytes),
+            f"{r.size_ratio:.2f}x" if r.size_ratio == r.size_ratio and r.size_ratio is not None else "–",
+            fmt(r.p50),
+            fmt(r.p99),
+            fmt(r.memory_mb),
+            _decimals(r.cosine, 6),
+            fmt(r.snr_db),
+            _verdict_badge(r.verdict) if r.verdict else "–",
+        ]
+        for r in v.itertuples()
+    ]
+    note = (
+        '<p class="note">Each variant made by `edgebench variants`: its size against the fp32 model, its '
+        "latency and peak memory where it was benched, its worst cosine and SNR over the outputs against "
+        "the fp32 reference (`edgebench accuracy`), and its fit verdict.</p>"
+    )
+    return note + table(
+        [
+            "source",
+            "variant",
+            "device",
+            "runtime",
+            "bytes",
+            "x fp32",
+            "p50 ms",
+            "p99 ms",
+            "memory MB",
+            "cosine",
+            "SNR dB",
+            "fits",
+        ],
+        rows,
+        raw=True,
+    ), True
+
+
+def _sensitivity(d: ReportData) -> tuple[str, bool]:
+    sens = frames.sensitivity(d.measurements)
+    if sens.empty:
+        return nodata("per-layer sensitivity (edgebench sensitivity)"), False
+    out = [
+        '<p class="note">Each weight layer fake-quantized alone, the others kept fp32: the layers whose '
+        "quantization hurts the output most (lowest cosine), the candidates to keep in higher precision.</p>"
+    ]
+    for (device, model, bits), g in sens.groupby(["device", "model", "bits"], sort=True):
+        out.append(f"<h3>{esc(model)} at int{esc(bits)} on {esc(device)}</h3>")
+        out.append(
+            table(
+                ["rank", "node", "op type", "weight", "cosine", "SNR dB"],
+                [
+                    [r.rank, r.node, r.op_type, r.weight, _decimals(r.cosine, 6), r.snr_db]
+                    for r in g.itertuples()
+                ],
+            )
+        )
+    return "".join(out), True
 
 
 def _health(d: ReportData) -> tuple[str, bool]:
+    """Device health: how the devices' jobs went in these runs, then each one's latest doctor figures."""
+    jobs, jobs_data = _job_health(d)
+    doctor, doctor_data = _doctor_health(d)
+    return jobs + doctor, jobs_data or doctor_data
+
+
+def _doctor_health(d: ReportData) -> tuple[str, bool]:
     """Each device's latest `edgebench doctor` figures; a flagged device is named above the table."""
     found = latest_health(d.health, d.health_order)
     if not found:
@@ -559,9 +836,17 @@ def _ops(d: ReportData) -> tuple[str, bool]:
     if top.empty:
         return nodata("per-op profiles"), False
     totals = frames.op_type_totals(d.measurements)
-    out = []
+    shapes = frames.profile_shapes(d.measurements)
+    out = [
+        '<p class="note">Each profile names the input shapes it ran at: a dynamic dimension left at 1 '
+        "makes a model look many times faster than at its real size.</p>"
+    ]
     for (device, model, runtime), g in top.groupby(["device", "model", "runtime"], sort=True):
-        out.append(f"<h3>{esc(model)} on {esc(device)} ({esc(runtime)})</h3>")
+        shape = shapes.get((device, model, runtime), "input shapes not recorded")
+        out.append(
+            f"<h3>{esc(model)} on {esc(device)} ({esc(runtime)}) "
+            f'<span class="shapes" data-shapes="{esc(shape)}">at {esc(shape)}</span></h3>'
+        )
         out.append('<div class="figure-row">')
         out.append(
             table(
@@ -572,7 +857,7 @@ def _ops(d: ReportData) -> tuple[str, bool]:
         t = totals[(totals["device"] == device) & (totals["model"] == model) & (totals["runtime"] == runtime)]
         out.append(
             figure(
-                plots.ops_plot(f"time by op type: {model} on {device}", t),
+                plots.ops_plot(f"time by op type: {model} on {device} at {shape}", t),
                 f"ops-{device}-{model}",
                 f"time by op type, {model} on {device}",
             )
@@ -659,7 +944,8 @@ def _history(d: ReportData) -> tuple[str, bool]:
     return "".join(out), True
 
 
-def _fit(d: ReportData) -> tuple[str, bool]:
+def _prediction(d: ReportData) -> tuple[str, bool]:
+    """Where fit predicted: the cross-validation that bounds each prediction, and the calibrations."""
     t = frames.fit_tables(d.fit_records)
     v, summ, pts, cal = t["verdicts"], t["summary"], t["points"], t["calibration"]
     if v.empty and pts.empty:
@@ -667,62 +953,8 @@ def _fit(d: ReportData) -> tuple[str, bool]:
     out = [f'<p class="note">Source: {esc(d.fit_source)}.</p>']
     for w in d.fit_warnings:
         out.append(f'<p class="note">Note: {esc(w)}</p>')
-    budgets: dict[str, float] = {}
-    for row in v.itertuples():
-        budgets.update(row.budgets or {})
-    if budgets:
-        out.append(
-            '<p class="note">Budgets: '
-            + ", ".join(f'<span class="code">{esc(k)} = {fmt(x)}</span>' for k, x in budgets.items())
-            + "</p>"
-        )
-        rows = []
-        for r in v.itertuples():
-            verdict = {
-                1.0: '<span class="badge yes">fits</span>',
-                0.0: '<span class="badge no">does not fit</span>',
-            }
-            badge = verdict.get(r.fits, '<span class="badge unknown">unknown</span>')
-            basis = f'<span class="badge {esc(r.basis)}">{esc(r.basis)}</span>'
-            values = ", ".join(f"{esc(k)} {fmt(x)}" for k, x in (r.values or {}).items())
-            unchecked = ", ".join(esc(x) for x in r.unchecked) or ""
-            margin = pct(r.margin, signed=True) if r.margin is not None else "–"
-            rows.append(
-                [
-                    esc(r.device),
-                    esc(r.model),
-                    esc(r.runtime),
-                    badge,
-                    basis,
-                    esc(r.limiting or "–"),
-                    margin,
-                    values,
-                    unchecked,
-                    esc(r.evidence or r.config),
-                ]
-            )
-        out.append(
-            table(
-                [
-                    "device",
-                    "model",
-                    "runtime",
-                    "verdict",
-                    "basis",
-                    "limiting budget",
-                    "margin",
-                    "values",
-                    "not checked",
-                    "evidence / configuration",
-                ],
-                rows,
-                raw=True,
-            )
-        )
-    else:
-        out.append('<p class="note">No budgets given: verdicts need --budget (or a suite with [budget]).</p>')
     predicted = v[v["basis"] == "predicted"]
-    if not predicted.empty and not budgets:
+    if not predicted.empty:
         prows: list[list[Any]] = [
             [
                 r.device,
@@ -739,7 +971,6 @@ def _fit(d: ReportData) -> tuple[str, bool]:
                 ["device", "model", "runtime", "predicted p50 ms", "predicted memory MB", "evidence"], prows
             )
         )
-    out.append("<h3>How far to trust the predictions</h3>")
     if pts.empty:
         out.append(
             '<p class="note">No cross-validation: it needs at least two measured models with FLOP/byte '
@@ -908,9 +1139,13 @@ def _errors(d: ReportData) -> tuple[str, bool]:
 
 
 BUILDERS: dict[str, Callable[[ReportData], tuple[str, bool]]] = {
-    "summary": _summary,
+    "fit": _fit,
+    "regressions": _regressions,
     "health": _health,
-    "matrix": _matrix,
+    "variants": _variants,
+    "accuracy": _accuracy,
+    "sensitivity": _sensitivity,
+    "ops": _ops,
     "ceilings": _ceilings,
     "roofline": _roofline,
     "threads": _threads,
@@ -918,29 +1153,31 @@ BUILDERS: dict[str, Callable[[ReportData], tuple[str, bool]]] = {
     "thermal": _thermal,
     "power": _power,
     "decode": _decode,
-    "ops": _ops,
-    "accuracy": _accuracy,
     "divergence": workloads.divergence,
     "streaming": workloads.streaming,
     "coldload": workloads.cold_load,
     "soak": workloads.soak,
     "contention": workloads.contention,
     "history": _history,
-    "fit": _fit,
+    "prediction": _prediction,
     "deltas": _deltas,
+    "summary": _summary,
     "errors": _errors,
 }
+GROUP_TITLES = {ANSWER: "The answer", DETAIL: "The detail"}
 
 
 def render_html(data: ReportData) -> str:
-    """The whole report as one HTML document."""
-    bodies = []
-    nav = []
-    for sid, title in SECTIONS:
+    """The whole report as one HTML document: the answer first, then the detail."""
+    groups: dict[str, list[str]] = {}
+    nav: dict[str, list[str]] = {}
+    for sid, title, group in SECTIONS:
         body, has_data = BUILDERS[sid](data)
         state = "data" if has_data else "empty"
-        nav.append(f'<a href="#{sid}" class="{"" if has_data else "empty"}">{esc(title)}</a>')
-        bodies.append(
+        nav.setdefault(group, []).append(
+            f'<a href="#{sid}" class="{"" if has_data else "empty"}">{esc(title)}</a>'
+        )
+        groups.setdefault(group, []).append(
             f'<section id="{sid}" data-section="{sid}" data-state="{state}"><h2>{esc(title)}</h2>'
             f"{body}</section>"
         )
@@ -950,12 +1187,18 @@ def render_html(data: ReportData) -> str:
         f"{len(data.measurements)} records · generated {esc(data.generated)} by edgebench {esc(__version__)}"
     )
     doc_meta = json.dumps({"runs": data.run_order, "generated": data.generated}, separators=(",", ":"))
+    nav_html = "".join(
+        f'<span class="group">{esc(GROUP_TITLES[g])}:</span> {" ".join(links)} ' for g, links in nav.items()
+    )
+    main = "".join(
+        f'<div class="group {g}" data-group="{g}">{"".join(sections)}</div>' for g, sections in groups.items()
+    )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(data.title)}</title><style>{css()}</style></head><body>"
         f'<header><h1>{esc(data.title)}</h1><div class="meta">{meta}</div></header>'
-        f"<nav>{''.join(nav)}</nav><main>{''.join(bodies)}</main>"
+        f"<nav>{nav_html}</nav><main>{main}</main>"
         f'<footer data-report="{esc(doc_meta)}">edgebench {esc(__version__)} · self-contained report: every '
         "figure is embedded, nothing is fetched.</footer></body></html>\n"
     )

@@ -43,54 +43,22 @@ def _pct(v: Any, signed: bool = False) -> str:
     return f"{v:+.1%}" if signed else f"{v:.1%}"
 
 
+_VERDICT = {"fits": "✅ fits", "does not fit": "❌ does not fit", "uncertain": "⚠ uncertain"}
+
+
 def render_markdown(data: ReportData) -> str:
-    """Summary: runs, the device x model matrix against budgets, ceilings, fit verdicts, errors, changes."""
+    """The answer first (fit verdicts with the values, regressions against the suite's previous run,
+    device health), then variants, accuracy, ceilings, changes, history, runs and errors."""
     out = [f"# {data.title}", ""]
     out.append(f"{len(data.runs)} run(s) from `{data.store_name}`, generated {data.generated}.")
-    out.append("")
-    out.append(
-        md_table(
-            ["run", "kind", "status", "started"],
-            [
-                [r.run_id, r.kind + (f" ({r.suite})" if r.suite else ""), r.status, r.created]
-                for r in data.runs
-            ],
-        )
-    )
     if data.budgets:
         out += ["", "Budgets: " + ", ".join(f"`{b.key} = {cell(b.limit)}`" for b in data.budgets)]
+    out += _answer(data)
+    out += _regressions(data)
+    out += _health(data)
     out += _health_section(data)
-    out += ["", "## Device × model", ""]
-    m = frames.bench_matrix(data.measurements, data.samples, data.run_order)
-    if m.empty:
-        out.append("_No bench measurements._")
-    else:
-        rows = []
-        for r in m.itertuples():
-
-            def q(value: Any, key: str, unit: str) -> str:
-                status = frames.budget_status(value, data.budget(key))
-                return ("–" if value is None or value != value else f"{cell(value)} {unit}") + _MARK[status]
-
-            rows.append(
-                [
-                    r.device,
-                    r.model,
-                    r.runtime,
-                    q(r.p50, "latency_p50_ms", "ms"),
-                    q(r.p99, "latency_p99_ms", "ms"),
-                    q(r.memory_mb, "memory_mb", "MB"),
-                    q(r.energy_mj, "energy_mj", "mJ"),
-                    r.config,
-                ]
-            )
-        out.append(
-            md_table(
-                ["device", "model", "runtime", "p50", "p99", "peak memory", "energy", "configuration"], rows
-            )
-        )
-        if data.budgets:
-            out += ["", "❌ over budget, ⚠ within 10% of it."]
+    out += _variants(data)
+    out += _accuracy(data)
     c = frames.ceilings(data.measurements, data.devices)
     if not c.empty:
         out += ["", "## Measured ceilings", ""]
@@ -104,7 +72,7 @@ def render_markdown(data: ReportData) -> str:
             )
         )
     out += _decode_section(data)
-    out += _fit_section(data)
+    out += _cv(data)
     if len(data.runs) >= 2:
         d = frames.deltas(data.measurements, data.run_order)
         changed = d[d["verdict"] != "same"] if not d.empty else d
@@ -142,6 +110,16 @@ def render_markdown(data: ReportData) -> str:
                 ],
             )
         )
+    out += ["", "## Runs", ""]
+    out.append(
+        md_table(
+            ["run", "kind", "status", "started"],
+            [
+                [r.run_id, r.kind + (f" ({r.suite})" if r.suite else ""), r.status, r.created]
+                for r in data.runs
+            ],
+        )
+    )
     out += ["", "## Errors", ""]
     if data.errors:
         out.append(
@@ -191,51 +169,227 @@ def _health_section(data: ReportData) -> list[str]:
     return out
 
 
-def _fit_section(data: ReportData) -> list[str]:
-    t = frames.fit_tables(data.fit_records)
-    v, summ = t["verdicts"], t["summary"]
-    out: list[str] = []
-    budgets: dict[str, float] = {}
-    for row in v.itertuples():
-        budgets.update(row.budgets or {})
-    if budgets and not v.empty:
-        out += ["", "## Which model fits which chip", ""]
-        rows = []
-        for r in v.itertuples():
-            verdict = {1.0: "✅ fits", 0.0: "❌ does not fit"}.get(r.fits, "unknown")
-            rows.append(
+def _ratio(r: Any) -> str:
+    if r is None or (isinstance(r, float) and math.isnan(r)):
+        return "–"
+    return f"{r:.2f}x budget" if r < 10 else f"{r:.0f}x budget"
+
+
+def _answer(data: ReportData) -> list[str]:
+    """Device x model: the verdict next to p50, p99, memory and energy, marked against the budgets."""
+    out = ["", "## Which model fits which chip", ""]
+    m = frames.bench_matrix(data.measurements, data.samples, data.run_order)
+    verdicts = frames.fit_tables(data.fit_records)["verdicts"]
+    by = {(v.device, v.runtime, v.model): v for v in verdicts.itertuples()}
+    if m.empty and verdicts.empty:
+        return [*out, "_No bench measurements._"]
+
+    def q(value: Any, key: str, unit: str) -> str:
+        status = frames.budget_status(value, data.budget(key))
+        return ("–" if value is None or value != value else f"{cell(value)} {unit}") + _MARK[status]
+
+    rows = []
+    seen = set()
+    for r in m.itertuples():
+        v = by.get((r.device, r.runtime, r.model))
+        seen.add((r.device, r.runtime, r.model))
+        rows.append(
+            [
+                _VERDICT.get(v.verdict, "–") if v is not None else "–",
+                r.device,
+                r.model,
+                r.runtime,
+                q(r.p50, "latency_p50_ms", "ms"),
+                q(r.p99, "latency_p99_ms", "ms"),
+                q(r.memory_mb, "memory_mb", "MB"),
+                q(r.energy_mj, "energy_mj", "mJ"),
+                f"{v.limiting}: {_ratio(v.ratio)}" if v is not None and v.limiting else "–",
+                "measured",
+            ]
+        )
+    for v in verdicts.itertuples():  # pairs never benched: fit's prediction
+        if (v.device, v.runtime, v.model) in seen:
+            continue
+        pred = v.predicted or {}
+        rows.append(
+            [
+                _VERDICT.get(v.verdict, "–"),
+                v.device,
+                v.model,
+                v.runtime,
+                q(pred.get("predicted_latency_ms:p50"), "latency_p50_ms", "ms"),
+                q(pred.get("predicted_latency_ms:p99"), "latency_p99_ms", "ms"),
+                q(pred.get("predicted_memory_mb"), "memory_mb", "MB"),
+                q(pred.get("predicted_energy_mj"), "energy_mj", "mJ"),
+                f"{v.limiting}: {_ratio(v.ratio)}" if v.limiting else "–",
+                "predicted",
+            ]
+        )
+    out.append(
+        md_table(
+            [
+                "verdict",
+                "device",
+                "model",
+                "runtime",
+                "p50",
+                "p99",
+                "peak memory",
+                "energy",
+                "limiting",
+                "basis",
+            ],
+            rows,
+        )
+    )
+    if data.budgets:
+        out += [
+            "",
+            "❌ over budget, ⚠ within 10% of it; a prediction fits only when its whole interval does.",
+        ]
+    uncertain = [v for v in verdicts.itertuples() if v.verdict == "uncertain" and v.why]
+    for v in uncertain[:10]:
+        out.append(f"- {v.device} {v.model}: uncertain: {v.why}")
+    return out
+
+
+def _regressions(data: ReportData) -> list[str]:
+    g = data.regression
+    out = ["", "## Regressions against the previous run", ""]
+    if not g:
+        return [*out, "_No earlier run of the same suite to compare with._"]
+    counts = ", ".join(f"{n} {k}" for k, n in (g.get("counts") or {}).items() if n) or "nothing compared"
+    out.append(
+        f"**{g.get('verdict')}**: `{g.get('candidate')}` against `{g.get('baseline')}`: {counts} "
+        f"({data.regression_source})."
+    )
+    look = [p for p in g.get("pairs") or [] if p["verdict"] != "PASS"]
+    look.sort(key=lambda p: -abs(p.get("change") or 0.0))
+    if look:
+        out += [""]
+        out.append(
+            md_table(
+                ["change", "verdict", "device", "model", "metric", "baseline", "candidate", "why"],
+                [
+                    [
+                        _pct(p.get("change"), signed=True)
+                        if p.get("change_relative", True)
+                        else cell(p.get("change")),
+                        p["verdict"],
+                        p["device"],
+                        p["model"],
+                        f"{p['probe']}:{p['metric']}" + (f"[{p['stat']}]" if p.get("stat") else ""),
+                        p.get("baseline"),
+                        p.get("candidate"),
+                        p.get("reason", ""),
+                    ]
+                    for p in look
+                ],
+            )
+        )
+    return out
+
+
+def _health(data: ReportData) -> list[str]:
+    h = frames.health(data.runs, data.jobs, data.errors, data.records)
+    if h.empty:
+        return []
+    return [
+        "",
+        "## Device health",
+        "",
+        md_table(
+            ["device", "health", "jobs", "failed", "disturbed", "notes"],
+            [
+                [r.device, r.status, r.jobs, r.failed, r.disturbed, "; ".join(r.notes) or "–"]
+                for r in h.itertuples()
+            ],
+        ),
+    ]
+
+
+def _variants(data: ReportData) -> list[str]:
+    m = frames.bench_matrix(data.measurements, data.samples, data.run_order)
+    v = frames.variants(data.measurements, m, frames.fit_tables(data.fit_records)["verdicts"])
+    if v.empty:
+        return []
+    return [
+        "",
+        "## Variants",
+        "",
+        md_table(
+            [
+                "source",
+                "variant",
+                "device",
+                "bytes",
+                "x fp32",
+                "p50 ms",
+                "p99 ms",
+                "memory MB",
+                "cosine",
+                "SNR dB",
+                "fits",
+            ],
+            [
+                [
+                    r.source,
+                    r.variant,
+                    r.device,
+                    r.size_bytes,
+                    f"{r.size_ratio:.2f}x"
+                    if r.size_ratio == r.size_ratio and r.size_ratio is not None
+                    else "–",
+                    r.p50,
+                    r.p99,
+                    r.memory_mb,
+                    "–" if r.cosine is None or r.cosine != r.cosine else f"{r.cosine:.6f}",
+                    r.snr_db,
+                    _VERDICT.get(r.verdict, "–"),
+                ]
+                for r in v.itertuples()
+            ],
+        ),
+    ]
+
+
+def _accuracy(data: ReportData) -> list[str]:
+    acc = frames.accuracy(data.measurements)
+    if acc.empty:
+        return []
+    return [
+        "",
+        "## Accuracy",
+        "",
+        md_table(
+            ["device", "model", "detail", "cosine", "max abs err", "mean abs err", "SNR dB"],
+            [
                 [
                     r.device,
                     r.model,
-                    r.runtime,
-                    verdict,
-                    r.basis,
-                    r.limiting or "–",
-                    _pct(r.margin, signed=True),
-                    ", ".join(r.unchecked),
+                    r.detail,
+                    "–" if r.cosine != r.cosine or r.cosine is None else f"{r.cosine:.6f}",
+                    r.max_abs_err,
+                    r.mean_abs_err,
+                    r.snr_db,
                 ]
-            )
-        out.append(
-            md_table(
-                [
-                    "device",
-                    "model",
-                    "runtime",
-                    "verdict",
-                    "basis",
-                    "limiting budget",
-                    "margin",
-                    "not checked",
-                ],
-                rows,
-            )
-        )
+                for r in acc.itertuples()
+            ],
+        ),
+    ]
+
+
+def _cv(data: ReportData) -> list[str]:
+    summ = frames.fit_tables(data.fit_records)["summary"]
+    out: list[str] = []
     if not summ.empty:
         overall = summ[(summ["device"] == "*") & (summ["holdout"] == "model")]
         if not overall.empty:
             out += [
                 "",
-                "Prediction cross-validation (each measured model predicted as if never benched):",
+                "## How far to trust the predictions",
+                "",
+                "Each measured model predicted as if never benched, against its measurement:",
                 "",
             ]
             for r in overall.itertuples():

@@ -1,0 +1,91 @@
+"""The README's nightly example, run as written: the shell block is taken from README.md and run by bash
+(with jq, as cron would) after a first night, in a lab folder whose `suites/nightly.toml` is a short
+nightly suite on the `local` device."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+README = Path(__file__).parents[2] / "README.md"
+NIGHTLY = """name = "nightly"
+devices = ["local"]
+models = ["builtin:mlp", "builtin:convnet"]
+[[probe]]
+kind = "bench"
+params = { threads = 1, runs = 30, warmup = 1, min_seconds = 0 }
+[[gate]]
+metric = "latency_ms"
+stat = "p50"
+probe = "bench"
+max_slowdown = "100%"     # two runs on a shared 2-core host: only a doubling is a regression here
+[budget]
+latency_p99_ms = 1000
+memory_mb = 2000
+"""
+
+
+def nightly_block() -> str:
+    text = README.read_text()
+    marker = text.index("<!-- nightly-example:")
+    m = re.search(r"```sh\n(.*?)```", text[marker:], re.S)
+    assert m, "the README lost its nightly example"
+    return m.group(1)
+
+
+def bash(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`edgebench` on PATH as the console script would be: this interpreter running the package."""
+    bindir = cwd / "bin"
+    bindir.mkdir(exist_ok=True)
+    shim = bindir / "edgebench"
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m edgebench "$@"\n')
+    shim.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env, capture_output=True, text=True,
+        timeout=900, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def test_the_readme_nightly_example_runs_as_written(tmp_path: Path) -> None:
+    (tmp_path / "suites").mkdir()
+    (tmp_path / "devices").mkdir()
+    (tmp_path / "suites" / "nightly.toml").write_text(NIGHTLY)
+    block = nightly_block()
+    assert 'edgebench gate --baseline "$LAST"' in block and "LAST=" in block
+    first = bash(block, tmp_path)  # the first night: nothing to gate against yet, said in one line
+    assert first.returncode == 2, first.stderr
+    assert "edgebench: error:" in first.stderr and "only 1 run(s) of suite nightly" in first.stderr
+    second = bash(block, tmp_path)
+    # The script exits with the gate's verdict: 0, or 1 when this busy host made a night 2x slower.
+    assert second.returncode in (0, 1), second.stdout + second.stderr
+    junit = ET.parse(tmp_path / "gate.xml").getroot()
+    assert int(junit.get("tests", "0")) >= 4
+    assert (junit.get("failures") == "0") == (second.returncode == 0)
+    verdict = "PASS" if second.returncode == 0 else "FAIL"
+    assert f"edgebench gate: {verdict}" in (tmp_path / "gate.md").read_text()
+    report = (tmp_path / "reports" / "nightly.html").read_text()
+    runs = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "edgebench", "runs", "--json"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )["runs"]
+    nights = [r for r in runs if r["suite"] == "nightly"]
+    gates = [r for r in runs if r["kind"] == "gate"]
+    assert len(nights) == 2 and all(r["tags"] == ["nightly"] for r in nights)
+    assert len(gates) == 1 and gates[0]["gate"]["baseline"] == nights[0]["run_id"]
+    assert gates[0]["gate"]["candidate"] == nights[1]["run_id"]
+    assert gates[0]["gate"]["verdict"] == verdict and gates[0]["gate"]["exit_code"] == second.returncode
+    assert nights[1]["run_id"] in report and nights[0]["run_id"] in report
