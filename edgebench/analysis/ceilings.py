@@ -81,6 +81,7 @@ class Ceilings:
     levels: tuple[LevelCeiling, ...] = ()
     curve: tuple[tuple[int, float], ...] = ()  # (working-set bytes, best GB/s of any sweep kernel)
     peak_runs: dict[str, str] = field(default_factory=dict)
+    peak_shares: dict[str, float] = field(default_factory=dict)  # CPU share of each peak's best trial
 
     def to_params(self) -> dict[str, Any]:
         """Plain data for a job's params (what the roofline probe is given)."""
@@ -95,6 +96,7 @@ class Ceilings:
             "levels": [lv.to_params() for lv in self.levels],
             "curve": [list(p) for p in self.curve],
             "peak_runs": dict(self.peak_runs),
+            "peak_shares": dict(self.peak_shares),
         }
 
     @classmethod
@@ -110,6 +112,7 @@ class Ceilings:
             levels=tuple(LevelCeiling.from_params(d) for d in data.get("levels") or ()),
             curve=tuple((int(s), float(g)) for s, g in data.get("curve") or ()),
             peak_runs=dict(data.get("peak_runs") or {}),
+            peak_shares=dict(data.get("peak_shares") or {}),
         )
 
     def level_for(self, working_set_bytes: float) -> LevelCeiling:
@@ -271,7 +274,22 @@ def ceilings_at(
         levels=levels,
         curve=curve,
         peak_runs=peak_runs,
+        peak_shares=_shares(mine, peak_params, peak_runs),
     )
+
+
+def _shares(
+    records: Sequence[Record], where: dict[str, dict[str, Any]], runs: dict[str, str]
+) -> dict[str, float]:
+    """The CPU share (annotation) of the record behind each dtype's peak."""
+    out = {}
+    for r in records:
+        dtype = str(r.params.get("dtype", "fp32"))
+        share = r.annotations.get("cpu_share")
+        if r.metric == "effective_tops" and r.run_id == runs.get(dtype) and r.params == where.get(dtype):
+            if isinstance(share, int | float):
+                out[dtype] = float(share)
+    return out
 
 
 def ceilings_from_records(device: str, matmul: list[Record], bandwidth: list[Record]) -> Ceilings | None:
@@ -415,6 +433,7 @@ def measured_latency(
 
 # ---- floors of benched models, from stored records ---------------------------------------------------
 BEATS_MARGIN = 0.05  # a p50 this far under its floor is named (timing noise is a few percent)
+BUSY_SHARE = 0.9  # a ceiling whose best trial had less of the CPUs it asked for was measured on a busy device
 
 
 @dataclass(frozen=True)
@@ -549,11 +568,17 @@ def beat_reason(m: ModelFloor) -> str:
             )
         peak = max(ceil.peak_tops.values(), default=0.0)
         where = ceil.peak_params.get("fp32") or {}
+        share = ceil.peak_shares.get("fp32")
+        busy = (
+            f"; its best trial had {share:.0%} of the CPUs it asked for (a busy device)"
+            if share is not None and share < BUSY_SHARE
+            else ""
+        )
         return (
             f"beats the compute floor by {pct}: the runtime's kernels reached {rate * 1e3:.4g} GFLOP/s, "
             f"above the best matmul measured at {ceil.threads or 'any'} thread(s) ({peak * 1e3:.4g} GFLOP/s"
             + (f", n={where['n']}" if where.get("n") else "")
-            + "): that matmul did not reach the chip's peak (sweep larger sizes, more backends)"
+            + f"{busy}): that matmul did not reach the chip's peak (sweep larger sizes, more backends)"
         )
     rate = c.floor_bytes / (m.measured_ms / 1e3) / 1e9
     lv = ceil.level_for(c.working_set_bytes)

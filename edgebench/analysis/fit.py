@@ -1451,7 +1451,8 @@ def decide(
     if verdict == NO_FIT:
         missed = [b for b in budgets if states.get(b.key) == NO_FIT]
         why = "; ".join(
-            f"{'under' if b.at_least else 'over'} {b.key} ({_times(ratios[b.key])} the budget)" for b in missed
+            f"{'under' if b.at_least else 'over'} {b.key} ({_times(ratios[b.key])} the budget)"
+            for b in missed
         )
     elif verdict == FITS:
         why = "every budget met" + (" by the whole prediction interval" if v.basis == "predicted" else "")

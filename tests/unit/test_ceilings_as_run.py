@@ -100,3 +100,21 @@ def test_model_floors_pair_counts_bench_and_ceilings_and_name_why_one_beats_its_
     assert conv.floor.bound == "compute" and conv.beats_by > 0.3
     why = conv.reason()
     assert why is not None and "compute floor by 40%" in why and "matmul" in why
+
+
+def test_the_report_frame_gives_every_configuration_a_floor_and_a_note() -> None:
+    from edgebench.render.report.frames import floors
+
+    records = [
+        mm("c", 0.1, 2),
+        *SWEEP,
+        *roofline("r", "mlp", 2e6, 30 * MIB, 31 * MIB),
+        *roofline("r", "conv", 2e9, 1e6, 5 * MIB),
+        bench("b", "mlp", 0.80),
+        bench("b", "conv", 12.0),
+    ]
+    fl = floors(records, ["c", "s1", "r", "b"])
+    assert len(fl) == 2 and fl["floor_ms"].notna().all() and (fl["threads"] == 2).all()
+    notes = dict(zip(fl["model"], fl["note"], strict=True))
+    assert notes["mlp"] == "the floor holds" and notes["conv"].startswith("beats the compute floor by 40%")
+    assert list(fl["level"]) == ["LLC", "LLC"]  # 5 MB is past L2 (3 MB), 31 MB inside LLC (40 MB)

@@ -274,7 +274,16 @@ def test_the_shipped_suites_load_and_plan(tmp_path: Path) -> None:
     jobs = plan(smoke)
     assert {j.device for j in jobs} == {"local"}
     assert {j.probe for j in jobs} >= {"bench", "matmul", "bandwidth"}
-    assert len([j for j in jobs if j.model is None]) == 2  # matmul and bandwidth: once, no model
+    free = [j for j in jobs if j.model is None]  # matmul and bandwidth: no model, at each benched count
+    assert sorted((j.probe, j.params.get("threads")) for j in free) == [
+        ("bandwidth", 1),
+        ("bandwidth", 2),
+        ("matmul", 1),
+        ("matmul", 2),
+    ]
+    benched = {j.params.get("threads") for j in jobs if j.probe == "bench"}
+    assert benched == {1, 2}
+    assert len({j.model for j in jobs if j.probe == "bench"}) >= 6
 
     nightly = load_suite(REPO / "suites" / "nightly.toml")
     lab = tmp_path / "lab"
