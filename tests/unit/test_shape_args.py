@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from edgebench.cli.shapes import check_plain_used, parse_shape_args, shapes_for
@@ -40,3 +42,36 @@ def test_errors_name_the_model_a_shape_does_not_fit() -> None:
         shapes_for(parse_shape_args(["det:len=4"], MODELS), ["det"], INPUTS["det"], "det")
     with pytest.raises(UserError, match="no model has an input 'y'"):
         check_plain_used(parse_shape_args(["y=1x2"], MODELS), INPUTS)
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    from edgebench.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    out = capsys.readouterr()
+    return int(done.value.code or 0), out.out, out.err
+
+
+def test_roofline_and_fit_take_per_model_shapes_and_refuse_duplicates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run_cli(["roofline", "builtin:mlp", "--shape", "mlp:x=4x1024", "--json"], capsys)
+    flops = next(r for r in json.loads(out)["records"] if r["metric"] == "flops")
+    assert code == 0 and flops["params"]["shapes"] == {"x": [4, 1024]}
+    matmuls, adds, relus = 2 * (1024 * 2048 + 2048 * 2048 + 2048 * 1024), 2048 + 2048 + 1024, 2048 + 2048
+    assert flops["value"] == 4 * (matmuls + adds + relus)  # counted at batch 4
+    code, _, err = run_cli(["roofline", "builtin:mlp", "--shape", "x=1x1024", "--shape", "x=2x1024"], capsys)
+    assert code == 2 and err.strip().endswith("input 'x' of every model is given twice")
+    code, _, err = run_cli(["bench", "builtin:mlp", "--shape", "x=1x1024", "--shape", "x=2x1024"], capsys)
+    assert code == 2 and "input 'x' is given twice" in err
+    from edgebench.results.store import Store
+
+    with Store(tmp_path / "s.db"):
+        pass
+    argv = ["fit", "--store", str(tmp_path / "s.db"), "-m", "builtin:mlp", "-m", "builtin:convnet"]
+    code, _, err = run_cli([*argv, "--shape", "convnet:x=1x1024"], capsys)
+    assert code == 2 and "builtin:convnet has no input 'x'" in err
