@@ -574,11 +574,18 @@ def beat_reason(m: ModelFloor) -> str:
             if share is not None and share < BUSY_SHARE
             else ""
         )
+        scaled = ""
+        threads = where.get("threads")
+        if ceil.threads and ceil.threads > 1 and isinstance(threads, int) and threads < ceil.threads:
+            scaled = (
+                f"; no run at {ceil.threads} threads beat the {threads}-thread figure, so the matmul did not "
+                "scale when measured (a co-runner on another core, which CPU shares inside a VM do not show)"
+            )
         return (
             f"beats the compute floor by {pct}: the runtime's kernels reached {rate * 1e3:.4g} GFLOP/s, "
             f"above the best matmul measured at {ceil.threads or 'any'} thread(s) ({peak * 1e3:.4g} GFLOP/s"
             + (f", n={where['n']}" if where.get("n") else "")
-            + f"{busy}): that matmul did not reach the chip's peak (sweep larger sizes, more backends)"
+            + f"{busy}{scaled}): that matmul did not reach the chip's peak"
         )
     rate = c.floor_bytes / (m.measured_ms / 1e3) / 1e9
     lv = ceil.level_for(c.working_set_bytes)

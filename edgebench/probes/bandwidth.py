@@ -33,7 +33,7 @@ from .registry import BANDWIDTH_KERNELS, BandwidthParams
 MIB = 2**20
 DEFAULT_SWEEP_MAX = 512 * MIB
 KNEE_DROP = 0.25  # a level ends where the read bandwidth falls this far below the level's own
-LEVEL_NAMES = ("DRAM", "LLC", "L2", "L1")  # from the largest: a curve has at most this many levels
+LEVEL_NAMES = ("DRAM", "LLC", "L2")  # from the largest (L1 is hidden by call overhead at 32 KiB)
 
 
 def sweep_sizes(min_bytes: float, max_bytes: float, steps: int) -> list[int]:
@@ -164,7 +164,7 @@ def hierarchy(read: Sequence[tuple[int, float]], best: Sequence[tuple[int, float
     KNEE_DROP below the best the level reached and stays there at the next size. A rise at the start
     (the calls' own overhead on the smallest sets) belongs to the first level. Each level's bandwidth is
     the best any kernel (`best`, default the read curve) reached on its working sets: a ceiling. Levels
-    are named from the largest: the last is DRAM, then LLC, L2, L1.
+    are named from the largest: the last is DRAM, then LLC, L2 (at most three).
     """
     pts = sorted(read)
     if not pts:

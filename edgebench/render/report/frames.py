@@ -180,9 +180,13 @@ def budget_status(value: float | None, budget: Budget | None) -> str:
 
 def ceilings(records: Sequence[Record], device_info: Sequence[Mapping[str, Any]] = ()) -> pd.DataFrame:
     """Measured ceilings vs the datasheet: best effective TOPS per dtype and backend, bandwidth per kernel."""
+    from ...analysis.nominal import derived_peak
+
     datasheet: dict[str, dict[str, Any]] = {}
+    derived: dict[str, Any] = {}
     for info in device_info:
         datasheet[info["device"]] = (info.get("descriptor") or {}).get("spec") or {}
+        derived[info["device"]] = derived_peak(info.get("fingerprint") or {}) or derived.get(info["device"])
     rows = []
     groups: dict[tuple, list[Record]] = {}
     for r in _select(records, "matmul", ["effective_tops"]):
@@ -198,9 +202,13 @@ def ceilings(records: Sequence[Record], device_info: Sequence[Mapping[str, Any]]
     for (device, kind, what, backend), recs in sorted(groups.items()):
         best = max(recs, key=lambda r: r.value or 0.0)
         spec = datasheet.get(device, {})
+        source = "datasheet"
         if kind == "matmul":
             nominal = (spec.get("peak_tops") or {}).get(what)
             unit = "TOPS"
+            peak = derived.get(device)
+            if nominal is None and peak is not None and what in peak.tops:
+                nominal, source = peak.tops[what], f"derived: {peak.basis}"
         else:
             nominal = spec.get("memory_bandwidth_gbps")
             unit = "GB/s"
@@ -222,9 +230,12 @@ def ceilings(records: Sequence[Record], device_info: Sequence[Mapping[str, Any]]
                 "datasheet": nominal,
                 "efficiency": eff,
                 "at": params_label(best.params, skip=("dtype", "kernel", "backend", "stat")),
+                "nominal_source": source if nominal else "",
             }
         )
-    cols = ["device", "kind", "what", "backend", "best", "unit", "datasheet", "efficiency", "at"]
+    cols = [
+        "device", "kind", "what", "backend", "best", "unit", "datasheet", "efficiency", "at", "nominal_source"
+    ]  # fmt: skip
     return pd.DataFrame(rows, columns=cols)
 
 

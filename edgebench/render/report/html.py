@@ -594,12 +594,15 @@ def _ceilings(d: ReportData) -> tuple[str, bool]:
             r.backend,
             r.best,
             r.unit,
-            r.datasheet,
+            f"{fmt(r.datasheet)} (derived)" if r.nominal_source.startswith("derived") else r.datasheet,
             pct(r.efficiency) if r.efficiency is not None and r.efficiency == r.efficiency else "–",
             r.at,
         ]
         for r in c.itertuples()
     ]
+    derived = sorted(
+        {(r.device, r.nominal_source) for r in c.itertuples() if r.nominal_source.startswith("derived")}
+    )
     out = [
         table(
             [
@@ -609,13 +612,19 @@ def _ceilings(d: ReportData) -> tuple[str, bool]:
                 "backend",
                 "best measured",
                 "unit",
-                "datasheet",
+                "datasheet / nominal",
                 "efficiency",
                 "at",
             ],
             rows,
         )
     ]
+    for device, source in derived:
+        out.append(
+            f'<p class="note">{esc(device)}: no datasheet peak in its descriptor, so the nominal peak is '
+            f"{esc(source)} (a descriptor's [spec] peak_tops overrides it). Efficiency above 100% means "
+            "the cores ran faster than the clock read (a VM reports its base clock, not the turbo one).</p>"
+        )
     out.append('<div class="figure-row">')
     for device, g in c.groupby("device", sort=True):
         out.append(
