@@ -169,10 +169,25 @@ class ModelCounts:
     nodes: tuple[OpCost, ...] = ()
     source: str = ""
     warnings: tuple[str, ...] = ()
+    # The shapes the counts were made at, as given (None: not known, e.g. totals from the store), and
+    # the dims every input took with nothing given (dynamic dimensions at 1, as the analysis takes them).
+    shapes: dict[str, list[int]] | None = None
+    declared: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def node_count(self) -> int | None:
         return len(self.nodes) or None
+
+    def counted_at(self, bench_shapes: Mapping[str, Sequence[int]] | None) -> bool:
+        """Whether a bench with these `shapes` params ran the inputs these counts were made at (an input
+        neither side gives takes its declared dims on both). True when the counts' shapes are unknown."""
+        if self.shapes is None:
+            return True
+        given = {k: list(v) for k, v in (bench_shapes or {}).items()}
+        names = set(given) | set(self.shapes)
+        return all(
+            given.get(k, self.declared.get(k)) == self.shapes.get(k, self.declared.get(k)) for k in names
+        )
 
 
 def count_model(path: Path, name: str, shapes: Mapping[str, Sequence[int]] | None = None) -> ModelCounts:
@@ -237,7 +252,21 @@ def count_model(path: Path, name: str, shapes: Mapping[str, Sequence[int]] | Non
         nodes=tuple(nodes),
         source=str(path),
         warnings=tuple(cost.warnings),
+        shapes={k: [int(d) for d in v] for k, v in (shapes or {}).items() if k in inputs},
+        declared=_declared_inputs(model),
     )
+
+
+def _declared_inputs(model: Any) -> dict[str, list[int]]:
+    """Each graph input's declared dims, a dynamic one at 1 (the analysis' default)."""
+    inits = {i.name for i in model.graph.initializer}
+    out = {}
+    for vi in model.graph.input:
+        if vi.name in inits or not vi.type.tensor_type.HasField("shape"):
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        out[vi.name] = [int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in dims]
+    return out
 
 
 def counts_from_records(records: Iterable[Record]) -> dict[str, ModelCounts]:
@@ -354,12 +383,16 @@ def config_key(r: Record | Samples) -> str:
 
 
 def observations(
-    records: Sequence[Record], samples: Sequence[Samples] = (), run_order: Sequence[str] = ()
+    records: Sequence[Record],
+    samples: Sequence[Samples] = (),
+    run_order: Sequence[str] = (),
+    counts: Mapping[str, ModelCounts] | None = None,
 ) -> list[Observation]:
     """Latency measurements per target x model: the latest run of each configuration, then the best one.
 
     Configurations come from `bench` jobs and from the points of `threads` sweeps (a thread count, an
-    affinity), so the best is what the engineer would deploy.
+    affinity), so the best is what the engineer would deploy. With `counts`, a model's configurations are
+    only those benched at the shapes its counts were made at: FLOPs and latency pair at the same shapes.
     """
     order = {rid: i for i, rid in enumerate(run_order)}
     groups: dict[tuple, dict[str, Any]] = {}
@@ -399,6 +432,8 @@ def observations(
             latest[ident] = (rank, key, g)
     best: dict[tuple, Observation] = {}
     for (device, runtime, model, _cfg), (_rank, key, g) in latest.items():
+        if counts and model in counts and not counts[model].counted_at(g["config"].get("shapes")):
+            continue  # benched at other shapes than the counts: not this model's measurement
         lat = dict(g["latency"])
         estimated: list[str] = []
         if "p99" not in lat and key in raw and raw[key]:
@@ -1094,7 +1129,7 @@ def assess(
     for name, c in counts_from_records(records).items():
         counts.setdefault(name, c)
     result = FitResult(budgets=tuple(budgets))
-    obs_all = observations(records, samples, run_order)
+    obs_all = observations(records, samples, run_order, counts)
     decoded = decode_by_pair(records, {rid: i for i, rid in enumerate(run_order)})
     if devices:
         known = {o.device for o in obs_all} | {ident[0] for ident in decoded}

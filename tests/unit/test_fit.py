@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -501,3 +502,25 @@ def test_ceilings_come_from_the_latest_runs_and_a_held_out_model_does_not_leak_i
     held, _ = engine.features(("board", "onnxruntime"), fastest)
     full, _ = engine.features(("board", "onnxruntime"), None)
     assert held[fastest] != full[fastest]  # its floor times come from ceilings it did not set
+
+
+def test_latency_pairs_with_counts_at_the_same_shapes() -> None:
+    def at(shapes: dict[str, list[int]] | None, p50: float) -> list[Record]:
+        recs = bench_records("board", "det", p50)
+        if shapes is None:
+            return recs
+        return [dataclasses.replace(r, params={**r.params, "shapes": shapes}) for r in recs]
+
+    records = at(None, 4.0) + at({"x": [1, 3, 320, 320]}, 1.0)  # declared 640x640, and a smaller bench
+    declared = {"x": [1, 3, 640, 640]}
+
+    def counts(shapes: dict[str, list[int]] | None) -> dict[str, fit.ModelCounts]:
+        return {"det": fit.ModelCounts("det", 1e9, 1e6, shapes=shapes, declared=declared)}
+
+    [big] = fit.observations(records, counts=counts({}))  # counted as declared: the 640x640 bench
+    assert big.latency["p50"] == 4.0
+    [small] = fit.observations(records, counts=counts({"x": [1, 3, 320, 320]}))
+    assert small.latency["p50"] == 1.0
+    assert fit.observations(records, counts=counts({"x": [1, 3, 480, 480]})) == []  # never benched there
+    [fastest] = fit.observations(records, counts=counts(None))  # counts of unknown shapes: any bench
+    assert fastest.latency["p50"] == 1.0
