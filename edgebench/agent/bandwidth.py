@@ -102,60 +102,59 @@ AXPY_SYMBOLS = (
     ("scipy_cblas_daxpy", 32),
     ("cblas_daxpy", 32),
 )
-Axpy = Callable[[int, float, int, int], None]  # (n, alpha, x address, y address): y += alpha * x
-
-
-def blas_axpy() -> tuple[Axpy, str] | None:
-    """daxpy from a BLAS this process has loaded (numpy's), and where it came from; None without one."""
-    for lib in _loaded_libraries():
-        try:
-            handle = ctypes.CDLL(lib)
-        except OSError:
-            continue
-        for name, bits in AXPY_SYMBOLS:
-            fn = getattr(handle, name, None)
-            if fn is None:
-                continue
-            integer = ctypes.c_int64 if bits == 64 else ctypes.c_int
-            fn.argtypes = [integer, ctypes.c_double, ctypes.c_void_p, integer, ctypes.c_void_p, integer]
-            fn.restype = None
-
-            def axpy(n: int, alpha: float, x: int, y: int, f: Any = fn) -> None:
-                f(n, alpha, x, 1, y, 1)
-
-            return axpy, f"memmove + {name} ({os.path.basename(lib)})"
-    return None
-
-
 DOT_SYMBOLS = (
     ("scipy_cblas_ddot64_", 64),
     ("cblas_ddot64_", 64),
     ("scipy_cblas_ddot", 32),
     ("cblas_ddot", 32),
 )
+Axpy = Callable[[int, float, int, int], None]  # (n, alpha, x address, y address): y += alpha * x
 Dot = Callable[[int, int], float]  # (n, x address): x . x
 
 
-def blas_dot() -> tuple[Dot, str] | None:
-    """ddot from a BLAS this process has loaded, called through ctypes (so the GIL is released)."""
+def _blas_function(symbols: tuple[tuple[str, int], ...]) -> tuple[Any, type, str, str] | None:
+    """The first of `symbols` a BLAS this process has loaded exports: (function, its integer type, the
+    symbol, the library's file name). Called through ctypes, so the GIL is released."""
     for lib in _loaded_libraries():
         try:
             handle = ctypes.CDLL(lib)
         except OSError:
             continue
-        for name, bits in DOT_SYMBOLS:
+        for name, bits in symbols:
             fn = getattr(handle, name, None)
-            if fn is None:
-                continue
-            integer = ctypes.c_int64 if bits == 64 else ctypes.c_int
-            fn.argtypes = [integer, ctypes.c_void_p, integer, ctypes.c_void_p, integer]
-            fn.restype = ctypes.c_double
-
-            def dot(n: int, x: int, f: Any = fn) -> float:
-                return float(f(n, x, 1, x, 1))
-
-            return dot, f"{name} ({os.path.basename(lib)})"
+            if fn is not None:
+                return fn, ctypes.c_int64 if bits == 64 else ctypes.c_int, name, os.path.basename(lib)
     return None
+
+
+def blas_axpy() -> tuple[Axpy, str] | None:
+    """daxpy from a BLAS this process has loaded (numpy's), and where it came from; None without one."""
+    found = _blas_function(AXPY_SYMBOLS)
+    if found is None:
+        return None
+    fn, integer, name, lib = found
+    fn.argtypes = [integer, ctypes.c_double, ctypes.c_void_p, integer, ctypes.c_void_p, integer]
+    fn.restype = None
+
+    def axpy(n: int, alpha: float, x: int, y: int) -> None:
+        fn(n, alpha, x, 1, y, 1)
+
+    return axpy, f"memmove + {name} ({lib})"
+
+
+def blas_dot() -> tuple[Dot, str] | None:
+    """ddot from a BLAS this process has loaded, and where it came from; None without one."""
+    found = _blas_function(DOT_SYMBOLS)
+    if found is None:
+        return None
+    fn, integer, name, lib = found
+    fn.argtypes = [integer, ctypes.c_void_p, integer, ctypes.c_void_p, integer]
+    fn.restype = ctypes.c_double
+
+    def dot(n: int, x: int) -> float:
+        return float(fn(n, x, 1, x, 1))
+
+    return dot, f"{name} ({lib})"
 
 
 def available_bytes() -> int | None:

@@ -211,7 +211,7 @@ def _fit_models(
         counts[resolved.name] = count_model(resolved.path, resolved.name, shapes)
         warn(counts[resolved.name].warnings, f"{resolved.name}: ")
     if (args.plain or args.per_model) and not inputs_of:
-        raise UserError("--shape applies to the --model files counted; none was given")
+        raise UserError("--shape: applies to the --model files counted; none was given")
     if args.plain:
         check_plain_used(args, inputs_of)
     return selected, counts, notes

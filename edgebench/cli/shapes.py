@@ -28,7 +28,7 @@ def _dims(item: str, text: str) -> list[int]:
     except ValueError:
         dims = []
     if not dims or any(d <= 0 for d in dims):
-        raise UserError(f"--shape {item!r}: expected NAME=DIMS like x=1x3x224x224 (positive dimensions)")
+        raise UserError(f"--shape: {item!r}: expected NAME=DIMS like x=1x3x224x224 (positive dimensions)")
     return dims
 
 
@@ -41,7 +41,7 @@ def parse_shape_args(items: Sequence[str] | None, models: Sequence[str]) -> Shap
         left, sep, right = item.partition("=")
         left = left.strip()
         if not sep or not left:
-            raise UserError(f"--shape {item!r}: expected NAME=DIMS or MODEL:NAME=DIMS")
+            raise UserError(f"--shape: {item!r}: expected NAME=DIMS or MODEL:NAME=DIMS")
         dims = _dims(item, right.strip())
         model, colon, name = left.rpartition(":")
         if colon and model in known:
@@ -50,7 +50,7 @@ def parse_shape_args(items: Sequence[str] | None, models: Sequence[str]) -> Shap
             target, name, model = plain, left, ""
         if name in target:
             where = f"model {model}" if target is not plain else "every model"
-            raise UserError(f"--shape {item!r}: input '{name}' of {where} is given twice")
+            raise UserError(f"--shape: {item!r}: input '{name}' of {where} is given twice")
         target[name] = dims
     return ShapeArgs(plain, per)
 
@@ -68,7 +68,7 @@ def shapes_for(
     for name, dims in own.items():
         if name not in inputs:
             raise UserError(
-                f"--shape {model_label}:{name}: {model_label} has no input '{name}' "
+                f"--shape: {model_label}:{name}: {model_label} has no input '{name}' "
                 f"(inputs: {', '.join(sorted(inputs)) or 'none'})"
             )
         out[name] = dims
@@ -77,7 +77,7 @@ def shapes_for(
         if rank is not None and rank != len(dims):
             shown = "x".join(str(d) for d in dims)
             raise UserError(
-                f"--shape {name}={shown}: input '{name}' of {model_label} has {rank} dimensions, "
+                f"--shape: {name}={shown}: input '{name}' of {model_label} has {rank} dimensions, "
                 f"not {len(dims)}"
             )
     return out
@@ -92,7 +92,7 @@ def check_plain_used(args: ShapeArgs, inputs_of: Mapping[str, Mapping[str, int |
     unused = unused_plain(args, inputs_of)
     if unused:
         listed = "; ".join(f"{m}: {', '.join(sorted(ins)) or 'none'}" for m, ins in inputs_of.items())
-        raise UserError(f"--shape {unused[0]}=...: no model has an input '{unused[0]}' ({listed})")
+        raise UserError(f"--shape: {unused[0]}=...: no model has an input '{unused[0]}' ({listed})")
 
 
 def onnx_input_ranks(path: object) -> dict[str, int | None]:
