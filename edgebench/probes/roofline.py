@@ -107,11 +107,9 @@ def roofline_records(
 ) -> ProbeResult:
     """The model's cost as records, plus floor_ms / efficiency when the device's ceilings are known.
 
-    Their `shapes` param is the shapes given (as a bench's is), so counts and latencies pair on the same
-    identity; the shapes every input took (dynamic dimensions filled) are in the annotations (`inputs`)."""
-    given = {"shapes": shapes} if shapes else {}
-    base = {k: v for k, v in ctx.base_params.items() if k != "shapes"}
-    rctx = dataclasses.replace(ctx, base_params={**base, **given})
+    Their `shapes` param is every input's dims (dynamic dimensions filled), as ever; a bench names only
+    the shapes it was given, and edgebench.analysis.ceilings.counts_for pairs the two on those dims."""
+    rctx = dataclasses.replace(ctx, base_params={**ctx.base_params, "shapes": cost.inputs})
     out = ProbeResult(warnings=list(cost.warnings))
     out.records += [
         rctx.record(

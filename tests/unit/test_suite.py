@@ -275,11 +275,12 @@ def test_the_shipped_suites_load_and_plan(tmp_path: Path) -> None:
     assert {j.device for j in jobs} == {"local"}
     assert {j.probe for j in jobs} >= {"bench", "matmul", "bandwidth"}
     free = [j for j in jobs if j.model is None]  # matmul and bandwidth: no model, at each benched count
-    assert sorted((j.probe, j.params.get("threads")) for j in free) == [
-        ("bandwidth", 1),
-        ("bandwidth", 2),
-        ("matmul", 1),
-        ("matmul", 2),
+    assert sorted((j.probe, j.params.get("threads"), bool(j.params.get("sweep"))) for j in free) == [
+        ("bandwidth", 1, False),  # STREAM triad
+        ("bandwidth", 1, True),  # the memory-hierarchy sweep
+        ("bandwidth", 2, True),
+        ("matmul", 1, False),
+        ("matmul", 2, False),
     ]
     benched = {j.params.get("threads") for j in jobs if j.probe == "bench"}
     assert benched == {1, 2}
