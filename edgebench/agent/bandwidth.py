@@ -15,6 +15,14 @@ GIL held, one BLAS thread per worker); without a BLAS, numpy's `a = c * s` then 
 a gcc-compiled triad on one core of a shared 2-core host: memmove + daxpy 0.92-0.95, numpy in place
 0.82-0.84, numpy through a temporary block 0.72-0.74 (a naive `a = b + s * c` makes five passes).
 Arrays are at least 4x the total last-level cache (STREAM's rule), from sysfs unless the task overrides it.
+
+The memory-hierarchy sweep (`sweep`: working-set sizes in bytes, as ERT and likwid sweep them) measures
+instead how fast the cores stream a working set of each size: `read` is the BLAS ddot of an array with
+itself (8 bytes per element; ddot keeps several accumulators in flight where numpy's reduction does not)
+and `copy` libc's memmove between two halves of the working set. Each worker takes one slice and goes
+over it as many times as make a trial of SWEEP_TRIAL_BYTES, so a working set that fits a cache is timed
+from that cache, not from the call overhead. Where the bandwidth falls is for the host to find
+(edgebench.probes.bandwidth.hierarchy): a VM's sysfs often reports a last-level cache it does not have.
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ LLC_MULTIPLE = 4
 DEFAULT_ARRAY_BYTES = 256 * 2**20  # when the device does not report its caches
 MIN_TRIALS = 10
 SCALAR = 3.0
+SWEEP_KERNELS = ("read", "copy")
+SWEEP_TRIAL_BYTES = 24 * 2**20  # bytes one trial of a sweep point moves, at least (a few milliseconds)
 
 
 def _read(path: str) -> str | None:
@@ -92,29 +102,59 @@ AXPY_SYMBOLS = (
     ("scipy_cblas_daxpy", 32),
     ("cblas_daxpy", 32),
 )
+DOT_SYMBOLS = (
+    ("scipy_cblas_ddot64_", 64),
+    ("cblas_ddot64_", 64),
+    ("scipy_cblas_ddot", 32),
+    ("cblas_ddot", 32),
+)
 Axpy = Callable[[int, float, int, int], None]  # (n, alpha, x address, y address): y += alpha * x
+Dot = Callable[[int, int], float]  # (n, x address): x . x
 
 
-def blas_axpy() -> tuple[Axpy, str] | None:
-    """daxpy from a BLAS this process has loaded (numpy's), and where it came from; None without one."""
+def _blas_function(symbols: tuple[tuple[str, int], ...]) -> tuple[Any, type, str, str] | None:
+    """The first of `symbols` a BLAS this process has loaded exports: (function, its integer type, the
+    symbol, the library's file name). Called through ctypes, so the GIL is released."""
     for lib in _loaded_libraries():
         try:
             handle = ctypes.CDLL(lib)
         except OSError:
             continue
-        for name, bits in AXPY_SYMBOLS:
+        for name, bits in symbols:
             fn = getattr(handle, name, None)
-            if fn is None:
-                continue
-            integer = ctypes.c_int64 if bits == 64 else ctypes.c_int
-            fn.argtypes = [integer, ctypes.c_double, ctypes.c_void_p, integer, ctypes.c_void_p, integer]
-            fn.restype = None
-
-            def axpy(n: int, alpha: float, x: int, y: int, f: Any = fn) -> None:
-                f(n, alpha, x, 1, y, 1)
-
-            return axpy, f"memmove + {name} ({os.path.basename(lib)})"
+            if fn is not None:
+                return fn, ctypes.c_int64 if bits == 64 else ctypes.c_int, name, os.path.basename(lib)
     return None
+
+
+def blas_axpy() -> tuple[Axpy, str] | None:
+    """daxpy from a BLAS this process has loaded (numpy's), and where it came from; None without one."""
+    found = _blas_function(AXPY_SYMBOLS)
+    if found is None:
+        return None
+    fn, integer, name, lib = found
+    fn.argtypes = [integer, ctypes.c_double, ctypes.c_void_p, integer, ctypes.c_void_p, integer]
+    fn.restype = None
+
+    def axpy(n: int, alpha: float, x: int, y: int) -> None:
+        fn(n, alpha, x, 1, y, 1)
+
+    return axpy, f"memmove + {name} ({lib})"
+
+
+def blas_dot() -> tuple[Dot, str] | None:
+    """ddot from a BLAS this process has loaded, and where it came from; None without one."""
+    found = _blas_function(DOT_SYMBOLS)
+    if found is None:
+        return None
+    fn, integer, name, lib = found
+    fn.argtypes = [integer, ctypes.c_void_p, integer, ctypes.c_void_p, integer]
+    fn.restype = ctypes.c_double
+
+    def dot(n: int, x: int) -> float:
+        return float(fn(n, x, 1, x, 1))
+
+    return dot, f"{name} ({lib})"
 
 
 def available_bytes() -> int | None:
@@ -304,6 +344,104 @@ def measure(workers: Workers, arrays: Arrays, kernel: str, trials: int) -> tuple
     return [w * 1e3 for w, _ in timed], [c * 1e3 for _, c in timed]
 
 
+class SweepPoint:
+    """One working-set size: a read array (the whole set) and a copy pair (half each), sliced per worker."""
+
+    def __init__(self, np: Any, size: int, workers: int, dot: Dot | None) -> None:
+        self.np = np
+        self.n = max(workers * 512, size // 8)  # elements of the read array; copy halves it
+        self.a = np.ones(self.n)
+        self.half = self.n // 2
+        self.dot = dot
+        self.workers = workers
+        self.sums = [0.0] * workers
+        self.reps = max(1, SWEEP_TRIAL_BYTES // (8 * self.n))
+
+    def _bounds(self, k: int, n: int) -> tuple[int, int]:
+        step = -(-n // self.workers)
+        return k * step, min(n, (k + 1) * step)
+
+    def read(self, k: int) -> None:
+        lo, hi = self._bounds(k, self.n)
+        base, total = self.a.ctypes.data + 8 * lo, 0.0
+        if self.dot is not None:
+            for _ in range(self.reps):
+                total += self.dot(hi - lo, base)
+        else:
+            part = self.a[lo:hi]
+            for _ in range(self.reps):
+                total += float(self.np.add.reduce(part))
+        self.sums[k] = total
+
+    def copy(self, k: int) -> None:
+        lo, hi = self._bounds(k, self.half)
+        src, dst = self.a.ctypes.data + 8 * lo, self.a.ctypes.data + 8 * (self.half + lo)
+        for _ in range(self.reps):
+            ctypes.memmove(dst, src, 8 * (hi - lo))
+
+    def moved(self, kernel: str) -> int:
+        """Bytes one trial moves: read 8 per element per pass, copy 16 per copied element."""
+        return self.reps * (8 * self.n if kernel == "read" else 16 * self.half)
+
+    def check(self, kernel: str) -> str | None:
+        if kernel == "read":
+            want = float(self.reps * self.n)  # every element is 1.0
+            got = sum(self.sums)
+            return None if abs(got - want) <= 1e-6 * want else f"sweep read sum {got} != {want}"
+        return None if float(self.a[-1]) == 1.0 else "sweep copy changed the data"
+
+
+def sweep(
+    task: dict[str, Any], cpus: list[int] | None, threads_list: list[int], warnings: list[str]
+) -> dict[str, Any]:
+    """Bandwidth for every working-set size and thread count (see the module docstring)."""
+    import numpy as np
+
+    sizes = sorted({int(s) for s in task["sweep"] if int(s) > 0})
+    trials = max(1, int(task.get("trials", MIN_TRIALS)))
+    budget = float(task.get("budget_s", 600.0))
+    deadline = time.monotonic() + budget
+    found = blas_dot()
+    points: list[dict[str, Any]] = []
+    free = available_bytes()
+    for threads in threads_list:
+        workers = Workers(threads, cpus)
+        try:
+            for size in sizes:
+                if free and size > free // 2:
+                    warnings.append(f"sweep stopped at {size / 2**20:.0f} MiB: over half the free memory")
+                    break
+                if time.monotonic() > deadline:
+                    warnings.append(f"time budget ({budget:g} s) reached at threads={threads}, {size} B")
+                    break
+                point = SweepPoint(np, size, threads, found[0] if found else None)
+                with blas_threads(1, warnings):
+                    for kernel in SWEEP_KERNELS:
+                        job = getattr(point, kernel)
+                        workers.run(job)  # first touch and warm-up: not timed
+                        timed = [workers.run(job) * 1e3 for _ in range(trials)]
+                        problem = point.check(kernel)
+                        if problem:
+                            raise TaskError("measurement", f"bandwidth {problem}")
+                        points.append(
+                            {
+                                "kernel": kernel,
+                                "threads": threads,
+                                "working_set_bytes": 8 * point.n,
+                                "bytes": point.moved(kernel),
+                                "trial_ms": timed,
+                            }
+                        )
+                del point
+        finally:
+            workers.close()
+    return {
+        "sweep": points,
+        "sweep_read_path": found[1] if found else "numpy add.reduce (no BLAS ddot found)",
+        "sweep_trial_bytes": SWEEP_TRIAL_BYTES,
+    }
+
+
 def run(task: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     import numpy as np
 
@@ -311,6 +449,13 @@ def run(task: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
     warnings: list[str] = []
     cpus = pin(task.get("affinity"))
+    if task.get("sweep"):
+        threads_list = [int(t) for t in task.get("threads") or [len(cpus or []) or os.cpu_count() or 1]]
+        return {
+            "affinity": cpus,
+            "llc_bytes": last_level_cache(),
+            **sweep(task, cpus, threads_list, warnings),
+        }, warnings
     kernels = task.get("kernels") or list(KERNELS)
     unknown = [k for k in kernels if k not in KERNELS]
     if unknown:

@@ -103,6 +103,47 @@ def _dist_version(name: str) -> str | None:
         return None
 
 
+ISA_FLAGS = frozenset(
+    {
+        # x86
+        "sse2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16",
+        "amx_tile", "amx_int8", "amx_bf16",
+        # Arm (Features in /proc/cpuinfo)
+        "asimd", "asimdhp", "asimddp", "fphp", "sve", "sve2", "i8mm", "bf16", "sme",
+    }
+)  # fmt: skip
+
+
+def cpu_flags() -> list[str]:
+    """The ISA extensions a nominal peak is derived from (first CPU's flags / Features line)."""
+    for line in (_read("/proc/cpuinfo") or "").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return sorted(set(value.split()) & ISA_FLAGS)
+    return []
+
+
+def max_mhz() -> tuple[float | None, str]:
+    """The highest clock of any core and where it was read: cpufreq's maximum, else /proc/cpuinfo's
+    current clock (a VM often has no cpufreq)."""
+    best = []
+    for path in glob.glob("/sys/devices/system/cpu/cpu[0-9]*/cpufreq/cpuinfo_max_freq"):
+        text = _read(path)
+        if text and text.strip().isdigit():
+            best.append(int(text.strip()) / 1e3)
+    if best:
+        return max(best), "cpufreq cpuinfo_max_freq"
+    mhz = []
+    for line in (_read("/proc/cpuinfo") or "").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "cpu MHz":
+            try:
+                mhz.append(float(value))
+            except ValueError:
+                pass
+    return (max(mhz), "/proc/cpuinfo cpu MHz") if mhz else (None, "")
+
+
 def fingerprint() -> dict:
     uname = platform.uname()
     return {
@@ -114,6 +155,9 @@ def fingerprint() -> dict:
         "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "memory_mb": memory_total_mb(),
         "caches": cache_sizes(),
+        "cpu_flags": cpu_flags(),
+        "max_mhz": max_mhz()[0],
+        "max_mhz_source": max_mhz()[1],
         "governors": governors(),
         "python": sys.version.split()[0],
         "runtimes": runtime_versions(),

@@ -288,6 +288,7 @@ def _mnn_callback_profile(
         interp.runSessionWithCallBackInfo(sess, begin, end)
         counts.append(len(keys) - before)
 
+    shapes = _mnn_op_tensors(interp, sess, plain)
     latencies = _alternate(plain, instrumented, warmup, runs)
     if not keys:
         raise TaskError("model", "MNN ran no ops with callbacks (empty model?)")
@@ -314,13 +315,56 @@ def _mnn_callback_profile(
         per_run.append([row.get(k, 0.0) for k in range(len(index))])
         offset += count
     width = len(index)
-    ops = [{"node": n, "op_type": ty, "calls": calls[k] / len(counts)} for (n, ty), k in index.items()]
+    ops = [
+        {"node": n, "op_type": ty, "calls": calls[k] / len(counts), **shapes.get((n, ty), {})}
+        for (n, ty), k in index.items()
+    ]
     return latencies, {
         "ops": ops,
         "per_run_ms": [r + [0.0] * (width - len(r)) for r in per_run],
         "overhead_ms": float(np.median(gaps)) if gaps else 0.0,
         "runs": len(counts),
     }
+
+
+def _mnn_op_tensors(interp: Any, sess: Any, plain: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    """Each op's input and output tensors (element type, dims) from one untimed run: reading shapes in
+    the timed runs' callbacks would put that work inside the ops' times."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def describe_all(tensors: Any) -> list[list[Any]]:
+        out = []
+        for t in tensors or []:
+            try:
+                out.append([_mnn_dtype(t), [int(d) for d in t.getShape()]])
+            except Exception:  # noqa: BLE001 - a tensor MNN cannot describe keeps the op's others
+                continue
+        return out
+
+    def begin(tensors: Any, info: Any) -> bool:
+        op = found.setdefault((info.getName(), info.getType()), {})
+        op["inputs"] = describe_all(tensors)
+        op["mflops"] = float(info.getFlops())  # MNN's own count, in millions
+        return True
+
+    def end(tensors: Any, info: Any) -> bool:
+        found.setdefault((info.getName(), info.getType()), {})["outputs"] = describe_all(tensors)
+        return True
+
+    plain.refresh()
+    interp.runSessionWithCallBackInfo(sess, begin, end)
+    return found
+
+
+def _mnn_dtype(tensor: Any) -> str:
+    """MNN's halide type as the element-type names onnxruntime's profile uses (float, int32 ...)."""
+    import MNN
+
+    code = tensor.getDataType()
+    for name, dtype in (("Float", "float"), ("Int", "int32"), ("Int64", "int64"), ("Uint8", "uint8")):
+        if code == getattr(MNN, f"Halide_Type_{name}", None):
+            return dtype
+    return "float"
 
 
 # ---- task `sensitivity` -----------------------------------------------------------------------------

@@ -305,9 +305,14 @@ RANDOM = {
 
 
 # ---- results ---------------------------------------------------------------------------------------
+Shape = tuple[int, ...] | None
+
+
 @dataclass(frozen=True)
 class NodeCost:
-    """One node on the counted path."""
+    """One node on the counted path, with what a kernel-level predictor needs to know of it: its tensors'
+    names and shapes (None for an absent optional input or an unknown shape), which inputs are constants
+    (weights), and the attributes that pick a kernel (kernel_shape, group, strides ...)."""
 
     name: str
     op_type: str
@@ -316,6 +321,17 @@ class NodeCost:
     dtype: str
     output_bytes: int
     note: str | None = None
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    input_shapes: tuple[Shape, ...] = ()
+    output_shapes: tuple[Shape, ...] = ()
+    constant_inputs: tuple[bool, ...] = ()
+    weight_bytes: int = 0
+    attrs: tuple[tuple[str, Any], ...] = ()
+    shape_math: bool = False  # computes on shapes only (runtimes that cannot fold it still dispatch it)
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return dict(self.attrs).get(name, default)
 
 
 @dataclass
@@ -327,6 +343,7 @@ class Totals:
     weights: set[str] = field(default_factory=set)
     activation_bytes: int = 0
     nodes: list[NodeCost] = field(default_factory=list)
+    meta: list[NodeCost] = field(default_factory=list)  # shape arithmetic: no FLOPs, no bytes
 
     @property
     def flops(self) -> int:
@@ -340,6 +357,7 @@ class Totals:
         self.weights |= other.weights
         self.activation_bytes += other.activation_bytes * times
         self.nodes += other.nodes
+        self.meta += other.meta
 
     def copy(self) -> Totals:
         t = Totals()
@@ -367,6 +385,14 @@ class ModelCost:
     branch_choice: str  # "static" when every If was decided, else "costlier counted, cheaper for the floor"
     uncounted: dict[str, int]
     warnings: tuple[str, ...]
+    meta_nodes: tuple[NodeCost, ...] = ()
+    peak_activation_bytes: int = 0
+
+    @property
+    def working_set_bytes(self) -> int:
+        """What one inference keeps touching: the weights on the floor's path and the activations alive at
+        once at their peak (inputs and outputs included). It decides which memory level the floor charges."""
+        return self.floor_weight_bytes + max(self.peak_activation_bytes, self.input_bytes + self.output_bytes)
 
     @property
     def floor_bytes(self) -> int:
@@ -377,6 +403,12 @@ class ModelCost:
     def intensity(self) -> float:
         """FLOPs per byte of that least traffic (the roofline's x-axis)."""
         return sum(self.floor_flops_by_dtype.values()) / max(self.floor_bytes, 1)
+
+    @property
+    def winograd_flops(self) -> int:
+        """FLOPs of dense 3x3 stride-1 convolutions: work a runtime may do as Winograd, with fewer
+        multiplies than the 2 x multiply-adds counted here (F(2,3): 2.25x fewer)."""
+        return sum(n.flops for n in self.nodes if is_winograd_candidate(n))
 
 
 # ---- analysis ------------------------------------------------------------------------------------
@@ -484,7 +516,12 @@ class Analyzer:
         for name, t in zip(node.output, outs, strict=False):
             if name:
                 env[name] = t
-        if folded or self.shape_arithmetic(node, present, outs):
+        if folded:
+            return
+        if self.shape_arithmetic(node, present, outs):
+            meta = self._node_cost(node, scope, ins, outs, 0, None, set(), shape_math=True)
+            for totals in (top, low) if top is not low else (top,):
+                totals.meta.append(meta)
             return
         flops, note = self.cost(node, ins, outs)
         if flops is None:
@@ -493,21 +530,47 @@ class Analyzer:
         dtype = dtype_class(outs[0].elem_type if outs else TensorProto.FLOAT, node.op_type)
         written = sum(t.nbytes or 0 for t in outs)
         weights = self.weight_sources(node, ins)
-        cost = NodeCost(
-            node.name or f"{node.op_type}:{node.output[0] if node.output else ''}",
-            node.op_type,
-            scope,
-            int(flops),
-            dtype,
-            written,
-            note,
-        )
+        cost = self._node_cost(node, scope, ins, outs, int(flops), note, weights)
         for totals in (top, low) if top is not low else (top,):
             totals.flops_by_dtype[dtype] += int(flops)
             totals.flops_by_op[node.op_type] += int(flops)
             totals.weights |= weights
             totals.activation_bytes += written
             totals.nodes.append(cost)
+
+    def _node_cost(
+        self,
+        node: onnx.NodeProto,
+        scope: str,
+        ins: list[TensorInfo | None],
+        outs: list[TensorInfo],
+        flops: int,
+        note: str | None,
+        weights: set[str],
+        shape_math: bool = False,
+    ) -> NodeCost:
+        dtype = dtype_class(outs[0].elem_type if outs else TensorProto.FLOAT, node.op_type)
+        return NodeCost(
+            node.name or f"{node.op_type}:{node.output[0] if node.output else ''}",
+            node.op_type,
+            scope,
+            flops,
+            dtype,
+            sum(t.nbytes or 0 for t in outs),
+            note,
+            inputs=tuple(node.input),
+            outputs=tuple(node.output),
+            input_shapes=tuple(t.shape if t is not None and t.known else None for t in ins),
+            output_shapes=tuple(t.shape if t.known else None for t in outs),
+            constant_inputs=tuple(t is not None and t.sources is not None for t in ins),
+            weight_bytes=sum(self.stored.get(w, 0) for w in weights),
+            attrs=tuple(
+                (a.name, _plain(helper.get_attribute_value(a)))
+                for a in node.attribute
+                if a.name in KERNEL_ATTRS
+            ),
+            shape_math=shape_math,
+        )
 
     @staticmethod
     def shape_arithmetic(node: onnx.NodeProto, present: list[TensorInfo], outs: list[TensorInfo]) -> bool:
@@ -769,6 +832,58 @@ class Analyzer:
             return fn(node, ins, outs), None
         except (TypeError, ValueError, IndexError, KeyError, AttributeError, ZeroDivisionError):
             return None, "shapes unknown"
+
+
+KERNEL_ATTRS = frozenset(
+    {"kernel_shape", "group", "strides", "dilations", "transA", "transB", "mode", "axis", "to", "perm"}
+)
+
+
+def is_winograd_candidate(n: NodeCost) -> bool:
+    """A dense (group 1) 3x3 convolution with stride 1."""
+    if n.op_type not in ("Conv", "FusedConv") or len(n.input_shapes) < 2 or n.input_shapes[1] is None:
+        return False
+    w = n.input_shapes[1]
+    group = n.attr("group", 1) or 1
+    strides = n.attr("strides") or (1, 1)
+    return len(w) == 4 and tuple(w[2:]) == (3, 3) and group == 1 and all(s == 1 for s in strides)
+
+
+def _plain(value: Any) -> Any:
+    """An attribute value as plain data (bytes decoded, lists as tuples, graphs and tensors dropped)."""
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    if isinstance(value, list | tuple):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, int | float | str):
+        return value
+    return None
+
+
+def peak_live_bytes(nodes: Iterable[NodeCost], input_bytes: int, graph_outputs: set[str]) -> int:
+    """The most activation bytes alive at once when the nodes run in this order: a tensor lives from the
+    node that writes it to its last reader (graph outputs to the end). Graph inputs count from the start."""
+    order = list(nodes)
+    sizes: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for i, n in enumerate(order):
+        for name in n.inputs:
+            last[name] = i
+        per = n.output_bytes // max(1, len([o for o in n.outputs if o]))
+        for name in n.outputs:
+            if name:
+                sizes[name] = per
+    live, peak = input_bytes, input_bytes
+    ending: dict[int, int] = {}
+    for i, n in enumerate(order):
+        for name in n.outputs:
+            if name in sizes:
+                live += sizes[name]
+                end = len(order) if name in graph_outputs else last.get(name, i)
+                ending[end] = ending.get(end, 0) + sizes[name]
+        peak = max(peak, live)
+        live -= ending.pop(i, 0)
+    return peak
 
 
 def topological(g: onnx.GraphProto) -> list[onnx.NodeProto]:
@@ -1261,6 +1376,8 @@ def analyze(
         branch_choice="static" if analyzer.decided_all else "costlier counted, cheaper for the floor",
         uncounted=dict(analyzer.uncounted),
         warnings=tuple(warnings),
+        meta_nodes=tuple(top.meta),
+        peak_activation_bytes=peak_live_bytes(top.nodes, input_bytes, set(outputs)),
     )
 
 
@@ -1274,6 +1391,8 @@ class Floor:
     peak_tops: dict[str, float]
     bandwidth_gbps: float
     notes: tuple[str, ...] = ()
+    level: str = "DRAM"  # the memory level whose bandwidth the traffic is charged at
+    working_set_bytes: int | None = None
 
     @property
     def floor_ms(self) -> float:
@@ -1284,8 +1403,11 @@ class Floor:
         return "compute" if self.compute_ms >= self.memory_ms else "memory"
 
 
-def floor(cost: ModelCost, peak_tops: dict[str, float], bandwidth_gbps: float) -> Floor:
-    """max(FLOPs / peak, bytes / bandwidth): FLOPs of each compute class against its own measured peak."""
+def floor(cost: Any, peak_tops: dict[str, float], bandwidth_gbps: float) -> Floor:
+    """max(FLOPs / peak, bytes / bandwidth): FLOPs of each compute class against its own measured peak.
+
+    `cost` is a ModelCost or anything with its `floor_flops_by_dtype` and `floor_bytes` (counts read back
+    from stored records)."""
     if bandwidth_gbps <= 0:
         raise ValueError("bandwidth must be positive")
     notes = []

@@ -7,8 +7,9 @@ budgets (latency at a percentile, peak memory, energy per inference, load time),
 How a latency is predicted (the calibrated roofline):
 
 1. Static counts of the model (per node: FLOPs, weight bytes, activation bytes; `edgebench.analysis.cost`) and
-   the target's measured ceilings (best fp32 `effective_tops`, best `bandwidth_gbps`; when the store has
-   none, the best rates the target's own benched models reached stand in) turn each model into a few
+   the target's measured ceilings (fp32 `effective_tops` and bandwidth of the latest ceiling runs,
+   edgebench.analysis.ceilings; when the store has none, the best rates the target's own benched models
+   reached stand in, without the model held out in cross-validation) turn each model into a few
    *floor times*: the time its compute-bound nodes would take at peak FLOP/s, the time its memory-bound
    nodes would take at full bandwidth (weights split at the last-level cache), its node count (per-op
    dispatch overhead), and so on.
@@ -168,10 +169,25 @@ class ModelCounts:
     nodes: tuple[OpCost, ...] = ()
     source: str = ""
     warnings: tuple[str, ...] = ()
+    # The shapes the counts were made at, as given (None: not known, e.g. totals from the store), and
+    # the dims every input took with nothing given (dynamic dimensions at 1, as the analysis takes them).
+    shapes: dict[str, list[int]] | None = None
+    declared: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def node_count(self) -> int | None:
         return len(self.nodes) or None
+
+    def counted_at(self, bench_shapes: Mapping[str, Sequence[int]] | None) -> bool:
+        """Whether a bench with these `shapes` params ran the inputs these counts were made at (an input
+        neither side gives takes its declared dims on both). True when the counts' shapes are unknown."""
+        if self.shapes is None:
+            return True
+        given = {k: list(v) for k, v in (bench_shapes or {}).items()}
+        names = set(given) | set(self.shapes)
+        return all(
+            given.get(k, self.declared.get(k)) == self.shapes.get(k, self.declared.get(k)) for k in names
+        )
 
 
 def count_model(path: Path, name: str, shapes: Mapping[str, Sequence[int]] | None = None) -> ModelCounts:
@@ -236,7 +252,21 @@ def count_model(path: Path, name: str, shapes: Mapping[str, Sequence[int]] | Non
         nodes=tuple(nodes),
         source=str(path),
         warnings=tuple(cost.warnings),
+        shapes={k: [int(d) for d in v] for k, v in (shapes or {}).items() if k in inputs},
+        declared=_declared_inputs(model),
     )
+
+
+def _declared_inputs(model: Any) -> dict[str, list[int]]:
+    """Each graph input's declared dims, a dynamic one at 1 (the analysis' default)."""
+    inits = {i.name for i in model.graph.initializer}
+    out = {}
+    for vi in model.graph.input:
+        if vi.name in inits or not vi.type.tensor_type.HasField("shape"):
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        out[vi.name] = [int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in dims]
+    return out
 
 
 def counts_from_records(records: Iterable[Record]) -> dict[str, ModelCounts]:
@@ -271,18 +301,25 @@ class MachineModel:
 
 
 def device_ceilings(
-    records: Iterable[Record], device_info: Iterable[Mapping[str, Any]] = ()
+    records: Iterable[Record], device_info: Iterable[Mapping[str, Any]] = (), run_order: Sequence[str] = ()
 ) -> dict[str, MachineModel]:
-    """Best measured fp32 matmul rate and memory bandwidth per device, and its LLC size when known."""
+    """Per device the fp32 matmul rate and the DRAM bandwidth of its latest ceiling runs (at any thread
+    count: the best of the latest run at each, not the maximum of every run ever stored; see
+    edgebench.analysis.ceilings), and its LLC size when known. `run_order` is the runs oldest first."""
+    from .ceilings import CEILING_PROBES, ceilings_at
+
+    records = [
+        r for r in records if r.probe in CEILING_PROBES and r.value is not None and math.isfinite(r.value)
+    ]
     tops: dict[str, float] = {}
     bw: dict[str, float] = {}
-    for r in records:
-        if r.value is None or not math.isfinite(r.value) or r.value <= 0:
+    for device in sorted({r.device for r in records}):
+        found = ceilings_at(records, device, None, None, run_order)
+        if found is None:
             continue
-        if r.probe == "matmul" and r.metric == "effective_tops" and r.params.get("dtype", "fp32") == "fp32":
-            tops[r.device] = max(tops.get(r.device, 0.0), r.value)
-        elif r.probe == "bandwidth" and r.metric == "bandwidth_gbps":
-            bw[r.device] = max(bw.get(r.device, 0.0), r.value)
+        if found.peak_tops.get("fp32"):
+            tops[device] = found.peak_tops["fp32"]
+        bw[device] = found.bandwidth_gbps
     llc: dict[str, float] = {}
     for info in device_info:
         caches = (info.get("fingerprint") or {}).get("caches") or {}
@@ -346,12 +383,16 @@ def config_key(r: Record | Samples) -> str:
 
 
 def observations(
-    records: Sequence[Record], samples: Sequence[Samples] = (), run_order: Sequence[str] = ()
+    records: Sequence[Record],
+    samples: Sequence[Samples] = (),
+    run_order: Sequence[str] = (),
+    counts: Mapping[str, ModelCounts] | None = None,
 ) -> list[Observation]:
     """Latency measurements per target x model: the latest run of each configuration, then the best one.
 
     Configurations come from `bench` jobs and from the points of `threads` sweeps (a thread count, an
-    affinity), so the best is what the engineer would deploy.
+    affinity), so the best is what the engineer would deploy. With `counts`, a model's configurations are
+    only those benched at the shapes its counts were made at: FLOPs and latency pair at the same shapes.
     """
     order = {rid: i for i, rid in enumerate(run_order)}
     groups: dict[tuple, dict[str, Any]] = {}
@@ -391,6 +432,8 @@ def observations(
             latest[ident] = (rank, key, g)
     best: dict[tuple, Observation] = {}
     for (device, runtime, model, _cfg), (_rank, key, g) in latest.items():
+        if counts and model in counts and not counts[model].counted_at(g["config"].get("shapes")):
+            continue  # benched at other shapes than the counts: not this model's measurement
         lat = dict(g["latency"])
         estimated: list[str] = []
         if "p99" not in lat and key in raw and raw[key]:
@@ -1045,6 +1088,7 @@ class _Target:
     obs: dict[str, Observation]
     features: dict[str, dict[str, float]] = field(default_factory=dict)
     z: dict[str, np.ndarray] = field(default_factory=dict)
+    measured: MachineModel | None = None  # the store's ceilings (None: fitted from the models)
 
 
 def _effective_ceilings(
@@ -1085,7 +1129,7 @@ def assess(
     for name, c in counts_from_records(records).items():
         counts.setdefault(name, c)
     result = FitResult(budgets=tuple(budgets))
-    obs_all = observations(records, samples, run_order)
+    obs_all = observations(records, samples, run_order, counts)
     decoded = decode_by_pair(records, {rid: i for i, rid in enumerate(run_order)})
     if devices:
         known = {o.device for o in obs_all} | {ident[0] for ident in decoded}
@@ -1096,13 +1140,14 @@ def assess(
                     f"{', '.join(sorted(known)) or 'none'})"
                 )
         obs_all = [o for o in obs_all if o.device in devices]
-    measured_ceilings = device_ceilings(records, device_info)
+    measured_ceilings = device_ceilings(records, device_info, run_order)
     targets: dict[tuple, _Target] = {}
     for o in obs_all:
         t = targets.setdefault(o.target, _Target(o.device, o.runtime, MachineModel(), {}))
         t.obs[o.model] = o
     for t in targets.values():
-        t.ceil = _effective_ceilings(measured_ceilings.get(t.device), t.obs, counts)
+        t.measured = measured_ceilings.get(t.device)
+        t.ceil = _effective_ceilings(t.measured, t.obs, counts)
         for name, c in counts.items():
             t.features[name] = floor_times(c, t.ceil)
             t.z[name] = _descriptor(c, t.features[name])
@@ -1180,11 +1225,30 @@ class _Engine:
         self.counts = counts
         self._cal: dict[tuple, LatencyModel | None] = {}
         self._transfer_ok: dict[tuple, bool] = {}
+        self._held: dict[tuple, tuple[dict[str, dict[str, float]], dict[str, np.ndarray]]] = {}
+
+    def features(
+        self, key: tuple, exclude: str | None
+    ) -> tuple[dict[str, dict[str, float]], dict[str, np.ndarray]]:
+        """Floor times and descriptors of every model on the target. Where its ceilings are fitted from its
+        measured models, a held-out model is left out of them too: it must not leak into its prediction."""
+        t = self.targets[key]
+        fitted = t.ceil.source == "fitted from the measured models"
+        if exclude is None or not fitted or exclude not in t.obs:
+            return t.features, t.z
+        memo = (key, exclude)
+        if memo not in self._held:
+            obs = {m: o for m, o in t.obs.items() if m != exclude}
+            ceil = _effective_ceilings(t.measured, obs, self.counts)
+            feats = {name: floor_times(c, ceil) for name, c in self.counts.items()}
+            self._held[memo] = feats, {name: _descriptor(c, feats[name]) for name, c in self.counts.items()}
+        return self._held[memo]
 
     def points(self, key: tuple, exclude: str | None) -> list[_Point]:
         t = self.targets[key]
+        feats, z = self.features(key, exclude)
         return [
-            _Point(m, base_latency(o), t.features[m], t.z[m])
+            _Point(m, base_latency(o), feats[m], z[m])
             for m, o in sorted(t.obs.items())
             if m in self.counts and m != exclude and base_latency(o) > 0
         ]
@@ -1204,8 +1268,8 @@ class _Engine:
         cal = self.calibration(key, exclude)
         if cal is None or model not in self.targets[key].features:
             return None
-        t = self.targets[key]
-        return cal.predict(t.features[model], t.z[model])
+        feats, z = self.features(key, exclude)
+        return cal.predict(feats[model], z[model])
 
     def residual_elsewhere(self, key: tuple, model: str) -> float | None:
         """How much the model beat or missed the calibrations of the other targets that measured it."""

@@ -83,6 +83,10 @@ def parse_shapes(values: list[str] | None) -> dict[str, list[int]]:
     """--shape NAME=1x3x224x224 (repeatable), checked as every probe's `shapes` is."""
     from ..probes.params import ParamError, Spec, convert
 
+    names = [str(v).partition("=")[0].strip() for v in values or []]
+    twice = next((n for i, n in enumerate(names) if n and n in names[:i]), None)
+    if twice is not None:
+        raise UserError(f"--shape: input '{twice}' is given twice")
     try:
         shapes = convert("shapes", list(values or []), Spec("shapes", "identity", "")) if values else None
     except ParamError as exc:

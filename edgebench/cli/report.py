@@ -15,7 +15,6 @@ from .common import (
     make_table,
     note,
     open_store,
-    parse_shapes,
     print_json,
     records_json,
     resolve_runs,
@@ -73,7 +72,11 @@ _MODELS = typer.Option(
 _STRICT = typer.Option(False, "--strict", help="Uncertain verdicts fail too (exit 1).")
 _DEVICES = typer.Option(None, "--device", "-d", help="Only this device (repeatable).")
 _SUITE_FIT = typer.Option(None, "--suite", help="Take budgets from this suite's budget table.")
-_SHAPES = typer.Option(None, "--shape", help="NAME=DIMS for dynamic inputs of --model files.")
+_SHAPES = typer.Option(
+    None,
+    "--shape",
+    help="NAME=DIMS for every --model file with that input, MODEL:NAME=DIMS for one (repeatable).",
+)
 _NO_STORE = typer.Option(False, "--no-store", help="Do not keep the verdicts in the store.")
 
 
@@ -120,13 +123,12 @@ def fit(
     from ..records import new_run_id
 
     budgets = _budgets(suite, budget)
-    shapes = parse_shapes(shape)
     with open_store(store) as st:
         runs = st.runs()
         order = [r.run_id for r in runs]
         records = [r for r in st.records() if r.probe not in ("fit", "gate")]
         measured = {r.model for r in records if r.probe in MEASURING_PROBES and r.model}
-        selected, counts, notes = _fit_models(model or [], measured, shapes, st.path)
+        selected, counts, notes = _fit_models(model or [], measured, shape, st.path)
         result = assess(
             records,
             budgets,
@@ -162,17 +164,28 @@ def fit(
 
 
 def _fit_models(
-    refs: list[str], measured: set[str], shapes: dict[str, list[int]], store: Path
+    refs: list[str], measured: set[str], shape: list[str] | None, store: Path
 ) -> tuple[set[str], dict, list[str]]:  # type: ignore[type-arg]
     """--model selects rows: a name measured in the store, or a model file (whose counts let fit predict
-    it where it was never benched). Returns the names selected, the counts and notes for the user."""
+    it where it was never benched), counted at its --shape values (plain, or MODEL:INPUT=DIMS for one of
+    them; edgebench.cli.shapes). Returns the names selected, the counts and notes for the user."""
     from ..analysis.fit import count_model
     from ..errors import ModelError
     from ..models.refs import resolve_model
+    from .shapes import check_plain_used, onnx_input_ranks, parse_shape_args, shapes_for
 
     selected: set[str] = set()
     counts = {}
     notes = []
+    resolved_names = {}
+    for ref in refs:
+        if not (ref in measured and not Path(ref).exists()):
+            try:
+                resolved_names[ref] = resolve_model(ref).name
+            except ModelError:
+                pass
+    args = parse_shape_args(shape, [*refs, *resolved_names.values()])
+    inputs_of: dict[str, dict[str, int | None]] = {}
     for ref in refs:
         if ref in measured and not Path(ref).exists():
             selected.add(ref)
@@ -193,8 +206,14 @@ def _fit_models(
                 "to predict it where it was not benched"
             )
             continue
+        inputs_of[ref] = onnx_input_ranks(resolved.path)
+        shapes = shapes_for(args, [ref, resolved.name], inputs_of[ref], ref)
         counts[resolved.name] = count_model(resolved.path, resolved.name, shapes)
         warn(counts[resolved.name].warnings, f"{resolved.name}: ")
+    if (args.plain or args.per_model) and not inputs_of:
+        raise UserError("--shape: applies to the --model files counted; none was given")
+    if args.plain:
+        check_plain_used(args, inputs_of)
     return selected, counts, notes
 
 

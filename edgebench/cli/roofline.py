@@ -26,16 +26,18 @@ from .common import (
     device_waits,
     note,
     open_lab,
-    parse_shapes,
     positive_seconds,
     print_json,
     records_json,
     render_table,
     warn,
 )
+from .shapes import check_plain_used, onnx_input_ranks, parse_shape_args, shapes_for
 
 COMPUTE_DTYPES = ("fp32", "fp16", "int8")
-SHAPE_OPT = typer.Option(None, "--shape", help="NAME=DIMS for dynamic inputs (repeatable).")
+SHAPE_OPT = typer.Option(
+    None, "--shape", help="NAME=DIMS (or MODEL:NAME=DIMS) for dynamic inputs (repeatable)."
+)
 VALUE_OPT = typer.Option(
     None, "--value", help="NAME=V for inputs that pick If branches, e.g. sr=16000 (repeatable)."
 )
@@ -88,7 +90,13 @@ def roofline(
     ref = resolve_model(model)
     if ref.format != "onnx":
         raise UserError(f"{model}: roofline analyses ONNX models")
-    shapes, values = parse_shapes(shape), parse_values(value)
+    args = parse_shape_args(shape, [model, ref.name])
+    shapes, values = (
+        shapes_for(args, [model, ref.name], onnx_input_ranks(ref.path), model),
+        parse_values(value),
+    )
+    if args.plain:
+        check_plain_used(args, {model: onnx_input_ranks(ref.path)})
     cost = analyze(ref.path, shapes, values)
     if device is None:
         ctx = RecordContext(run_id=new_run_id(), device="-", probe="roofline", model=ref.name)
@@ -141,8 +149,9 @@ def stored_figures(
             raise UserError(f"no stored ceilings for {device} (no store at {store}): drop --no-measure")
         return None, None
     with Store(store) as st:
-        ceilings = None if measure else find_ceilings(st, device)
         measured = measured_latency(st, device, model, shapes)
+        at = (measured.threads, measured.affinity) if measured else (None, None)
+        ceilings = None if measure else find_ceilings(st, device, *at)
     if ceilings is None and measure is False:
         raise UserError(
             f"{store}: no matmul and bandwidth results for {device}; run `edgebench probe matmul` and "

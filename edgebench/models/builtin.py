@@ -26,9 +26,11 @@ def _weights(rng: np.random.Generator, fan_in: int, shape: tuple[int, ...]) -> n
     return (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
 
 
-def build_mlp(hidden: int = 2048, width: int = 1024, layers: int = 3) -> onnx.ModelProto:
+def build_mlp(
+    hidden: int = 2048, width: int = 1024, layers: int = 3, batch: int | str = "batch", seed: int = 1
+) -> onnx.ModelProto:
     """Memory-bound MLP: batch-1 GEMVs over ~34 MB of fp32 weights (about 0.5 FLOP per weight byte)."""
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(seed)
     dims = [width] + [hidden] * (layers - 1) + [width]
     nodes, inits, prev = [], [], "x"
     for i in range(layers):
@@ -44,8 +46,8 @@ def build_mlp(hidden: int = 2048, width: int = 1024, layers: int = 3) -> onnx.Mo
     graph = helper.make_graph(
         nodes,
         "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, width])],
         inits,
     )
     return _model(graph)
@@ -162,6 +164,67 @@ def build_encoder(seq: int = 128, d_model: int = 256, heads: int = 4, ffn: int =
     return _model(graph)
 
 
+def build_tinymlp() -> onnx.ModelProto:
+    """Cache-resident MLP: batch-1 GEMVs over ~1.6 MB of weights, which stay in L2 between runs."""
+    return build_mlp(hidden=512, width=256, layers=3, batch=1, seed=4)
+
+
+def build_batchmlp() -> onnx.ModelProto:
+    """Compute-bound MLP: the same GEMMs at batch 64 over ~12 MB of weights (~32 FLOP per weight byte)."""
+    return build_mlp(hidden=1024, width=1024, layers=3, batch=64, seed=5)
+
+
+def build_dwnet(size: int = 56, channels: int = 64, blocks: int = 3) -> onnx.ModelProto:
+    """Mobile-style depthwise-separable blocks (3x3 depthwise, then 1x1 pointwise): few FLOPs and few
+    weights per activation byte, the low-intensity end of a vision model."""
+    rng = np.random.default_rng(6)
+    nodes, inits, prev = [], [], "image"
+    inits += [_init("stem.w", _weights(rng, 27, (channels, 3, 3, 3))), _init("stem.b", np.zeros(channels))]
+    nodes.append(
+        helper.make_node(
+            "Conv", [prev, "stem.w", "stem.b"], ["s"], name="stem", kernel_shape=[3, 3], pads=[1] * 4
+        )
+    )
+    nodes.append(helper.make_node("Relu", ["s"], ["s_r"], name="stem_relu"))
+    prev = "s_r"
+    for i in range(blocks):
+        dw, pw = f"dw{i}", f"pw{i}"
+        inits += [
+            _init(f"{dw}.w", _weights(rng, 9, (channels, 1, 3, 3))),
+            _init(f"{dw}.b", np.zeros(channels)),
+        ]
+        inits += [
+            _init(f"{pw}.w", _weights(rng, channels, (channels, channels, 1, 1))),
+            _init(f"{pw}.b", np.zeros(channels)),
+        ]
+        nodes += [
+            helper.make_node(
+                "Conv",
+                [prev, f"{dw}.w", f"{dw}.b"],
+                [f"{dw}.o"],
+                name=dw,
+                kernel_shape=[3, 3],
+                pads=[1] * 4,
+                group=channels,
+            ),
+            helper.make_node("Relu", [f"{dw}.o"], [f"{dw}.r"], name=f"{dw}_relu"),
+            helper.make_node(
+                "Conv", [f"{dw}.r", f"{pw}.w", f"{pw}.b"], [f"{pw}.o"], name=pw, kernel_shape=[1, 1]
+            ),
+            helper.make_node("Relu", [f"{pw}.o"], [f"{pw}.r"], name=f"{pw}_relu"),
+        ]
+        prev = f"{pw}.r"
+    nodes.append(helper.make_node("GlobalAveragePool", [prev], ["y"], name="gap"))
+    graph = helper.make_graph(
+        nodes,
+        "dwnet",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 1, 1])],
+        inits,
+    )
+    return _model(graph)
+
+
 def _model(graph: onnx.GraphProto) -> onnx.ModelProto:
     model = helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="edgebench"
@@ -175,6 +238,9 @@ BUILTINS: dict[str, Callable[[], onnx.ModelProto]] = {
     "mlp": build_mlp,
     "convnet": build_convnet,
     "encoder": build_encoder,
+    "tinymlp": build_tinymlp,
+    "batchmlp": build_batchmlp,
+    "dwnet": build_dwnet,
 }
 
 

@@ -47,15 +47,24 @@ CALIBRATION_REVISION = 1
 COVERAGE_BAND = (0.7, 1.3)
 
 
+TensorShapes = tuple[tuple[str, tuple[int, ...]], ...]  # (element type, dims) per tensor
+
+
 @dataclass(frozen=True)
 class OpTime:
-    """One op's time per inference (instrumentation overhead removed)."""
+    """One op's time per inference (instrumentation overhead removed), and the tensors the runtime's kernel
+    saw (its element types and shapes, as the runtime reports them; a weight it pre-packed may be absent)."""
 
     node: str
     op_type: str
     ms: float
     calls: float  # executions per inference (more than 1 inside loops)
     provider: str = ""
+    inputs: TensorShapes = ()
+    outputs: TensorShapes = ()
+    parameter_bytes: int | None = None
+    runtime_flops: float | None = None  # the runtime's own count of the kernel's work (MNN's getFlops)
+    activation_bytes: int | None = None  # activations read and written, as the runtime counts them
 
 
 @dataclass(frozen=True)
@@ -76,8 +85,24 @@ class OpKey:
     provider: str = ""
 
 
+@dataclass(frozen=True)
+class OpTensors:
+    """What a kernel read and wrote, as its runtime reports it."""
+
+    inputs: TensorShapes = ()
+    outputs: TensorShapes = ()
+    parameter_bytes: int | None = None
+    runtime_flops: float | None = None  # the runtime's own count of the kernel's work (MNN's getFlops)
+    activation_bytes: int | None = None  # activations read and written, as the runtime counts them
+
+
 def aggregate(
-    keys: list[OpKey], per_run_ms: np.ndarray, calls: list[float], overhead_us: float, correction: str
+    keys: list[OpKey],
+    per_run_ms: np.ndarray,
+    calls: list[float],
+    overhead_us: float,
+    correction: str,
+    tensors: dict[OpKey, OpTensors] | None = None,
 ) -> OpProfile:
     """Mean time per op over the runs, leaving out the few op timings a busy device disturbed.
 
@@ -94,10 +119,45 @@ def aggregate(
     limit = median + np.maximum.reduce([5.0 * spread, 0.5 * median, np.full_like(median, 0.005)])
     ok = m <= limit
     means = (m * ok).sum(axis=0) / np.maximum(ok.sum(axis=0), 1)
+    seen = tensors or {}
     ops = [
-        OpTime(k.node, k.op_type, float(x), c, k.provider) for k, x, c in zip(keys, means, calls, strict=True)
+        OpTime(k.node, k.op_type, float(x), c, k.provider, *_tensor_fields(seen.get(k)))
+        for k, x, c in zip(keys, means, calls, strict=True)
     ]
     return OpProfile(ops, overhead_us, correction, len(m), int((~ok).sum()))
+
+
+def _tensor_fields(t: OpTensors | None) -> tuple[Any, ...]:
+    if t is None:
+        return (), (), None, None, None
+    return t.inputs, t.outputs, t.parameter_bytes, t.runtime_flops, t.activation_bytes
+
+
+def ort_tensors(args: dict[str, Any]) -> OpTensors:
+    """A kernel event's `input_type_shape` / `output_type_shape` ([{"float": [1, 3, 8, 8]}, ...]) and its
+    `parameter_size` (bytes of the initializers it reads), `activation_size` + `output_size` (bytes of the
+    activations it reads and writes; pre-packed weights are absent from its input shapes)."""
+
+    def shapes(items: Any) -> TensorShapes:
+        out = []
+        for item in items or []:
+            if isinstance(item, dict):
+                for dtype, dims in item.items():
+                    out.append((str(dtype), tuple(int(d) for d in dims or ())))
+        return tuple(out)
+
+    def number(key: str) -> int | None:
+        text = str(args.get(key, ""))
+        return int(text) if text.isdigit() else None
+
+    read, written = number("activation_size"), number("output_size")
+    return OpTensors(
+        shapes(args.get("input_type_shape")),
+        shapes(args.get("output_type_shape")),
+        number("parameter_size"),
+        None,
+        read + written if read is not None and written is not None else None,
+    )
 
 
 def calibration_model() -> Path:
@@ -281,6 +341,7 @@ def ort_profile(events: list[dict[str, Any]], runs: int, overhead: ProfilerOverh
     index: dict[OpKey, int] = {}
     rows: list[dict[int, float]] = []
     calls: list[int] = []
+    tensors: dict[OpKey, OpTensors] = {}
     for run in per_run:
         row: dict[int, float] = {}
         for e, self_us, children in _self_times(run):
@@ -290,6 +351,8 @@ def ort_profile(events: list[dict[str, Any]], runs: int, overhead: ProfilerOverh
                 str(args.get("op_name", "")),
                 str(args.get("provider", "")),
             )
+            if key not in tensors:
+                tensors[key] = ort_tensors(args)
             k = index.setdefault(key, len(index))
             if k == len(calls):
                 calls.append(0)
@@ -300,7 +363,12 @@ def ort_profile(events: list[dict[str, Any]], runs: int, overhead: ProfilerOverh
     matrix = np.array([[row.get(k, 0.0) for k in range(len(index))] for row in rows]).reshape(len(rows), -1)
     n = max(1, len(rows))
     return aggregate(
-        list(index), matrix, [c / n for c in calls], overhead.inside_us, "calibration chain of trivial ops"
+        list(index),
+        matrix,
+        [c / n for c in calls],
+        overhead.inside_us,
+        "calibration chain of trivial ops",
+        tensors,
     )
 
 
@@ -312,7 +380,22 @@ def mnn_profile(result: dict[str, Any]) -> OpProfile:
     raw = np.asarray(result["per_run_ms"], dtype=float).reshape(-1, len(keys))
     # Each call of an op carries one callback pair's overhead.
     corrected = np.maximum(raw - overhead_ms * np.asarray(calls), 0.0)
-    return aggregate(keys, corrected, calls, overhead_ms * 1000.0, "median gap between callbacks")
+    tensors = {
+        k: OpTensors(
+            _mnn_shapes(op.get("inputs")),
+            _mnn_shapes(op.get("outputs")),
+            None,
+            float(op["mflops"]) * 1e6 if op.get("mflops") is not None else None,
+        )
+        for k, op in zip(keys, result["ops"], strict=True)
+        if op.get("inputs") is not None or op.get("outputs") is not None
+    }
+    return aggregate(keys, corrected, calls, overhead_ms * 1000.0, "median gap between callbacks", tensors)
+
+
+def _mnn_shapes(items: Any) -> TensorShapes:
+    """[[dtype, [dims]], ...] as the agent sends MNN's tensors."""
+    return tuple((str(t), tuple(int(d) for d in dims)) for t, dims in items or [])
 
 
 # ---- records -------------------------------------------------------------------------------------------
@@ -329,8 +412,17 @@ def profile_records(ctx: RecordContext, reply: AgentReply, profile: OpProfile) -
     out.samples.append(ctx.samples("latency_ms", "ms", latencies))
     ops = sorted(profile.ops, key=lambda o: o.ms, reverse=True)
     for op in ops:
-        calls = {"calls": op.calls} if op.calls != 1 else {}
-        out.records.append(ctx.record("op_time_ms", op.ms, "ms", calls, node=op.node, op_type=op.op_type))
+        notes: dict[str, Any] = {"calls": op.calls} if op.calls != 1 else {}
+        if op.inputs or op.outputs:
+            notes["inputs"] = [[t, list(d)] for t, d in op.inputs]
+            notes["outputs"] = [[t, list(d)] for t, d in op.outputs]
+        if op.parameter_bytes is not None:
+            notes["parameter_bytes"] = op.parameter_bytes
+        if op.runtime_flops is not None:
+            notes["runtime_flops"] = op.runtime_flops
+        if op.activation_bytes is not None:
+            notes["activation_bytes"] = op.activation_bytes
+        out.records.append(ctx.record("op_time_ms", op.ms, "ms", notes, node=op.node, op_type=op.op_type))
     by_type: dict[str, float] = {}
     for op in ops:
         by_type[op.op_type] = by_type.get(op.op_type, 0.0) + op.ms

@@ -236,6 +236,25 @@ class BandwidthParams(ProbeParams):
     block_kb: float | None = param(None, PO, "float", "Block of the blocked kernels.", unit="KiB", minimum=1)
     trials: int = param(10, PO, "int", "Timed trials per kernel and thread count.", minimum=1)
     max_seconds: float = param(600.0, PO, "float", "Time budget of each agent call.", unit="s", minimum=1)
+    sweep: bool = param(
+        False, ID, "bool", "Sweep working-set sizes from the caches to DRAM: the memory hierarchy."
+    )
+    sweep_min_kb: float = param(32.0, PO, "float", "Sweep: smallest working set.", unit="KiB", minimum=4)
+    sweep_max_mb: float | None = param(
+        None,
+        PO,
+        "float",
+        "Sweep: largest working set (default 512 MiB, or 4x a smaller last-level cache).",
+        unit="MiB",
+        positive=True,
+    )
+    sweep_steps: int = param(2, PO, "int", "Sweep: sizes per doubling.", minimum=1, maximum=8)
+
+    def check(self) -> None:
+        if self.sweep and (self.array_mb is not None or self.kernel is not None):
+            raise ParamError(
+                "sweep", "a sweep sizes its own working sets and kernels: drop array_mb / kernel"
+            )
 
 
 @dataclass(frozen=True)
@@ -278,6 +297,12 @@ class RooflineParams(ProbeParams):
     threads: int = _threads()
     affinity: tuple[int, ...] | None = _affinity()
     bench: bool = param(True, PO, "bool", "Bench the model for its efficiency against the floor.")
+    measure: bool = param(
+        True,
+        PO,
+        "bool",
+        "Measure the ceilings when none are given (false: count only; floors come from the run's records).",
+    )
     matmul: dict[str, Any] | None = param(
         None, PO, "table", "Params of the matmul ceiling run.", table=MatmulParams, cli=False
     )

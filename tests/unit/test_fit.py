@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -477,3 +478,49 @@ def test_count_model_refuses_non_onnx(tmp_path: Path) -> None:
     path.write_bytes(b"\0" * 16)
     with pytest.raises(UserError, match="ONNX"):
         fit.count_model(path, "m")
+
+
+def test_ceilings_come_from_the_latest_runs_and_a_held_out_model_does_not_leak_into_fitted_ones() -> None:
+    def tops(run: str, value: float) -> Record:
+        return Record(run, "board", "matmul", None, None, "effective_tops", value, "TOPS", {"dtype": "fp32"})
+
+    bw = Record("r2", "board", "bandwidth", None, None, "bandwidth_gbps", 20.0, "GB/s", {"kernel": "copy"})
+    ceil = fit.device_ceilings([tops("r0", 0.9), tops("r1", 0.1), bw], run_order=["r0", "r1", "r2"])
+    assert ceil["board"].peak_flops == pytest.approx(0.1e12)  # the latest run, not the best ever stored
+
+    records = fleet_records()  # no ceilings: they are fitted from the benched models' own rates
+    result = fit.assess(records, counts=COUNTS)
+    source = result.calibrations[("board", "onnxruntime")]["ceilings"]["source"]
+    assert source == "fitted from the measured models"
+    obs = fit.observations(records)
+    t = fit._Target("board", "onnxruntime", fit.MachineModel(), {o.model: o for o in obs})
+    t.ceil = fit._effective_ceilings(None, t.obs, COUNTS)
+    t.features = {n: fit.floor_times(c, t.ceil) for n, c in COUNTS.items()}
+    t.z = {n: fit._descriptor(c, t.features[n]) for n, c in COUNTS.items()}
+    engine = fit._Engine({("board", "onnxruntime"): t}, COUNTS)
+    fastest = max(t.obs, key=lambda m: COUNTS[m].flops / fit.base_latency(t.obs[m]))
+    held, _ = engine.features(("board", "onnxruntime"), fastest)
+    full, _ = engine.features(("board", "onnxruntime"), None)
+    assert held[fastest] != full[fastest]  # its floor times come from ceilings it did not set
+
+
+def test_latency_pairs_with_counts_at_the_same_shapes() -> None:
+    def at(shapes: dict[str, list[int]] | None, p50: float) -> list[Record]:
+        recs = bench_records("board", "det", p50)
+        if shapes is None:
+            return recs
+        return [dataclasses.replace(r, params={**r.params, "shapes": shapes}) for r in recs]
+
+    records = at(None, 4.0) + at({"x": [1, 3, 320, 320]}, 1.0)  # declared 640x640, and a smaller bench
+    declared = {"x": [1, 3, 640, 640]}
+
+    def counts(shapes: dict[str, list[int]] | None) -> dict[str, fit.ModelCounts]:
+        return {"det": fit.ModelCounts("det", 1e9, 1e6, shapes=shapes, declared=declared)}
+
+    [big] = fit.observations(records, counts=counts({}))  # counted as declared: the 640x640 bench
+    assert big.latency["p50"] == 4.0
+    [small] = fit.observations(records, counts=counts({"x": [1, 3, 320, 320]}))
+    assert small.latency["p50"] == 1.0
+    assert fit.observations(records, counts=counts({"x": [1, 3, 480, 480]})) == []  # never benched there
+    [fastest] = fit.observations(records, counts=counts(None))  # counts of unknown shapes: any bench
+    assert fastest.latency["p50"] == 1.0

@@ -274,7 +274,17 @@ def test_the_shipped_suites_load_and_plan(tmp_path: Path) -> None:
     jobs = plan(smoke)
     assert {j.device for j in jobs} == {"local"}
     assert {j.probe for j in jobs} >= {"bench", "matmul", "bandwidth"}
-    assert len([j for j in jobs if j.model is None]) == 2  # matmul and bandwidth: once, no model
+    free = [j for j in jobs if j.model is None]  # matmul and bandwidth: no model, at each benched count
+    assert sorted((j.probe, j.params.get("threads"), bool(j.params.get("sweep"))) for j in free) == [
+        ("bandwidth", 1, False),  # STREAM triad
+        ("bandwidth", 1, True),  # the memory-hierarchy sweep
+        ("bandwidth", 2, True),
+        ("matmul", 1, False),
+        ("matmul", 2, False),
+    ]
+    benched = {j.params.get("threads") for j in jobs if j.probe == "bench"}
+    assert benched == {1, 2}
+    assert len({j.model for j in jobs if j.probe == "bench"}) >= 6
 
     nightly = load_suite(REPO / "suites" / "nightly.toml")
     lab = tmp_path / "lab"

@@ -180,9 +180,13 @@ def budget_status(value: float | None, budget: Budget | None) -> str:
 
 def ceilings(records: Sequence[Record], device_info: Sequence[Mapping[str, Any]] = ()) -> pd.DataFrame:
     """Measured ceilings vs the datasheet: best effective TOPS per dtype and backend, bandwidth per kernel."""
+    from ...analysis.nominal import derived_peak
+
     datasheet: dict[str, dict[str, Any]] = {}
+    derived: dict[str, Any] = {}
     for info in device_info:
         datasheet[info["device"]] = (info.get("descriptor") or {}).get("spec") or {}
+        derived[info["device"]] = derived_peak(info.get("fingerprint") or {}) or derived.get(info["device"])
     rows = []
     groups: dict[tuple, list[Record]] = {}
     for r in _select(records, "matmul", ["effective_tops"]):
@@ -198,9 +202,13 @@ def ceilings(records: Sequence[Record], device_info: Sequence[Mapping[str, Any]]
     for (device, kind, what, backend), recs in sorted(groups.items()):
         best = max(recs, key=lambda r: r.value or 0.0)
         spec = datasheet.get(device, {})
+        source = "datasheet"
         if kind == "matmul":
             nominal = (spec.get("peak_tops") or {}).get(what)
             unit = "TOPS"
+            peak = derived.get(device)
+            if nominal is None and peak is not None and what in peak.tops:
+                nominal, source = peak.tops[what], f"derived: {peak.basis}"
         else:
             nominal = spec.get("memory_bandwidth_gbps")
             unit = "GB/s"
@@ -222,9 +230,12 @@ def ceilings(records: Sequence[Record], device_info: Sequence[Mapping[str, Any]]
                 "datasheet": nominal,
                 "efficiency": eff,
                 "at": params_label(best.params, skip=("dtype", "kernel", "backend", "stat")),
+                "nominal_source": source if nominal else "",
             }
         )
-    cols = ["device", "kind", "what", "backend", "best", "unit", "datasheet", "efficiency", "at"]
+    cols = [
+        "device", "kind", "what", "backend", "best", "unit", "datasheet", "efficiency", "at", "nominal_source"
+    ]  # fmt: skip
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -320,6 +331,57 @@ def roofline(
         "bound",
         "efficiency",
     ]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def floors(records: Sequence[Record], run_order: Sequence[str] = ()) -> pd.DataFrame:
+    """Per benched configuration (device, runtime, model, threads, shapes; latest run): the roofline floor
+    from the ceilings measured at its thread count and the memory level its working set lives in, the
+    measured p50, floor / measured, and, where the measurement beats its floor, by how much and why."""
+    from ...analysis.ceilings import BEATS_MARGIN, model_floors
+
+    rows = []
+    for f in model_floors(records, run_order):
+        shapes = f.config.get("shapes") or {}
+        note = f.reason()
+        if note is None:
+            note = (
+                f"within the floor's margin ({f.beats_by:.0%} under it)"
+                if f.beats_by > 0
+                else "the floor holds"
+            )
+        rows.append(
+            {
+                "device": f.device,
+                "runtime": f.runtime or "",
+                "model": f.model,
+                "threads": f.config.get("threads"),
+                "shapes": ", ".join(f"{k}={'x'.join(str(d) for d in v)}" for k, v in sorted(shapes.items())),
+                "flops": f.counts.flops,
+                "floor_bytes": f.counts.floor_bytes,
+                "working_set_bytes": f.counts.working_set_bytes,
+                "intensity": f.counts.flops / f.counts.floor_bytes if f.counts.floor_bytes else float("nan"),
+                "level": f.floor.level,
+                "bandwidth_gbps": f.floor.bandwidth_gbps,
+                "peak_gflops": max(f.ceilings.peak_tops.values(), default=0.0) * 1e3,
+                "bound": f.floor.bound,
+                "floor_ms": f.floor.floor_ms,
+                "latency_ms": f.measured_ms,
+                "achieved_gflops": f.achieved_gflops,
+                "efficiency": f.efficiency,
+                "beats_by": f.beats_by,
+                "named": f.beats_by > BEATS_MARGIN,
+                "note": note,
+                "ceiling_runs": ", ".join(
+                    sorted({*f.ceilings.peak_runs.values(), f.ceilings.bandwidth_run or ""} - {""})
+                ),
+            }
+        )
+    cols = [
+        "device", "runtime", "model", "threads", "shapes", "flops", "floor_bytes", "working_set_bytes",
+        "intensity", "level", "bandwidth_gbps", "peak_gflops", "bound", "floor_ms", "latency_ms",
+        "achieved_gflops", "efficiency", "beats_by", "named", "note", "ceiling_runs",
+    ]  # fmt: skip
     return pd.DataFrame(rows, columns=cols)
 
 

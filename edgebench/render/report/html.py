@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from ... import __version__
+from ...analysis.ceilings import BEATS_MARGIN
 from ...execution.provenance import redact_argv
 from . import frames, plots, workloads
 from .data import ReportData
@@ -593,12 +594,15 @@ def _ceilings(d: ReportData) -> tuple[str, bool]:
             r.backend,
             r.best,
             r.unit,
-            r.datasheet,
+            f"{fmt(r.datasheet)} (derived)" if r.nominal_source.startswith("derived") else r.datasheet,
             pct(r.efficiency) if r.efficiency is not None and r.efficiency == r.efficiency else "–",
             r.at,
         ]
         for r in c.itertuples()
     ]
+    derived = sorted(
+        {(r.device, r.nominal_source) for r in c.itertuples() if r.nominal_source.startswith("derived")}
+    )
     out = [
         table(
             [
@@ -608,13 +612,19 @@ def _ceilings(d: ReportData) -> tuple[str, bool]:
                 "backend",
                 "best measured",
                 "unit",
-                "datasheet",
+                "datasheet / nominal",
                 "efficiency",
                 "at",
             ],
             rows,
         )
     ]
+    for device, source in derived:
+        out.append(
+            f'<p class="note">{esc(device)}: no datasheet peak in its descriptor, so the nominal peak is '
+            f"{esc(source)} (a descriptor's [spec] peak_tops overrides it). Efficiency above 100% means "
+            "the cores ran faster than the clock read (a VM reports its base clock, not the turbo one).</p>"
+        )
     out.append('<div class="figure-row">')
     for device, g in c.groupby("device", sort=True):
         out.append(
@@ -626,15 +636,18 @@ def _ceilings(d: ReportData) -> tuple[str, bool]:
 
 def _roofline(d: ReportData) -> tuple[str, bool]:
     m = frames.bench_matrix(d.measurements, d.samples, d.run_order)
+    fl = frames.floors(d.measurements, d.run_order)
     pts = frames.roofline(d.measurements, m, frames.fit_counts(d.fit_records))
+    covered = set(zip(fl["device"], fl["model"], strict=True))
+    pts = pts[[(r.device, r.model) not in covered for r in pts.itertuples()]]
     peaks = frames.device_peaks(frames.ceilings(d.measurements, d.devices))
-    if pts.empty and not peaks:
+    if pts.empty and fl.empty and not peaks:
         return nodata("roofline counts or ceilings"), False
     out = []
-    devices = sorted(set(pts["device"]) | set(peaks))
+    devices = sorted(set(pts["device"]) | set(fl["device"]) | set(peaks))
     out.append('<div class="figure-row">')
     for device in devices:
-        g = pts[pts["device"] == device]
+        g = pd.concat([fl[fl["device"] == device], pts[pts["device"] == device]], ignore_index=True)
         out.append(
             figure(
                 plots.roofline_plot(device, g, peaks.get(device, {})),
@@ -643,6 +656,10 @@ def _roofline(d: ReportData) -> tuple[str, bool]:
             )
         )
     out.append("</div>")
+    if not fl.empty:
+        out.append(_floors_table(fl))
+    if pts.empty:
+        return "".join(out), True
     if not pts.empty:
         rows = [
             [
@@ -684,6 +701,50 @@ def _roofline(d: ReportData) -> tuple[str, bool]:
             "draw the roofs.</p>"
         )
     return "".join(out), True
+
+
+def _floors_table(fl: pd.DataFrame) -> str:
+    """The floors as the models ran: each benched configuration against the ceilings at its thread count,
+    its working set charged at the level it lives in, and why where a measurement beats its floor."""
+    rows = [
+        [
+            r.device,
+            r.model,
+            r.runtime,
+            r.threads,
+            r.shapes or "as declared",
+            r.flops,
+            r.working_set_bytes / 1e6,
+            f"{r.level} {fmt(r.bandwidth_gbps)} GB/s",
+            r.peak_gflops,
+            r.bound,
+            r.floor_ms,
+            r.latency_ms,
+            r.achieved_gflops,
+            r.efficiency,
+            r.note,
+        ]
+        for r in fl.itertuples()
+    ]
+    beats = fl[fl["named"]]
+    summary = (
+        f"{len(beats)} of {len(fl)} configuration(s) beat their floor by more than "
+        f"{BEATS_MARGIN:.0%}; each says why."
+        if len(beats)
+        else f"Every configuration is at or above its floor (within {BEATS_MARGIN:.0%})."
+    )
+    head = [
+        "device", "model", "runtime", "threads", "shapes", "FLOPs", "working set MB", "charged at",
+        "peak GFLOP/s", "bound", "floor ms", "latency p50 ms", "achieved GFLOP/s", "floor / measured", "why",
+    ]  # fmt: skip
+    note = (
+        '<p class="note">Floors as the models ran: max(FLOPs / the matmul peak, least traffic / bandwidth), '
+        "with ceilings measured at the benched thread count (no more threads, same affinity, latest run) "
+        "and the traffic (weights + inputs + outputs) charged at the bandwidth of the memory level the "
+        "working set (weights + the activations alive at once) lives in, found from the bandwidth sweep's "
+        f"curve. {esc(summary)}</p>"
+    )
+    return note + table(head, rows)
 
 
 def _threads(d: ReportData) -> tuple[str, bool]:
