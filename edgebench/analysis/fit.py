@@ -1131,8 +1131,10 @@ def assess(
     result = FitResult(budgets=tuple(budgets))
     obs_all = observations(records, samples, run_order, counts)
     decoded = decode_by_pair(records, {rid: i for i, rid in enumerate(run_order)})
+    kernel = _kernel_predictor(records, counts)
+    profiled = sorted(kernel.runs) if kernel is not None else []
     if devices:
-        known = {o.device for o in obs_all} | {ident[0] for ident in decoded}
+        known = {o.device for o in obs_all} | {ident[0] for ident in decoded} | {d for d, _ in profiled}
         for d in devices:
             if d not in known:
                 raise UserError(
@@ -1145,6 +1147,9 @@ def assess(
     for o in obs_all:
         t = targets.setdefault(o.target, _Target(o.device, o.runtime, MachineModel(), {}))
         t.obs[o.model] = o
+    for device, runtime in profiled:  # a device profiled but never benched: predicted from its kernels
+        if not devices or device in devices:
+            targets.setdefault((device, runtime), _Target(device, runtime, MachineModel(), {}))
     for t in targets.values():
         t.measured = measured_ceilings.get(t.device)
         t.ceil = _effective_ceilings(t.measured, t.obs, counts)
@@ -1169,7 +1174,6 @@ def assess(
         )
 
     engine = _Engine(targets, counts)
-    kernel = _kernel_predictor(records, counts)
     for key, t in sorted(targets.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
         cal = engine.calibration(key, exclude=None)
         if cal is not None:
