@@ -1131,8 +1131,10 @@ def assess(
     result = FitResult(budgets=tuple(budgets))
     obs_all = observations(records, samples, run_order, counts)
     decoded = decode_by_pair(records, {rid: i for i, rid in enumerate(run_order)})
+    kernel = _kernel_predictor(records, counts)
+    profiled = sorted(kernel.runs) if kernel is not None else []
     if devices:
-        known = {o.device for o in obs_all} | {ident[0] for ident in decoded}
+        known = {o.device for o in obs_all} | {ident[0] for ident in decoded} | {d for d, _ in profiled}
         for d in devices:
             if d not in known:
                 raise UserError(
@@ -1145,6 +1147,9 @@ def assess(
     for o in obs_all:
         t = targets.setdefault(o.target, _Target(o.device, o.runtime, MachineModel(), {}))
         t.obs[o.model] = o
+    for device, runtime in profiled:  # a device profiled but never benched: predicted from its kernels
+        if not devices or device in devices:
+            targets.setdefault((device, runtime), _Target(device, runtime, MachineModel(), {}))
     for t in targets.values():
         t.measured = measured_ceilings.get(t.device)
         t.ceil = _effective_ceilings(t.measured, t.obs, counts)
@@ -1185,7 +1190,7 @@ def assess(
             if model in t.obs:
                 result.verdicts.append(_measured_verdict(t, t.obs[model], budgets, counts.get(model), engine))
             elif model in calibrated:
-                v = _predicted_verdict(key, t, model, budgets, counts[model], engine)
+                v = _predicted_verdict(key, t, model, budgets, counts[model], engine, kernel)
                 if v is not None:
                     result.verdicts.append(v)
                 else:
@@ -1593,9 +1598,29 @@ def _measured_verdict(
     )
 
 
+def _kernel_predictor(records: Sequence[Record], counts: Mapping[str, ModelCounts]) -> Any:
+    """The per-op-kind predictor (edgebench.analysis.kernel_predict) where the store holds per-op profiles."""
+    if not any(r.probe == "profile" and r.metric == "op_time_ms" for r in records):
+        return None
+    from .kernel_predict import TargetPredictor
+
+    return TargetPredictor(records, {n: c.source for n, c in counts.items() if c.source}, INTERVAL_COVERAGE)
+
+
 def _predicted_verdict(
-    key: tuple, t: _Target, model: str, budgets: Sequence[Budget], counts: ModelCounts, engine: _Engine
+    key: tuple,
+    t: _Target,
+    model: str,
+    budgets: Sequence[Budget],
+    counts: ModelCounts,
+    engine: _Engine,
+    kernel: Any = None,
 ) -> Verdict | None:
+    """A prediction: from the per-op-kind calibration where the target has one with an interval (its p50
+    and the budgets on p50 latency), else from the whole-model roofline calibration."""
+    by_kernels = kernel.predict(t.device, t.runtime, model, counts.shapes) if kernel is not None else None
+    if by_kernels is not None and by_kernels.low_ms is not None and by_kernels.high_ms is not None:
+        return _kernel_verdict(t, model, budgets, counts, by_kernels)
     p50, evidence = engine.predict_stat(key, model, None, "p50")
     if p50 is None:
         return None
@@ -1639,6 +1664,39 @@ def _predicted_verdict(
         predicted=predicted,
         evidence=evidence,
         counts=counts,
+    )
+
+
+def _kernel_verdict(
+    t: _Target, model: str, budgets: Sequence[Budget], counts: ModelCounts, kp: Any
+) -> Verdict:
+    """A verdict from a kernel-level prediction: p50 latency budgets get its value and interval; budgets it
+    does not predict stay unchecked (so the answer is "uncertain" rather than a guess)."""
+    values: dict[str, float | None] = {}
+    intervals: dict[str, tuple[float, float]] = {}
+    for b in budgets:
+        if b.quantity == "latency" and (b.stat or "p50") == "p50":
+            values[b.key] = kp.p50_ms
+            intervals[b.key] = (kp.low_ms, kp.high_ms)
+        else:
+            values[b.key] = None
+    fits, limiting, margin, margins, unchecked = _judge(values, budgets)
+    return Verdict(
+        t.device,
+        t.runtime,
+        model,
+        "predicted",
+        {k: v for k, v in values.items() if v is not None},
+        fits,
+        limiting,
+        margin,
+        margins,
+        unchecked,
+        predicted={"predicted_latency_ms:p50": kp.p50_ms},
+        evidence=f"{kp.method}; p50 {kp.coverage:.0%} interval {kp.low_ms:.4g}-{kp.high_ms:.4g} ms "
+        f"from {kp.pairs} held-out profiles",
+        counts=counts,
+        intervals=intervals,
     )
 
 

@@ -1,0 +1,320 @@
+"""A kernel-level latency predictor, calibrated per device, runtime and thread count from per-op profiles.
+
+In the spirit of nn-Meter: what a model costs on a device is the sum of what its kernels cost there. From
+the `profile` probe's records (every op's time per inference with the tensors it saw) each kernel gets a
+kind and features (`edgebench.analysis.kernels`); per kind, a kernel's time is fitted as
+
+    ms = a * GFLOPs + b * activation MB + w * weight MB + d        (non-negative least squares)
+
+(kinds with too few profiled kernels share one fit over all of them). A model is predicted from its graph
+(`kernels.graph_kernels`: the same kinds, fused as the runtimes fuse) as
+
+    latency = sum(kernel predictions) + c
+
+where the per-inference overhead c is fitted over the profiled models' plain p50 latencies.
+Every prediction carries an interval from leave-one-model-out residuals on the same target (a held-out
+model is left out at every shape it was profiled at, and predicted from its graph, as a new model is).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy.optimize import nnls
+
+from ..records import Record
+from .kernels import Kernel, profile_kernel
+
+METHOD = "per-op-kind calibration (profile) + per-inference overhead"
+MIN_KIND_KERNELS = 4  # fewer profiled kernels of a kind: it shares the pooled fit
+MIN_MODELS = 3  # profiled models (by name) a target needs before it predicts
+_SCALE = (1e9, 1e6, 1e6)  # GFLOPs, MB, MB: comparable columns for the solver
+
+
+@dataclass(frozen=True)
+class ProfiledRun:
+    """One model profiled on a target at one set of input shapes: its plain p50 and its kernels' times."""
+
+    device: str
+    runtime: str | None
+    threads: int | None
+    model: str
+    shapes: str  # canonical JSON of the input shapes
+    latency_ms: float
+    kernels: tuple[tuple[Kernel, float], ...]
+
+    @property
+    def target(self) -> tuple[str, str | None, int | None]:
+        return self.device, self.runtime, self.threads
+
+
+def profiled_runs(records: Iterable[Record]) -> list[ProfiledRun]:
+    """The newest profile of every (device, runtime, threads, model, shapes) in the records."""
+    groups: dict[tuple, list[Record]] = defaultdict(list)
+    for r in records:
+        if r.probe != "profile" or r.model is None or r.value is None:
+            continue
+        if r.metric not in ("op_time_ms", "latency_ms"):
+            continue
+        shapes = json.dumps(r.params.get("shapes") or r.annotations.get("input_shapes") or {}, sort_keys=True)
+        groups[(r.device, r.runtime, r.params.get("threads"), r.model, shapes, r.run_id)].append(r)
+    newest: dict[tuple, tuple[str, list[Record]]] = {}
+    for key, recs in groups.items():
+        ts = max(r.ts for r in recs)
+        ident = key[:5]
+        if ident not in newest or ts > newest[ident][0]:
+            newest[ident] = (ts, recs)
+    out = []
+    for (device, runtime, threads, model, shapes), (_, recs) in sorted(
+        newest.items(), key=lambda kv: str(kv[0])
+    ):
+        p50 = [r.value for r in recs if r.metric == "latency_ms" and r.params.get("stat") == "p50"]
+        kernels = tuple((_record_kernel(r), float(r.value)) for r in recs if r.metric == "op_time_ms")
+        if p50 and kernels and p50[0] > 0:
+            out.append(ProfiledRun(device, runtime, threads, model, shapes, float(p50[0]), kernels))
+    return out
+
+
+def _record_kernel(r: Record) -> Kernel:
+    a = r.annotations
+    return profile_kernel(
+        str(r.params.get("op_type", "")),
+        a.get("inputs") or (),
+        a.get("outputs") or (),
+        parameter_bytes=a.get("parameter_bytes"),
+        runtime_flops=a.get("runtime_flops"),
+        activation_bytes=a.get("activation_bytes"),
+        name=str(r.params.get("node", "")),
+    )
+
+
+def _row(k: Kernel) -> list[float]:
+    return [k.flops / _SCALE[0], k.bytes / _SCALE[1], k.weight_bytes / _SCALE[2], 1.0]
+
+
+def _fit(rows: Sequence[list[float]], ms: Sequence[float]) -> np.ndarray:
+    """NNLS, each kernel weighted by 1/sqrt(its time): big kernels dominate, small ones still count."""
+    X, y = np.asarray(rows, float), np.asarray(ms, float)
+    w = 1.0 / np.sqrt(np.maximum(y, 1e-4))
+    coef, _ = nnls(X * w[:, None], y * w)
+    return coef
+
+
+@dataclass(frozen=True)
+class KernelCalibration:
+    """Per-kind kernel costs and the per-inference overhead of one target."""
+
+    per_kind: dict[str, tuple[float, ...]]
+    pooled: tuple[float, ...]
+    overhead_ms: float
+    models: tuple[str, ...]
+
+    def kernel_ms(self, k: Kernel) -> float:
+        coef = self.per_kind.get(k.kind, self.pooled)
+        return float(np.dot(coef, _row(k)))
+
+    def kernels_ms(self, kernels: Iterable[Kernel]) -> float:
+        return sum(self.kernel_ms(k) for k in kernels)
+
+    def latency_ms(self, kernels: Iterable[Kernel]) -> float:
+        return self.kernels_ms(kernels) + self.overhead_ms
+
+
+def calibrate(
+    runs: Sequence[ProfiledRun], graphs: Mapping[tuple[str, str], Sequence[Kernel]] | None = None
+) -> KernelCalibration | None:
+    """Fit kernel costs on every profiled kernel, then the overhead on the models' p50 latencies.
+
+    `graphs` maps (model, shapes) to the model's graph kernels: where given, the overhead is fitted on their
+    sums (as a prediction will use them), else on the profiled kernels'."""
+    if len({r.model for r in runs}) < 2:
+        return None
+    by_kind: dict[str, tuple[list[list[float]], list[float]]] = defaultdict(lambda: ([], []))
+    for run in runs:
+        for k, ms in run.kernels:
+            rows, ys = by_kind[k.kind]
+            rows.append(_row(k))
+            ys.append(ms)
+    all_rows = [row for rows, _ in by_kind.values() for row in rows]
+    all_ms = [y for _, ys in by_kind.values() for y in ys]
+    pooled = tuple(_fit(all_rows, all_ms))
+    per_kind = {
+        kind: tuple(_fit(rows, ys)) for kind, (rows, ys) in by_kind.items() if len(ys) >= MIN_KIND_KERNELS
+    }
+    partial = KernelCalibration(per_kind, pooled, 0.0, ())
+    sums, lat = [], []
+    for run in runs:
+        kernels = (graphs or {}).get((run.model, run.shapes))
+        sums.append(partial.kernels_ms(kernels if kernels is not None else [k for k, _ in run.kernels]))
+        lat.append(run.latency_ms)
+    # The overhead: what a plain inference spends outside the kernels (session, input copies), the
+    # median over the models, never negative (a kernel sum above the latency is the kernels' error).
+    overhead = max(0.0, float(np.median(np.asarray(lat) - np.asarray(sums))))
+    return KernelCalibration(per_kind, pooled, overhead, tuple(sorted({r.model for r in runs})))
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """One profiled model predicted from its graph by a calibration that never saw it."""
+
+    run: ProfiledRun
+    predicted_ms: float
+
+    @property
+    def ratio(self) -> float:
+        """measured / predicted."""
+        return self.run.latency_ms / self.predicted_ms
+
+
+def cross_validate(
+    runs: Sequence[ProfiledRun], graphs: Mapping[tuple[str, str], Sequence[Kernel]]
+) -> list[HeldOut]:
+    """Leave one model out (at every shape it was profiled at); predict each of its shapes from its graph."""
+    out = []
+    for model in sorted({r.model for r in runs}):
+        train = [r for r in runs if r.model != model]
+        if len({r.model for r in train}) < MIN_MODELS - 1:
+            continue
+        cal = calibrate(train, graphs)
+        if cal is None:
+            continue
+        for run in runs:
+            kernels = graphs.get((run.model, run.shapes))
+            if run.model == model and kernels is not None:
+                pred = cal.latency_ms(kernels)
+                if pred > 0:
+                    out.append(HeldOut(run, pred))
+    return out
+
+
+@dataclass(frozen=True)
+class KernelPrediction:
+    """A predicted p50 latency with its interval (None: too few held-out models to bound it)."""
+
+    p50_ms: float
+    low_ms: float | None
+    high_ms: float | None
+    pairs: int
+    coverage: float
+    method: str = METHOD
+
+
+def interval_ratios(held: Sequence[HeldOut], coverage: float) -> tuple[float, float] | None:
+    """Split-conformal bounds on measured / predicted from held-out ratios (None with too few of them)."""
+    ratios = sorted(h.ratio for h in held)
+    n = len(ratios)
+    tail = (1 - coverage) / 2
+    k = math.ceil((n + 1) * (1 - tail))
+    if n == 0 or k > n:
+        return None
+    return ratios[n - k], ratios[k - 1]
+
+
+def predict(
+    runs: Sequence[ProfiledRun],
+    graphs: Mapping[tuple[str, str], Sequence[Kernel]],
+    kernels: Sequence[Kernel],
+    coverage: float = 0.8,
+    held: Sequence[HeldOut] | None = None,
+) -> KernelPrediction | None:
+    """p50 latency of a model (its graph `kernels`) on the target the `runs` were profiled on, with an
+    interval from the target's leave-one-model-out residuals (`held`, computed when not given)."""
+    if len({r.model for r in runs}) < MIN_MODELS:
+        return None
+    cal = calibrate(runs, graphs)
+    if cal is None:
+        return None
+    p50 = cal.latency_ms(kernels)
+    if p50 <= 0:
+        return None
+    held = cross_validate(runs, graphs) if held is None else held
+    bounds = interval_ratios(held, coverage)
+    if bounds is None:
+        return KernelPrediction(p50, None, None, len(held), coverage)
+    return KernelPrediction(p50, p50 * bounds[0], p50 * bounds[1], len(held), coverage)
+
+
+class TargetPredictor:
+    """Kernel-level predictions on every target that has profiles of enough models.
+
+    `sources` maps a model name to its ONNX file: the graphs of new models and of profiled ones (for the
+    cross-validation) are analysed from there at the shapes asked. A target is (device, runtime); its
+    profiles are those at the thread count most models were profiled at (named in the evidence)."""
+
+    def __init__(self, records: Iterable[Record], sources: Mapping[str, str], coverage: float = 0.8) -> None:
+        self.sources = dict(sources)
+        self.coverage = coverage
+        by_target: dict[tuple, list[ProfiledRun]] = defaultdict(list)
+        for run in profiled_runs(records):
+            by_target[run.target].append(run)
+        self.runs: dict[tuple[str, str | None], list[ProfiledRun]] = {}
+        for (device, runtime, _threads), runs in sorted(by_target.items(), key=lambda kv: str(kv[0])):
+            best = self.runs.get((device, runtime))
+            if best is None or len({r.model for r in runs}) > len({r.model for r in best}):
+                self.runs[(device, runtime)] = runs
+        self._graphs: dict[tuple[str, str, str | None], list[Kernel] | None] = {}
+        self._held: dict[tuple[str, str | None], list[HeldOut]] = {}
+
+    def graph(self, model: str, shapes: str, runtime: str | None) -> list[Kernel] | None:
+        key = (model, shapes, runtime)
+        if key not in self._graphs:
+            path = self.sources.get(model)
+            self._graphs[key] = None
+            if path is not None and str(path).lower().endswith(".onnx"):
+                from .cost import analyze, load_model
+                from .kernels import graph_kernels
+
+                cost = analyze(load_model(path), {k: list(v) for k, v in json.loads(shapes).items()})
+                self._graphs[key] = graph_kernels(cost, runtime or "onnxruntime")
+        return self._graphs[key]
+
+    def _graphs_of(self, target: tuple[str, str | None]) -> dict[tuple[str, str], list[Kernel]]:
+        out = {}
+        for r in self.runs.get(target, []):
+            g = self.graph(r.model, r.shapes, r.runtime)
+            if g is not None:
+                out[(r.model, r.shapes)] = g
+        return out
+
+    def held_out(self, target: tuple[str, str | None]) -> list[HeldOut]:
+        if target not in self._held:
+            self._held[target] = cross_validate(self.runs.get(target, []), self._graphs_of(target))
+        return self._held[target]
+
+    def predict(
+        self, device: str, runtime: str | None, model: str, shapes: Mapping[str, Sequence[int]] | None
+    ) -> KernelPrediction | None:
+        """Point and interval of a model's p50 on a target, or None where the target has too few profiles
+        or the model's graph is not at hand."""
+        target = (device, runtime)
+        runs = [r for r in self.runs.get(target, []) if r.model != model]
+        kernels = self.graph(model, json.dumps(dict(shapes or {}), sort_keys=True), runtime)
+        if not runs or kernels is None:
+            return None
+        held = [h for h in self.held_out(target) if h.run.model != model]
+        pred = predict(runs, self._graphs_of(target), kernels, self.coverage, held=held)
+        if pred is None:
+            return None
+        threads = runs[0].threads
+        method = f"{METHOD}, {len({r.model for r in runs})} profiled models at {threads or 'default'} threads"
+        return replace(pred, method=method)
+
+
+__all__ = [
+    "HeldOut",
+    "KernelCalibration",
+    "KernelPrediction",
+    "METHOD",
+    "ProfiledRun",
+    "TargetPredictor",
+    "calibrate",
+    "cross_validate",
+    "interval_ratios",
+    "predict",
+    "profiled_runs",
+]

@@ -1,0 +1,120 @@
+"""Units of the kernel-level predictor: kinds and features from a profile and from a graph, per-kind
+calibration, leave-one-model-out intervals, and the verdict an interval gives against a budget."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from edgebench.analysis import kernel_predict as kp
+from edgebench.analysis.cost import analyze
+from edgebench.analysis.fit import (
+    FITS,
+    NO_FIT,
+    UNCERTAIN,
+    MachineModel,
+    ModelCounts,
+    _kernel_verdict,
+    _Target,
+    decide,
+    make_budget,
+)
+from edgebench.analysis.kernels import Kernel, graph_kernels, profile_kernel
+
+GEMM_MS_PER_GFLOP, CONV_MS_PER_GFLOP, DW_MS_PER_MB, OVERHEAD_MS = 8.0, 5.0, 0.05, 0.04
+
+
+def true_ms(k: Kernel) -> float:
+    """The synthetic device: each kind's cost is linear in its features."""
+    if k.kind == "gemm":
+        return GEMM_MS_PER_GFLOP * k.flops / 1e9 + 0.002
+    if k.kind == "conv":
+        return CONV_MS_PER_GFLOP * k.flops / 1e9 + 0.004
+    return DW_MS_PER_MB * k.bytes / 1e6 + 0.001
+
+
+def synthetic_model(rng: np.random.Generator, name: str) -> kp.ProfiledRun:
+    kernels = []
+    for _ in range(int(rng.integers(3, 9))):
+        kind = str(rng.choice(["gemm", "conv", "conv_dw"]))
+        flops = float(rng.uniform(1e6, 2e8))
+        kernels.append(Kernel(kind, flops, float(rng.uniform(1e4, 2e6)), float(rng.uniform(0, 1e6))))
+    noise = rng.uniform(0.97, 1.03, len(kernels))  # the profiler's own scatter
+    timed = tuple((k, true_ms(k) * n) for k, n in zip(kernels, noise, strict=True))
+    latency = sum(true_ms(k) for k in kernels) + OVERHEAD_MS
+    return kp.ProfiledRun("dev", "onnxruntime", 1, name, "{}", latency, timed)
+
+
+@pytest.fixture
+def runs() -> list[kp.ProfiledRun]:
+    rng = np.random.default_rng(7)
+    return [synthetic_model(rng, f"m{i}") for i in range(12)]
+
+
+def graphs_of(runs: list[kp.ProfiledRun]) -> dict[tuple[str, str], list[Kernel]]:
+    return {(r.model, r.shapes): [k for k, _ in r.kernels] for r in runs}
+
+
+def test_per_kind_calibration_recovers_the_costs_and_the_overhead(runs: list[kp.ProfiledRun]) -> None:
+    cal = kp.calibrate(runs, graphs_of(runs))
+    assert cal is not None
+    assert cal.per_kind["gemm"][0] == pytest.approx(GEMM_MS_PER_GFLOP, rel=0.1)
+    assert cal.per_kind["conv"][0] == pytest.approx(CONV_MS_PER_GFLOP, rel=0.1)
+    assert cal.overhead_ms == pytest.approx(OVERHEAD_MS, abs=0.03)
+
+
+def test_held_out_models_are_predicted_within_the_noise_and_never_seen(runs: list[kp.ProfiledRun]) -> None:
+    held = kp.cross_validate(runs, graphs_of(runs))
+    assert sorted(h.run.model for h in held) == sorted(r.model for r in runs)
+    errors = [abs(1 / h.ratio - 1) for h in held]
+    assert max(errors) < 0.1, errors
+
+
+def test_a_new_model_gets_an_interval_that_holds_it(runs: list[kp.ProfiledRun]) -> None:
+    new = synthetic_model(np.random.default_rng(99), "new")
+    pred = kp.predict(runs, graphs_of(runs), [k for k, _ in new.kernels])
+    assert pred is not None and pred.low_ms is not None and pred.high_ms is not None
+    assert pred.low_ms <= pred.p50_ms <= pred.high_ms
+    assert pred.low_ms * 0.9 <= new.latency_ms <= pred.high_ms * 1.1
+    assert pred.pairs == len(runs)
+    # Too few held-out models for an 80% interval (9 needed): a point, no interval.
+    few = kp.predict(runs[:5], graphs_of(runs[:5]), [k for k, _ in new.kernels])
+    assert few is not None and few.low_ms is None
+
+
+def test_the_verdict_is_uncertain_when_the_interval_straddles_the_budget() -> None:
+    pred = kp.KernelPrediction(10.0, 8.0, 12.5, 10, 0.8)
+    target = _Target("dev", "onnxruntime", MachineModel(), {})
+    counts = ModelCounts("new", 1e9, 1e6)
+    answers = {}
+    for limit in (11.0, 13.0, 7.5):
+        budget = make_budget("latency_p50_ms", limit)
+        v = decide(_kernel_verdict(target, "new", [budget], counts, pred), [budget], [])
+        answers[limit] = v.verdict
+        assert v.intervals[budget.key] == (8.0, 12.5) and v.basis == "predicted"
+        assert v.evidence.startswith(kp.METHOD)
+    assert answers == {11.0: UNCERTAIN, 13.0: FITS, 7.5: NO_FIT}
+
+
+def test_profiled_and_graph_kernels_agree_on_kind_and_weights() -> None:
+    """onnxruntime fuses a 2-D MatMul + bias Add into one Gemm and leaves out the pre-packed weights from
+    the tensors it reports: the graph side fuses the same way, the profile side recovers the weights."""
+    w = numpy_helper.from_array(np.zeros((256, 128), np.float32), "w")
+    b = numpy_helper.from_array(np.zeros((128,), np.float32), "b")
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+            helper.make_node("Add", ["h", "b"], ["y"], name="bias"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16, 128])],
+        [w, b],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    (g,) = graph_kernels(analyze(model))
+    p = profile_kernel("Gemm", [["float", [16, 256]]], [["float", [16, 128]]], parameter_bytes=512)
+    assert g.kind == p.kind == "gemm"
+    assert p.flops == pytest.approx(g.flops, rel=0.01)
+    assert p.weight_bytes == pytest.approx(256 * 128 * 4, rel=0.01)
