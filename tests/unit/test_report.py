@@ -341,7 +341,7 @@ def doctor_health(device: str, run_id: str) -> tuple[Record, ...]:
         "cpus": [{"cpu": 0, "governor": "schedutil", "cur_mhz": 1800.0}],
     }
     ctx = RecordContext(run_id, device, "doctor")
-    return tuple(doctor_records(ctx, result, DoctorParams(), "mlp").records)
+    return tuple(doctor_records(ctx, result, DoctorParams(), {"onnxruntime": "mlp", "mnn": "mlp"}).records)
 
 
 class _Doc(HTMLParser):

@@ -4,7 +4,9 @@ exact count), a flat one, and a one-time allocation that a short run must not ca
 from __future__ import annotations
 
 import mmap
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
@@ -46,15 +48,25 @@ def by_metric(records):
     return {r.metric: r for r in records if "t_s" not in r.params}
 
 
-def test_a_leaking_step_is_a_leak_at_the_rate_it_leaks() -> None:
+def leak_in_a_fresh_process(seconds: float, rate_hz: float, period_s: float) -> tuple[dict, list[float]]:
+    """The soak loop over a leaking step, in its own interpreter: a test process hundreds of MB large
+    frees earlier tests' garbage while the loop runs, which hid most of the leak from its RSS."""
     step = LeakingStep()
-    rate_hz, seconds = 40.0, 3.0
-    out = soak_records(ctx(), soak_reply(step, seconds, rate_hz, 0.25))
+    log = soak_windows(step, seconds, rate_hz, period_s)
+    return log, step.times
+
+
+def test_a_leaking_step_is_a_leak_at_the_rate_it_leaks() -> None:
+    rate_hz, seconds, period_s = 40.0, 3.0, 0.25
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        log, times = pool.submit(leak_in_a_fresh_process, seconds, rate_hz, period_s).result(timeout=120)
+    result = {**log, "period_s": period_s, "load_ms": 1.0, "peak_rss_mb": 1.0}
+    out = soak_records(ctx(), AgentReply(result, [], seconds))
     growth = by_metric(out.records)["rss_growth_mb_per_hour"]
     # The reference: the slope of the bytes the fake kept against the times it kept them (an exact count,
     # fitted as the probe fits RSS, so a loaded machine's uneven call times cannot tell them apart).
-    kept_mb = np.arange(1, len(step.times) + 1) * CHUNK / 1e6
-    leaked_mb_per_hour = float(np.polyfit(step.times, kept_mb, 1)[0]) * 3600
+    kept_mb = np.arange(1, len(times) + 1) * CHUNK / 1e6
+    leaked_mb_per_hour = float(np.polyfit(times, kept_mb, 1)[0]) * 3600
     assert growth.annotations["verdict"] == "leak" and growth.annotations["ci_low"] > 0
     assert 0.7 < growth.value / leaked_mb_per_hour  # MB or MiB: within the bounds < 1.3
     assert any("a leak" in w for w in out.warnings)
