@@ -30,6 +30,7 @@ EXTRA_ROUNDS = 5
 BOUND = 0.9
 BROKEN = 0.45  # a shared machine halves a rate for seconds (two threads: the GIL holder preempted); further off is a defect
 TRIALS = 10
+KERNELS = ("triad",)  # the one the C triad is the reference for
 THREADS = (1, 2)
 MIB = 2**20
 
@@ -85,9 +86,11 @@ def c_triad(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def array_bytes() -> int:
-    """4x the last-level cache (STREAM's rule), capped so the test stays quick on hosts with huge caches."""
+    """4x the last-level cache (STREAM's rule), capped so the test stays quick: sysfs in this pool's VMs
+    claims 300-480 MiB of L3 while the measured curve (`probe bandwidth --sweep`) reaches its DRAM plateau
+    past ~55 MiB, so 192 MiB arrays are well out of any cache the VM really has."""
     llc = last_level_cache() or 32 * MIB
-    return min(4 * llc, 512 * MIB)
+    return min(4 * llc, 192 * MIB)
 
 
 def c_triad_run(binary: Path, elements: int, cpus: list[int]) -> tuple[float, float]:
@@ -117,7 +120,7 @@ def probe_run(nbytes: int, cpus: list[int]) -> dict[str, tuple[float, float]]:
         "local",
         "bandwidth",
         params={
-            "kernel": ["read", "copy", "triad"],
+            "kernel": list(KERNELS),
             "threads": len(cpus),
             "affinity": cpus,
             "array_mb": nbytes / MIB,
@@ -140,7 +143,7 @@ def test_triad_reaches_the_c_stream_triad(benchmark, c_triad: Path) -> None:  # 
     nbytes = array_bytes()
     elements = nbytes // 8
     counts = [t for t in THREADS if t <= len(allowed)]
-    probe = {t: {k: Side() for k in ("read", "copy", "triad")} for t in counts}
+    probe = {t: {k: Side() for k in KERNELS} for t in counts}
     c = {t: Side() for t in counts}
     c_rounds: dict[int, list[float]] = {t: [] for t in counts}
 
