@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 from ..errors import ConfigError, UserError
 from ..records import Record, Samples
@@ -381,6 +380,8 @@ def test_samples(
     base: Sequence[float], cand: Sequence[float], rule: GateRule, opts: GateOptions, rng: np.random.Generator
 ) -> SampleTest:
     """One pair's significance and magnitude from raw samples."""
+    from scipy import stats as sps  # lazily: scipy costs a second of every CLI start
+
     b, c = np.asarray(base, dtype=float), np.asarray(cand, dtype=float)
     bstat, cstat = float(stat_of(b, rule.stat)), float(stat_of(c, rule.stat))
     eff = worse_effect(bstat, cstat, rule)
@@ -406,6 +407,8 @@ def _batch(b: np.ndarray, c: np.ndarray) -> int:
 def _permutation_pvalues(
     b: np.ndarray, c: np.ndarray, stat: str, worse_alt: str, opts: GateOptions, rng: np.random.Generator
 ) -> tuple[float, float]:
+    from scipy import stats as sps  # lazily: scipy costs a second of every CLI start
+
     def diff(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
         return stat_of(y, stat, axis) - stat_of(x, stat, axis)
 
@@ -431,6 +434,8 @@ def _bootstrap_effect(
     b: np.ndarray, c: np.ndarray, rule: GateRule, opts: GateOptions, rng: np.random.Generator
 ) -> tuple[float, float, float]:
     """Percentile-bootstrap (1 - 2 alpha) interval of the worse-oriented effect and its standard error."""
+    from scipy import stats as sps  # lazily: scipy costs a second of every CLI start
+
     stat, relative, higher = rule.stat, rule.threshold.relative, rule.worse == "higher"
 
     def effect(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -470,6 +475,8 @@ def samples_to_settle(test: SampleTest, effect: Effect, opts: GateOptions) -> in
     Scales the bootstrap standard error of the observed effect with sqrt(1/n_b + 1/n_c); the detectable
     change at n per side is (z_{1-alpha} + z_{power}) * se(n). None when the noise is unmeasurable.
     """
+    from scipy import stats as sps  # lazily: scipy costs a second of every CLI start
+
     if not math.isfinite(test.se_log) or test.se_log <= 0:
         return None
     delta = math.log(effect.limit) if effect.relative else effect.limit
@@ -809,6 +816,8 @@ def evaluate(
     candidate_run: str = "candidate",
 ) -> GateResult:
     """Judge every baseline pair some rule covers; pure given its inputs (seeded resampling)."""
+    from scipy import stats as sps  # lazily: scipy costs a second of every CLI start
+
     opts = opts or GateOptions()
     rng = np.random.default_rng(opts.seed)
     for rule in rules:

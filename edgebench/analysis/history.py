@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 from ..errors import UserError
 from ..records import Record
@@ -61,6 +60,7 @@ def _candidates(z: np.ndarray) -> list[int]:
     penalty is BIC's 2 log n per change. PELT may over-propose: every candidate is then tested.
     """
     import ruptures
+    from scipy import stats as sps  # lazily: scipy costs a second of every CLI start
 
     sigma = float(sps.median_abs_deviation(np.diff(z), scale="normal")) / math.sqrt(2)
     if not sigma > 0:
@@ -90,6 +90,8 @@ def detect_steps(
     largest split gain, so the search is part of the null) gives p < alpha / (proposals standing). The
     weakest failing proposal is dropped and its neighbours retested, until all hold.
     """
+    from scipy import stats as sps  # lazily: scipy costs a second of every CLI start
+
     y = np.asarray(values, dtype=float)
     if y.ndim != 1 or not np.all(np.isfinite(y)):
         raise ValueError("a series must be a flat list of finite numbers")

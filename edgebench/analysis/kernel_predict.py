@@ -25,7 +25,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy.optimize import nnls
 
 from ..records import Record
 from .kernels import Kernel, profile_kernel
@@ -99,6 +98,8 @@ def _row(k: Kernel) -> list[float]:
 
 def _fit(rows: Sequence[list[float]], ms: Sequence[float]) -> np.ndarray:
     """NNLS, each kernel weighted by 1/sqrt(its time): big kernels dominate, small ones still count."""
+    from scipy.optimize import nnls  # lazily: scipy costs a second of every CLI start
+
     X, y = np.asarray(rows, float), np.asarray(ms, float)
     w = 1.0 / np.sqrt(np.maximum(y, 1e-4))
     coef, _ = nnls(X * w[:, None], y * w)

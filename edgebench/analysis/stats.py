@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as _sps
 
 CI_LEVEL = 0.95
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0))
@@ -58,6 +57,8 @@ class Interval:
 
 def percentile_interval(sorted_x: np.ndarray, q: float, level: float = CI_LEVEL) -> Interval:
     """Distribution-free interval of the q-quantile (0 < q < 1) from sorted samples (order statistics)."""
+    from scipy import stats as _sps  # lazily: scipy costs a second of every CLI start
+
     n = int(sorted_x.size)
     tail = (1.0 - level) / 2.0
     binom = _sps.binom(n, q)

@@ -19,8 +19,6 @@ import math
 import statistics
 from typing import Any
 
-from scipy import stats as sps
-
 from ..execution.jobs import Job
 from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, RecordContext
@@ -134,6 +132,8 @@ class Evidence:
 def best_against_runner_up(best: int, p50: dict[int, float], evidence: Evidence) -> dict[str, Any]:
     """Is `best` significantly faster than the runner-up? Mann-Whitney U (one-sided) on the pooled samples
     under alpha, and faster in every round."""
+    from scipy import stats as sps  # lazily: scipy costs a second of every CLI start
+
     others = [t for t in p50 if t != best]
     if not others:
         return {}
