@@ -543,21 +543,7 @@ def _decode_verdict(
     """A model only decoded on a target (never benched): judged on what the decode measured."""
     measured = {"decode": speed.rate, "memory": speed.memory_mb, "load": speed.load_ms}
     values = {b.key: measured.get(b.quantity) for b in budgets}
-    fits, limiting, margin, margins, unchecked = _judge(values, budgets)
-    device, runtime, model = ident
-    return Verdict(
-        device,
-        runtime,
-        model,
-        "measured",
-        {k: v for k, v in values.items() if v is not None},
-        fits,
-        limiting,
-        margin,
-        margins,
-        unchecked,
-        config=speed.config,
-    )
+    return _judged(ident, "measured", values, budgets, config=speed.config)
 
 
 # ------------------------------------------------------------------------------------------- prediction
@@ -1541,6 +1527,20 @@ def verdict_exit_code(verdicts: Sequence[Verdict], strict: bool = False) -> int:
     return 1 if NO_FIT in found or (strict and UNCERTAIN in found) else 0
 
 
+def _judged(
+    ident: tuple[str, str | None, str],
+    basis: str,
+    values: dict[str, float | None],
+    budgets: Sequence[Budget],
+    **extra: Any,
+) -> Verdict:
+    """The Verdict of (device, runtime, model) on `basis`, its values judged against the budgets."""
+    fits, limiting, margin, margins, unchecked = _judge(values, budgets)
+    device, runtime, model = ident
+    kept = {k: v for k, v in values.items() if v is not None}
+    return Verdict(device, runtime, model, basis, kept, fits, limiting, margin, margins, unchecked, **extra)
+
+
 def _judge(
     values: Mapping[str, float | None], budgets: Sequence[Budget]
 ) -> tuple[bool | None, str | None, float | None, dict[str, float], tuple[str, ...]]:
@@ -1580,18 +1580,11 @@ def _measured_verdict(
                 if rate is not None:
                     values[b.key] = rate * o.latency["p50"]
                     estimated.append(b.key)
-    fits, limiting, margin, margins, unchecked = _judge(values, budgets)
-    return Verdict(
-        o.device,
-        o.runtime,
-        o.model,
+    return _judged(
+        (o.device, o.runtime, o.model),
         "measured",
-        {k: v for k, v in values.items() if v is not None},
-        fits,
-        limiting,
-        margin,
-        margins,
-        unchecked,
+        values,
+        budgets,
         config=o.config,
         estimated=tuple(estimated),
         counts=counts,
@@ -1649,18 +1642,11 @@ def _predicted_verdict(
     rate = engine.energy_rate(key, None)
     if rate is not None:
         predicted["predicted_energy_mj"] = rate * p50
-    fits, limiting, margin, margins, unchecked = _judge(values, budgets)
-    return Verdict(
-        t.device,
-        t.runtime,
-        model,
+    return _judged(
+        (t.device, t.runtime, model),
         "predicted",
-        {k: v for k, v in values.items() if v is not None},
-        fits,
-        limiting,
-        margin,
-        margins,
-        unchecked,
+        values,
+        budgets,
         predicted=predicted,
         evidence=evidence,
         counts=counts,
@@ -1680,18 +1666,11 @@ def _kernel_verdict(
             intervals[b.key] = (kp.low_ms, kp.high_ms)
         else:
             values[b.key] = None
-    fits, limiting, margin, margins, unchecked = _judge(values, budgets)
-    return Verdict(
-        t.device,
-        t.runtime,
-        model,
+    return _judged(
+        (t.device, t.runtime, model),
         "predicted",
-        {k: v for k, v in values.items() if v is not None},
-        fits,
-        limiting,
-        margin,
-        margins,
-        unchecked,
+        values,
+        budgets,
         predicted={"predicted_latency_ms:p50": kp.p50_ms},
         evidence=f"{kp.method}; p50 {kp.coverage:.0%} interval {kp.low_ms:.4g}-{kp.high_ms:.4g} ms "
         f"from {kp.pairs} held-out profiles",
