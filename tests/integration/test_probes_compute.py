@@ -156,8 +156,10 @@ def test_a_floor_beaten_by_the_measurement_blames_the_ceiling(workdir: Path) -> 
     store = workdir / "edgebench.db"
     with Store(store) as st:  # ceilings far too low, as a broken measurement would leave them
         mm, bw = RecordContext("low-mm", "local", "matmul"), RecordContext("low-bw", "local", "bandwidth")
-        st.import_records("low-mm", [mm.record("effective_tops", 1e-6, "TOPS", dtype="fp32", stat="best")])
-        st.import_records("low-bw", [bw.record("bandwidth_gbps", 0.01, "GB/s", kernel="triad", stat="best")])
+        low_mm = mm.record("effective_tops", 1e-6, "TOPS", dtype="fp32", stat="best", threads=1)
+        low_bw = bw.record("bandwidth_gbps", 0.01, "GB/s", kernel="triad", stat="best", threads=1)
+        st.import_records("low-mm", [low_mm])
+        st.import_records("low-bw", [low_bw])
     assert (
         edgebench("bench", "builtin:mlp", "--runs", "10", "--min-seconds", "0", cwd=workdir).returncode == 0
     )
@@ -198,7 +200,7 @@ def test_roofline_probe_measures_its_own_ceilings_in_a_run(workdir: Path) -> Non
         (["probe", "matmul", "--device", "nosuch"], "unknown device 'nosuch'"),
         (["probe", "threads", "-m", "missing.onnx"], "missing.onnx"),
         (["roofline", "missing.onnx"], "missing.onnx"),
-        (["roofline", "builtin:mlp", "--shape", "nope=1x2"], "'nope' is not an input"),
+        (["roofline", "builtin:mlp", "--shape", "nope=1x2"], "no model has an input 'nope' (builtin:mlp: x)"),
         (["roofline", "builtin:mlp", "--value", "x=abc"], "--value"),
         (
             ["roofline", "builtin:mlp", "--device", "local", "--no-measure", "--store", "empty.db"],
