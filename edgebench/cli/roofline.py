@@ -153,9 +153,11 @@ def stored_figures(
         at = (measured.threads, measured.affinity) if measured else (None, None)
         ceilings = None if measure else find_ceilings(st, device, *at)
     if ceilings is None and measure is False:
+        threads = at[0]
+        scope = f" measured at {threads} thread(s) or fewer (the bench's)" if threads else ""
         raise UserError(
-            f"{store}: no matmul and bandwidth results for {device}; run `edgebench probe matmul` and "
-            "`edgebench probe bandwidth`, or drop --no-measure"
+            f"{store}: no matmul and bandwidth results for {device}{scope}; run `edgebench probe matmul` "
+            "and `edgebench probe bandwidth`, or drop --no-measure"
         )
     return ceilings, measured
 
