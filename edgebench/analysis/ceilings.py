@@ -336,6 +336,9 @@ def ceiling_jobs(
     to DRAM. `overrides` adds params per probe ({"matmul": {...}, "bandwidth": {...}})."""
     extra = overrides or {}
     counts: Any = list(threads) if threads else "max"
+    bandwidth = extra.get("bandwidth", {})
+    # An array size or kernel chosen by the caller asks for one working set, not the sweep.
+    sweep = {} if {"array_mb", "kernel"} & set(bandwidth) else SWEEP_DEFAULTS
     return [
         Job(
             device=device,
@@ -345,7 +348,7 @@ def ceiling_jobs(
         Job(
             device=device,
             probe="bandwidth",
-            params={**SWEEP_DEFAULTS, "threads": counts, **extra.get("bandwidth", {})},
+            params={**sweep, "threads": counts, **bandwidth},
         ),
     ]
 
