@@ -53,3 +53,16 @@ def tiny_onnx(tmp_path: Path) -> Path:
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
     return path
+
+
+@pytest.fixture(params=["local", "ssh_board", "adb_phone_module"])
+def lab_device(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, str]:
+    """(lab folder, device name) for each kind of device in the test lab: the host, a real sshd board and
+    the emulated adb phone."""
+    if request.param == "local":
+        return tmp_path / "empty-lab", "local"
+    if request.param == "ssh_board":
+        board = request.getfixturevalue("ssh_board")
+        return board.lab_dir, board.name
+    phone = request.getfixturevalue(request.param)
+    return phone.lab_dir, phone.device_name

@@ -38,7 +38,6 @@ QUICK = [
     "--timeout",
     "120",
 ]
-DEVICES = ["local", "ssh_board", "adb_phone_module"]
 
 
 def ok_json(res: subprocess.CompletedProcess[str]) -> dict:
@@ -48,18 +47,6 @@ def ok_json(res: subprocess.CompletedProcess[str]) -> dict:
 
 def by_key(records: list[dict]) -> dict[tuple[str, str | None], dict]:
     return {(r["metric"], r["params"].get("stat")): r for r in records if r["probe"] == "decode"}
-
-
-@pytest.fixture(params=DEVICES)
-def lab_device(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, str]:
-    """(lab folder, device name) for each kind of device in the test lab."""
-    if request.param == "local":
-        return tmp_path / "empty-lab", "local"
-    if request.param == "ssh_board":
-        board = request.getfixturevalue("ssh_board")
-        return board.lab_dir, board.name
-    phone = request.getfixturevalue(request.param)
-    return phone.lab_dir, phone.device_name
 
 
 def test_decode_gives_the_same_answer_on_every_kind_of_device(

@@ -13,19 +13,7 @@ from edgebench.testing.cli import edgebench
 
 pytestmark = pytest.mark.integration
 
-DEVICES = ["local", "ssh_board", "adb_phone_module"]
 QUICK = ["--rounds", "2", "--runs", "20", "--matmul-n", "256", "--bandwidth-mb", "16", "--timeout", "300"]
-
-
-@pytest.fixture(params=DEVICES)
-def lab_device(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, str]:
-    if request.param == "local":
-        return tmp_path / "empty-lab", "local"
-    if request.param == "ssh_board":
-        board = request.getfixturevalue("ssh_board")
-        return board.lab_dir, board.name
-    phone = request.getfixturevalue(request.param)
-    return phone.lab_dir, phone.device_name
 
 
 def test_doctor_measures_the_harness_against_bare_loops_and_the_report_shows_it(

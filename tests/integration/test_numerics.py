@@ -23,7 +23,6 @@ from edgebench.testing.cli import edgebench
 
 pytestmark = pytest.mark.integration
 
-DEVICES = ["local", "ssh_board", "adb_phone_module"]
 ONNX_INT8 = ("int8-dynamic", "int8-static")
 ALL_VARIANTS = ("fp16", "int8-dynamic", "int8-static", "mnn-fp32", "mnn-int8-weight", "mnn-int8")
 
@@ -111,18 +110,6 @@ def ocr_cls(tmp_path_factory: pytest.TempPathFactory) -> Subject:
 @pytest.fixture(params=["mlp", "ocr_cls"])
 def subject(request: pytest.FixtureRequest) -> Subject:
     return request.getfixturevalue(request.param)
-
-
-@pytest.fixture(params=DEVICES)
-def lab_device(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, str]:
-    """(lab folder, device name) for each kind of device in the test lab."""
-    if request.param == "local":
-        return tmp_path / "empty-lab", "local"
-    if request.param == "ssh_board":
-        board = request.getfixturevalue("ssh_board")
-        return board.lab_dir, board.name
-    phone = request.getfixturevalue(request.param)
-    return phone.lab_dir, phone.device_name
 
 
 def test_variants_are_made_and_int8_onnx_is_at_most_035_of_fp32(subject: Subject) -> None:

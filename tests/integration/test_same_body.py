@@ -16,20 +16,7 @@ from edgebench.testing.cli import edgebench
 
 pytestmark = pytest.mark.integration
 
-DEVICES = ["local", "ssh_board", "adb_phone_module"]
 BENCH = ["--runs", "40", "--min-seconds", "0", "--warmup", "1", "--timeout", "120"]  # p90 needs 36 samples
-
-
-@pytest.fixture(params=DEVICES)
-def lab_device(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, str]:
-    """(lab folder, device name) for each kind of device in the test lab."""
-    if request.param == "local":
-        return tmp_path / "empty-lab", "local"
-    if request.param == "ssh_board":
-        board = request.getfixturevalue("ssh_board")
-        return board.lab_dir, board.name
-    phone = request.getfixturevalue(request.param)
-    return phone.lab_dir, phone.device_name
 
 
 def test_check_and_bench_give_the_same_kind_of_answer_everywhere(

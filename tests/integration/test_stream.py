@@ -16,7 +16,6 @@ from edgebench.testing.cli import edgebench
 
 pytestmark = pytest.mark.integration
 
-DEVICES = ["local", "ssh_board", "adb_phone_module"]
 FRAME = 512  # samples per frame at 16 kHz: 32 ms
 FRAME_S = FRAME / 16000
 
@@ -53,17 +52,6 @@ def bare_loop(model: Path, frames: np.ndarray, n: int, carry: bool) -> list[floa
         if carry:
             state = new_state
     return out
-
-
-@pytest.fixture(params=DEVICES)
-def lab_device(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, str]:
-    if request.param == "local":
-        return tmp_path / "empty-lab", "local"
-    if request.param == "ssh_board":
-        board = request.getfixturevalue("ssh_board")
-        return board.lab_dir, board.name
-    phone = request.getfixturevalue(request.param)
-    return phone.lab_dir, phone.device_name
 
 
 def test_silero_vad_streams_with_its_state_carried(lab_device: tuple[Path, str], tmp_path: Path) -> None:
