@@ -436,13 +436,14 @@ class ClusterExecutor:
         key = resource_name(device)
         return [addr for addr, w in workers.items() if (w.get("resources") or {}).get(key, 0) >= 1]
 
-    def await_holder(self, device: str) -> None:
-        """Return once some worker holds the device; WorkerLost once none has for grace_s (then at once)."""
+    def await_holder(self, device: str) -> list[str]:
+        """The workers holding the device, once some do; WorkerLost once none has for grace_s."""
         while True:
-            if self.holders(device):
+            holders = self.holders(device)
+            if holders:
                 with self._lock:
                     self._gone_since.pop(device, None)
-                return
+                return holders
             with self._lock:
                 since = self._gone_since.setdefault(device, time.monotonic())
             if time.monotonic() - since >= self.grace_s:
@@ -486,11 +487,11 @@ class ClusterExecutor:
                 return future.result(timeout=POLL_S)
             except TimeoutError:
                 try:
-                    self.await_holder(device)
+                    holders = self.await_holder(device)
                 except WorkerLost:
                     future.cancel()
                     raise
-                if workers and not set(workers) & set(self.holders(device)):
+                if workers and not set(workers) & set(holders):
                     future.cancel()
                     gone = ", ".join(workers)
                     raise TaskLost(f"{device}: the worker its job was pinned to is gone ({gone})") from None
