@@ -86,19 +86,27 @@ def judge(
 
 @dataclass
 class Rounds:
-    """Per round: the ratio of the two sides' medians and whether the round was quiet (both sides'
+    """Per round: both sides' latency (smaller is better) and whether the round was quiet (both sides'
     back-to-back runs steady: robust CV under QUIET_CV)."""
 
-    ratios: list[float] = field(default_factory=list)
+    ours: list[float] = field(default_factory=list)
+    reference: list[float] = field(default_factory=list)
     quiet: list[bool] = field(default_factory=list)
 
-    def add(self, ratio: float, quiet: bool) -> None:
-        self.ratios.append(ratio)
+    def add(self, ours: float, reference: float, quiet: bool) -> None:
+        self.ours.append(ours)
+        self.reference.append(reference)
         self.quiet.append(quiet)
 
-    def median(self, quiet_only: bool) -> float | None:
-        values = [r for r, q in zip(self.ratios, self.quiet, strict=True) if q or not quiet_only]
-        return sorted(values)[len(values) // 2] if values else None
+    @property
+    def ratios(self) -> list[float]:
+        return [o / r for o, r in zip(self.ours, self.reference, strict=True)]
+
+    def best_ratio(self) -> float:
+        """Each side's fastest round against the other's. A steady CV cannot see a slow stretch of the
+        host that lasts a whole side of a round (one round read 1.34 with both CVs under 5%, the next
+        0.67), and load only ever slows a side down: the fastest rounds are the like-with-like pair."""
+        return min(self.ours) / min(self.reference)
 
 
 QUIET_CV = 0.05  # the doctor's noise bound
@@ -121,14 +129,14 @@ def robust_cv(values: list[float]) -> float:
 
 
 def judge_band(name: str, rounds: Rounds, low: float, high: float, broken: float) -> Verdict:
-    """The verdict on a ratio that must lie in [low, high]; beyond `broken` times off it is a defect."""
+    """The verdict on a latency ratio that must lie in [low, high]; beyond `broken` times off it is a
+    defect. Out of band fails only when enough rounds were quiet to make it like with like."""
     quiet = sum(rounds.quiet) >= QUIET_ROUNDS
-    ratio = rounds.median(quiet_only=quiet)
-    assert ratio is not None
+    ratio = rounds.best_ratio()
     basis = (
-        f"{sum(rounds.quiet)} quiet rounds"
+        f"fastest of {len(rounds.ours)} rounds a side, {sum(rounds.quiet)} quiet"
         if quiet
-        else "disturbed rounds only (the machine was never quiet)"
+        else f"fastest of {len(rounds.ours)} rounds a side, the machine never quiet"
     )
     text = f"{name}: ratio {ratio:.3f} over {basis} (band {low}..{high}, broken beyond {broken}x)"
     if low <= ratio <= high:

@@ -1,0 +1,49 @@
+"""How the benchmarks judge a ratio on a shared machine (edgebench.testing.verdict)."""
+
+from __future__ import annotations
+
+from edgebench.testing.verdict import Rounds, Side, judge, judge_band
+
+BAND = (0.85, 1.15, 2.0)
+
+
+def rounds_of(ours: list[float], reference: list[float], quiet: bool = True) -> Rounds:
+    rounds = Rounds()
+    for o, r in zip(ours, reference, strict=True):
+        rounds.add(o, r, quiet)
+    return rounds
+
+
+def test_a_slow_stretch_covering_one_side_of_a_round_does_not_fail_a_sound_harness() -> None:
+    # The per-round ratios one CI run printed: 0.949 .. 1.341 .. 0.673, both sides' CVs steady throughout.
+    ratios = [0.949, 0.909, 1.015, 1.341, 1.341, 1.073, 1.043, 0.673, 1.065, 0.999]
+    reference = [3.83, 3.80, 3.85, 3.82, 3.81, 3.84, 3.86, 5.70, 3.83, 3.82]
+    verdict = judge_band(
+        "convnet", rounds_of([r * b for r, b in zip(ratios, reference, strict=True)], reference), *BAND
+    )
+    assert verdict.outcome == "pass", verdict.reason
+
+
+def test_a_harness_slower_in_every_round_fails_on_a_quiet_machine() -> None:
+    reference = [3.8, 3.9, 4.4, 3.85, 5.0]
+    verdict = judge_band("convnet", rounds_of([r * 1.25 for r in reference], reference), *BAND)
+    assert verdict.outcome == "fail" and "out of band on a quiet machine" in verdict.reason
+
+
+def test_out_of_band_without_quiet_rounds_is_skipped_but_broken_fails_whatever_the_load() -> None:
+    reference = [3.8, 3.9, 4.4]
+    assert (
+        judge_band("x", rounds_of([r * 1.25 for r in reference], reference, quiet=False), *BAND).outcome
+        == "skip"
+    )
+    broken = judge_band("x", rounds_of([r * 100 for r in reference], reference, quiet=False), *BAND)
+    assert broken.outcome == "fail" and "broken" in broken.reason
+
+
+def test_a_probe_is_judged_on_quiet_trials_when_both_sides_have_them() -> None:
+    probe, reference = Side(), Side()
+    probe.add(0.9, 0.95)
+    probe.add(2.0, 0.40)  # disturbed: not like with like
+    reference.add(1.0, 0.97)
+    verdict = judge("int8", probe, reference, bound=0.95, broken=0.5)
+    assert verdict.outcome == "fail" and verdict.basis == "quiet trials"
