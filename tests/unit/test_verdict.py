@@ -42,8 +42,31 @@ def test_out_of_band_without_quiet_rounds_is_skipped_but_broken_fails_whatever_t
 
 def test_a_probe_is_judged_on_quiet_trials_when_both_sides_have_them() -> None:
     probe, reference = Side(), Side()
-    probe.add(0.9, 0.95)
-    probe.add(2.0, 0.40)  # disturbed: not like with like
-    reference.add(1.0, 0.97)
+    for _ in range(3):
+        probe.add(0.9, 0.95)
+        probe.add(2.0, 0.40)  # disturbed: not like with like
+        reference.add(1.0, 0.97)
     verdict = judge("int8", probe, reference, bound=0.95, broken=0.5)
     assert verdict.outcome == "fail" and verdict.basis == "quiet trials"
+
+
+def test_one_lucky_reference_trial_does_not_make_a_sound_probe_broken() -> None:
+    # Beside two busy loops: the probe's quiet-looking trials at ~1150 GOPS, one reference trial at 3000.
+    probe, reference = Side(), Side()
+    for v in (1.15, 1.12, 1.10, 1.08):
+        probe.add(v, 0.9)
+        reference.add(v * 1.01, 0.9)
+    reference.add(3.0, 0.9)
+    verdict = judge("int8 threads=2", probe, reference, bound=0.95, broken=0.5)
+    assert verdict.outcome == "pass", verdict.reason
+
+
+def test_a_side_with_fewer_than_three_quiet_trials_is_not_judged_as_quiet() -> None:
+    probe, reference = Side(), Side()
+    for v in (1.0, 0.98, 0.97):
+        probe.add(v, 0.5)
+        reference.add(v, 0.5)
+    probe.add(0.6, 0.9)
+    reference.add(1.0, 0.9)
+    verdict = judge("x", probe, reference, bound=0.95, broken=0.5)
+    assert verdict.basis.startswith("disturbed") and verdict.outcome == "pass"
