@@ -9,6 +9,7 @@ transport, the parsing into records and the error path — is real.
 from __future__ import annotations
 
 import json
+import time
 from importlib import resources
 from pathlib import Path
 
@@ -149,41 +150,46 @@ def test_missing_runner_names_the_descriptor(adb_phone_factory, tmp_path: Path) 
     assert "no 'onnxruntime_perf_test' in [runners]" in res.stderr and "stock.toml" in res.stderr
 
 
+def shell_ticks(phone, output: str) -> int:  # type: ignore[no-untyped-def]
+    res = phone.transport.run(["grep", "-c", "^T", output], timeout=30)
+    return int(res.stdout.strip() or 0)
+
+
+def wait_for_ticks(phone, output: str, ticks: int, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    """Until the shell sampler on the phone has written `ticks` ticks (its pace is the loaded phone's)."""
+    deadline = time.monotonic() + timeout_s
+    while shell_ticks(phone, output) < ticks:
+        assert time.monotonic() < deadline, (
+            f"the shell sampler wrote fewer than {ticks} ticks in {timeout_s} s"
+        )
+        time.sleep(0.1)
+
+
 def test_shell_sampler_on_the_stock_phone_matches_the_python_sampler(
     adb_phone_factory, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
-    """The phone's own sh samples its sandbox sysfs (driven by real load) while the Python sampler reads the
-    same files from the host: same channels, and both see the frequency cap drop."""
-    import dataclasses
-    import threading
-    import time
+    """The phone's own sh samples its sandbox sysfs (driven by real load) while the agent's Python sampler
+    reads the same files from the host over a window that covers the shell's: same channels, both see the
+    frequency cap drop, and the shell's temperatures lie within what the Python sampler saw."""
 
-    from edgebench.lab.descriptors import Sensors, builtin_local
+    from edgebench.agent.sensors import Sampler, discover
     from edgebench.lab.device import Device
     from edgebench.native.shell_sampler import sensor_log, start_sampler, stop_sampler
     from edgebench.probes.sensing import sensors_config
     from edgebench.testing.sysfs_sim import SysfsSim
 
     lab = stock_phone(adb_phone_factory, tmp_path, "")
-    host_view = dataclasses.replace(
-        builtin_local(), workdir=str(tmp_path / "work"), sensors=Sensors(sysfs_root=str(lab.root))
-    )
-    with SysfsSim(lab.root, burners=1) as sim, Device(lab.spec()) as phone, Device(host_view) as host:
+    with SysfsSim(lab.root, burners=1) as sim, Device(lab.spec()) as phone:
         config = sensors_config(phone.spec, 0.2)
-        python_log: dict = {}
-
-        def python_sampler() -> None:
-            task = {"kind": "sample", "sensors": {**config, "sysfs_root": str(lab.root)}, "duration_s": 3.0}
-            python_log.update(host.run_agent(task, 60).result["sensors"])
-
-        handle = start_sampler(phone, 0.2, 3.5, timeout=30)
-        thread = threading.Thread(target=python_sampler)
-        thread.start()
-        time.sleep(1.2)
-        sim.cap_now()
-        thread.join(60)
-        time.sleep(0.5)
-        shell_log = sensor_log(stop_sampler(phone, handle, timeout=30), config, 0.2)
+        python = Sampler(discover({**config, "sysfs_root": str(lab.root)}), 0.2, dumpsys=False).start()
+        try:
+            handle = start_sampler(phone, 0.2, 30.0, timeout=30)
+            wait_for_ticks(phone, handle.output, 3)
+            sim.cap_now()
+            wait_for_ticks(phone, handle.output, shell_ticks(phone, handle.output) + 3)
+            shell_log = sensor_log(stop_sampler(phone, handle, timeout=30), config, 0.2)
+        finally:
+            python_log = python.stop()
 
     def by_id(log: dict) -> dict[str, list]:
         return {c["id"]: c["values"] for c in log["channels"]}
