@@ -10,6 +10,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -112,8 +113,9 @@ def test_help_of_every_verb_shows_bracketed_text_intact(tmp_path: Path) -> None:
     commands = _commands()
     assert {"gate", "runs", "compare", "bench", "fit", "report"} <= {p[0] for p, _ in commands if p}
     bracketed = 0
-    for path, cmd in commands:
-        res = edgebench(*path, "--help", cwd=tmp_path)
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:  # an interpreter start each
+        helps = list(pool.map(lambda c: edgebench(*c[0], "--help", cwd=tmp_path), commands))
+    for (path, cmd), res in zip(commands, helps, strict=True):
         assert res.returncode == 0, (path, res.stderr)
         shown = _words(res.stdout)
         for param in cmd.params:
