@@ -463,11 +463,11 @@ devices = ["local"]
 models = ["builtin:mlp", "builtin:convnet", "builtin:encoder"]
 [[probe]]
 kind = "bench"
-params = { threads = 1, runs = 120, warmup = 2, min_seconds = 0, shapes = { x = [1, 1024] } }
+params = { threads = 1, runs = 120, warmup = 2, warmup_seconds = 0.1, min_seconds = 0, shapes = { x = [1, 1024] } }
 models = ["mlp"]
 [[probe]]
 kind = "bench"
-params = { threads = 1, runs = 120, warmup = 2, min_seconds = 0 }
+params = { threads = 1, runs = 120, warmup = 2, warmup_seconds = 0.1, min_seconds = 0 }
 models = ["convnet", "encoder"]
 [[probe]]
 kind = "matmul"
@@ -500,7 +500,18 @@ def demo_lab(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
     assert res.returncode in (0, 1), res.stderr
     f.ok("variants", "builtin:convnet", "--out", "variants", "--only", ",".join(DEMO_VARIANTS), *store)
     files = sorted(str(p) for p in (root / "variants").iterdir() if p.suffix in (".onnx", ".mnn"))
-    fast = ["--threads", "1", "--runs", "120", "--min-seconds", "0", "--warmup", "2"]
+    fast = [
+        "--threads",
+        "1",
+        "--runs",
+        "120",
+        "--min-seconds",
+        "0",
+        "--warmup",
+        "2",
+        "--warmup-seconds",
+        "0.1",
+    ]
     f.ok("bench", "builtin:convnet", *files, *fast, *store)
     f.ok("accuracy", *files, "--reference", "builtin:convnet", *store)
     f.ok("profile", "builtin:encoder", "--runs", "10", *store)
