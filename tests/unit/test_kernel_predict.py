@@ -118,3 +118,97 @@ def test_profiled_and_graph_kernels_agree_on_kind_and_weights() -> None:
     assert g.kind == p.kind == "gemm"
     assert p.flops == pytest.approx(g.flops, rel=0.01)
     assert p.weight_bytes == pytest.approx(256 * 128 * 4, rel=0.01)
+
+
+def _conv_node(b: list, x: str, cin: int, cout: int, name: str, group: int = 1) -> str:
+    w = numpy_helper.from_array(np.full((cout, cin // group, 3, 3), 0.01, np.float32), f"{name}_w")
+    b.append(w)
+    return name
+
+
+def reorder_model():
+    """Conv 3->16 (reads NCHW), Conv 16->32, Relu (stays blocked), a scalar Mul (runs plain), depthwise
+    Conv 32 (blocked again), MaxPool: a blocked graph output and a second consumer of a blocked tensor."""
+    inits: list = []
+    nodes = []
+    shapes = [(3, 16, 1), (16, 32, 1)]
+    prev = "x"
+    for i, (cin, cout, group) in enumerate(shapes):
+        _conv_node(inits, prev, cin, cout, f"c{i}", group)
+        nodes.append(helper.make_node("Conv", [prev, f"c{i}_w"], [f"c{i}"], name=f"c{i}", pads=[1, 1, 1, 1]))
+        prev = f"c{i}"
+    nodes.append(helper.make_node("Relu", [prev], ["r"], name="r"))
+    inits.append(numpy_helper.from_array(np.array(0.5, np.float32), "half"))
+    nodes.append(helper.make_node("Mul", ["r", "half"], ["m"], name="m"))
+    _conv_node(inits, "m", 32, 32, "dw", 32)
+    nodes.append(helper.make_node("Conv", ["m", "dw_w"], ["dw"], name="dw", pads=[1, 1, 1, 1], group=32))
+    nodes.append(helper.make_node("MaxPool", ["dw"], ["y"], name="pool", kernel_shape=[2, 2], strides=[2, 2]))
+    nodes.append(helper.make_node("Sigmoid", ["r"], ["s"], name="sig"))
+    graph = helper.make_graph(
+        nodes,
+        "reorders",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 16, 16]),
+            helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 32, 32, 32]),
+        ],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def ort_reorders(path, feeds: dict, folder) -> list[str]:
+    """The layout kernels onnxruntime ran in one inference, from its own profile."""
+    import json
+
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.enable_profiling = True
+    opts.profile_file_prefix = str(folder / "ort")
+    opts.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    session.run(None, feeds)
+    with open(session.end_profiling()) as fh:
+        events = json.load(fh)
+    return sorted(
+        e["args"]["op_name"]
+        for e in events
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and "Reorder" in e["args"]["op_name"]
+    )
+
+
+def wheel_cls_model():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("rapidocr_onnxruntime is not installed")
+    return Path(list(spec.submodule_search_locations)[0], "models", "ch_ppocr_mobile_v2.0_cls_infer.onnx")
+
+
+@pytest.mark.parametrize("which", ["synthetic", "ppocr_cls"])
+def test_layout_reorders_predicted_from_the_graph_are_those_onnxruntime_runs(tmp_path, which: str) -> None:
+    """The reference: onnxruntime's own profile names the ReorderInput/Output kernels it ran (PP-OCR's
+    classifier: 59 of them around its hard-swishes and squeeze-excitations)."""
+    import onnx
+
+    from edgebench.analysis.cost import load_model
+
+    if which == "synthetic":
+        path = tmp_path / "reorders.onnx"
+        onnx.save(reorder_model(), path)
+        x = np.ones((1, 3, 32, 32), np.float32)
+    else:
+        path = wheel_cls_model()
+        x = np.ones((1, 3, 48, 192), np.float32)
+    ran = ort_reorders(path, {"x": x}, tmp_path)
+    if not ran:
+        pytest.skip("this onnxruntime build runs no NCHWc kernels (no AVX-512 MLAS kernels)")
+    cost = analyze(load_model(str(path)), {"x": list(x.shape)})
+    predicted = sorted(k.op_type for k in graph_kernels(cost) if k.kind == "layout")
+    assert predicted == ran
+    assert not [k for k in graph_kernels(cost, "mnn") if k.kind == "layout"]  # MNN: no such reorders
