@@ -212,3 +212,37 @@ def test_layout_reorders_predicted_from_the_graph_are_those_onnxruntime_runs(tmp
     predicted = sorted(k.op_type for k in graph_kernels(cost) if k.kind == "layout")
     assert predicted == ran
     assert not [k for k in graph_kernels(cost, "mnn") if k.kind == "layout"]  # MNN: no such reorders
+
+
+def test_the_sweep_feeds_the_kernel_fits_but_is_never_held_out_nor_in_the_overhead(
+    runs: list[kp.ProfiledRun],
+) -> None:
+    """A sweep model with a latency no real model has (10 s) moves neither the overhead nor the held-out list."""
+    from dataclasses import replace
+
+    from edgebench.analysis.kernel_sweep import SWEEP_PREFIX
+
+    base = runs[0]
+    sweep = replace(base, model=f"{SWEEP_PREFIX}conv-test", latency_ms=10_000.0)
+    with_sweep = [*runs, sweep]
+    graphs = graphs_of(with_sweep)
+    cal = kp.calibrate(with_sweep, graphs)
+    assert cal is not None and cal.overhead_ms == pytest.approx(OVERHEAD_MS, abs=0.03)
+    assert SWEEP_PREFIX + "conv-test" not in cal.models
+    held = kp.cross_validate(with_sweep, graphs)
+    assert sorted(h.run.model for h in held) == sorted(r.model for r in runs)
+
+
+def test_the_sweep_models_are_valid_and_name_themselves(tmp_path) -> None:
+    import onnx
+
+    from edgebench.analysis.kernel_sweep import SWEEP_PREFIX, is_sweep, write_sweep
+
+    paths = write_sweep(tmp_path)
+    assert len(paths) >= 15 and all(is_sweep(name) for name in paths)
+    for name, path in paths.items():
+        assert path.stem == name and name.startswith(SWEEP_PREFIX)
+        onnx.checker.check_model(onnx.load(path), full_check=True)
+    kinds = {k.kind for path in paths.values() for k in graph_kernels(analyze(onnx.load(path)))}
+    assert {"conv", "conv_dw", "gemm", "gemv", "matmul", "elementwise", "pool", "resize", "copy"} <= kinds
+    assert {"deconv", "norm", "softmax", "layout"} <= kinds
