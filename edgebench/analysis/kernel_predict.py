@@ -98,12 +98,12 @@ def _row(k: Kernel) -> list[float]:
     return [k.flops / _SCALE[0], k.bytes / _SCALE[1], k.weight_bytes / _SCALE[2], 1.0]
 
 
-def _fit(rows: Sequence[list[float]], ms: Sequence[float]) -> np.ndarray:
+def _fit(rows: Sequence[list[float]], ms: Sequence[float], weights: Sequence[float]) -> np.ndarray:
     """NNLS, each kernel weighted by 1/sqrt(its time): big kernels dominate, small ones still count."""
     from scipy.optimize import nnls  # lazily: scipy costs a second of every CLI start
 
     X, y = np.asarray(rows, float), np.asarray(ms, float)
-    w = 1.0 / np.sqrt(np.maximum(y, 1e-4))
+    w = np.asarray(weights, float) / np.sqrt(np.maximum(y, 1e-4))
     coef, _ = nnls(X * w[:, None], y * w)
     return coef
 
@@ -176,10 +176,17 @@ class KernelCalibration:
         return self.kernels_ms(kernels) + self.overhead_ms
 
 
+SWEEP_WEIGHT = 0.05  # a sweep kernel counts this much against a real model's: it fills the gaps only
+
+
+def _weight(run: ProfiledRun) -> float:
+    return SWEEP_WEIGHT if is_sweep(run.model) else 1.0
+
+
 def _fit_correction(runs: Sequence[ProfiledRun], partial: KernelCalibration) -> Any:
     """A random forest on log(profiled / linear estimate) over every profiled kernel (None without
     scikit-learn's forest or with too few kernels)."""
-    rows, target = [], []
+    rows, target, weights = [], [], []
     for run in runs:
         kernels = [k for k, _ in run.kernels]
         context = _context(kernels)
@@ -189,12 +196,13 @@ def _fit_correction(runs: Sequence[ProfiledRun], partial: KernelCalibration) -> 
             linear = partial.linear_ms(k)
             rows.append(_shape_row(k, linear, context, partial.runtime))
             target.append(math.log(ms / max(linear, MIN_FLOOR_MS)))
+            weights.append(_weight(run))
     if len(rows) < 20:
         return None
     from sklearn.ensemble import RandomForestRegressor  # lazily: costs a second of every CLI start
 
-    forest = RandomForestRegressor(n_estimators=40, min_samples_leaf=2, max_features=0.5, random_state=0)
-    return forest.fit(np.asarray(rows), np.asarray(target))
+    forest = RandomForestRegressor(n_estimators=30, min_samples_leaf=3, max_features=0.5, random_state=0)
+    return forest.fit(np.asarray(rows), np.asarray(target), sample_weight=np.asarray(weights))
 
 
 def calibrate(
@@ -207,17 +215,21 @@ def calibrate(
     the kernel fits only."""
     if len({r.model for r in runs if not is_sweep(r.model)}) < 2:
         return None
-    by_kind: dict[str, tuple[list[list[float]], list[float]]] = defaultdict(lambda: ([], []))
+    by_kind: dict[str, tuple[list[list[float]], list[float], list[float]]] = defaultdict(lambda: ([], [], []))
     for run in runs:
         for k, ms in run.kernels:
-            rows, ys = by_kind[k.kind]
+            rows, ys, ws = by_kind[k.kind]
             rows.append(_row(k))
             ys.append(ms)
-    all_rows = [row for rows, _ in by_kind.values() for row in rows]
-    all_ms = [y for _, ys in by_kind.values() for y in ys]
-    pooled = tuple(_fit(all_rows, all_ms))
+            ws.append(_weight(run))
+    all_rows = [row for rows, _, _ in by_kind.values() for row in rows]
+    all_ms = [y for _, ys, _ in by_kind.values() for y in ys]
+    all_w = [w for _, _, ws in by_kind.values() for w in ws]
+    pooled = tuple(_fit(all_rows, all_ms, all_w))
     per_kind = {
-        kind: tuple(_fit(rows, ys)) for kind, (rows, ys) in by_kind.items() if len(ys) >= MIN_KIND_KERNELS
+        kind: tuple(_fit(rows, ys, ws))
+        for kind, (rows, ys, ws) in by_kind.items()
+        if len(ys) >= MIN_KIND_KERNELS
     }
     linear = KernelCalibration(per_kind, pooled, 0.0, (), runtime=runs[0].runtime)
     partial = replace(linear, correction=_fit_correction(runs, linear))

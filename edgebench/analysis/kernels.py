@@ -427,11 +427,50 @@ def graph_kernels(cost: ModelCost, runtime: str = "onnxruntime") -> list[Kernel]
         if n.op_type not in ("BatchNormalization", "Add") and not _fuses_activation(head, n, runtime):
             continue
         absorbed[n.name] = head
-    out = [_node_kernel(n) for n in nodes if n.name not in absorbed]
+    hidden = _hard_swish_parts(nodes, consumers, producer) if runtime == "mnn" else set()
+    out = [_node_kernel(n) for n in nodes if n.name not in absorbed and n.name not in hidden]
+    if runtime == "mnn":  # MNN runs a HardSigmoid as a scale, a shift and a ReLU6: three kernels
+        out += [_node_kernel(n) for n in nodes if n.op_type == "HardSigmoid" for _ in range(2)]
     if runtime == "onnxruntime":
         out += nchwc_reorders(nodes, absorbed)
     out += [_node_kernel(n, kind="shape") for n in cost.meta_nodes if n.op_type in _SHAPE or runtime == ""]
     return out
+
+
+def _hard_swish_parts(
+    nodes: Sequence[NodeCost], consumers: dict[str, int], producer: dict[str, NodeCost]
+) -> set[str]:
+    """The parts of an exported hard-swish, x * clip(x + 3, 0, 6) / 6 (Add, Clip, Mul and Div in either
+    order), but the last: MNN's converter fuses the four into one unary op, kept as the last's kernel."""
+    hidden: set[str] = set()
+    for mul in nodes:
+        if mul.op_type != "Mul" or len(mul.inputs) != 2 or any(mul.constant_inputs):
+            continue
+        for x, t in (mul.inputs, mul.inputs[::-1]):
+            scaled = _chain_back(producer, t, ("Div", "Mul"), ("Clip",), ("Add",))
+            clipped = _chain_back(producer, t, ("Clip",), ("Add",))
+            if scaled and scaled[-1].inputs[0] == x:
+                parts = scaled  # x * (clip(x + 3) / 6): the Mul is the kernel
+            elif clipped and clipped[-1].inputs[0] == x and consumers.get(mul.outputs[0], 0) == 1:
+                parts = [*clipped, mul]  # (x * clip(x + 3)) / 6: the Div after it is the kernel
+            else:
+                continue
+            if all(consumers.get(n.outputs[0], 0) == 1 for n in parts if n.outputs):
+                hidden.update(n.name for n in parts)
+                break
+    return hidden
+
+
+def _chain_back(producer: dict[str, NodeCost], tensor: str, *steps: tuple[str, ...]) -> list[NodeCost] | None:
+    """The producers of `tensor` walking back through the first data input, one op type set per step."""
+    chain = []
+    for ops in steps:
+        n = producer.get(tensor)
+        if n is None or n.op_type not in ops or not n.inputs:
+            return None
+        chain.append(n)
+        tensor = n.inputs[0]
+    return chain
 
 
 NCHWC_BLOCK = 16  # MLAS's NCHWc channel block on AVX-512 (8 on AVX2): reordered tensors are padded to it
