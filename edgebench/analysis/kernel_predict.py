@@ -179,11 +179,43 @@ class KernelCalibration:
 SWEEP_WEIGHT = 0.05  # a sweep kernel counts this much against a real model's: it fills the gaps only
 
 
-def _weight(run: ProfiledRun) -> float:
-    return SWEEP_WEIGHT if is_sweep(run.model) else 1.0
+GAP_FACTOR = 4.0  # a sweep kernel this far outside the real kernels' sizes of its kind fills a gap
 
 
-def _fit_correction(runs: Sequence[ProfiledRun], partial: KernelCalibration) -> Any:
+Coverage = dict[tuple[str, bool], tuple[float, float]]
+
+
+def _family(k: Kernel, runtime: str | None) -> tuple[str, bool]:
+    return k.kind, runtime != "mnn" and k.op_type in _ORT_CONV_OPS
+
+
+def _coverage(runs: Sequence[ProfiledRun]) -> Coverage:
+    """Per kind (and onnxruntime's Conv or not), the smallest and largest bytes moved (activations +
+    weights) by the real models' kernels."""
+    out: Coverage = {}
+    for run in runs:
+        if is_sweep(run.model):
+            continue
+        for k, _ in run.kernels:
+            size = k.bytes + k.weight_bytes
+            key = _family(k, run.runtime)
+            lo, hi = out.get(key, (size, size))
+            out[key] = (min(lo, size), max(hi, size))
+    return out
+
+
+def _weight(run: ProfiledRun, k: Kernel, coverage: Coverage) -> float:
+    """A real model's kernel counts 1; a sweep kernel counts fully where no real model has kernels of its
+    kind at its size (a detector at 640x640 when the real models run at 320), little elsewhere (its
+    setting is no real model's)."""
+    if not is_sweep(run.model):
+        return 1.0
+    lo, hi = coverage.get(_family(k, run.runtime), (math.inf, -math.inf))
+    size = k.bytes + k.weight_bytes
+    return 1.0 if size < lo / GAP_FACTOR or size > hi * GAP_FACTOR else SWEEP_WEIGHT
+
+
+def _fit_correction(runs: Sequence[ProfiledRun], partial: KernelCalibration, coverage: Coverage) -> Any:
     """A random forest on log(profiled / linear estimate) over every profiled kernel (None without
     scikit-learn's forest or with too few kernels)."""
     rows, target, weights = [], [], []
@@ -196,7 +228,7 @@ def _fit_correction(runs: Sequence[ProfiledRun], partial: KernelCalibration) -> 
             linear = partial.linear_ms(k)
             rows.append(_shape_row(k, linear, context, partial.runtime))
             target.append(math.log(ms / max(linear, MIN_FLOOR_MS)))
-            weights.append(_weight(run))
+            weights.append(_weight(run, k, coverage))
     if len(rows) < 20:
         return None
     from sklearn.ensemble import RandomForestRegressor  # lazily: costs a second of every CLI start
@@ -215,13 +247,14 @@ def calibrate(
     the kernel fits only."""
     if len({r.model for r in runs if not is_sweep(r.model)}) < 2:
         return None
+    coverage = _coverage(runs)
     by_kind: dict[str, tuple[list[list[float]], list[float], list[float]]] = defaultdict(lambda: ([], [], []))
     for run in runs:
         for k, ms in run.kernels:
             rows, ys, ws = by_kind[k.kind]
             rows.append(_row(k))
             ys.append(ms)
-            ws.append(_weight(run))
+            ws.append(_weight(run, k, coverage))
     all_rows = [row for rows, _, _ in by_kind.values() for row in rows]
     all_ms = [y for _, ys, _ in by_kind.values() for y in ys]
     all_w = [w for _, _, ws in by_kind.values() for w in ws]
@@ -232,7 +265,7 @@ def calibrate(
         if len(ys) >= MIN_KIND_KERNELS
     }
     linear = KernelCalibration(per_kind, pooled, 0.0, (), runtime=runs[0].runtime)
-    partial = replace(linear, correction=_fit_correction(runs, linear))
+    partial = replace(linear, correction=_fit_correction(runs, linear, coverage))
     sums, lat = [], []
     for run in (r for r in runs if not is_sweep(r.model)):
         kernels = (graphs or {}).get((run.model, run.shapes))

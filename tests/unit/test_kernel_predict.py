@@ -290,3 +290,17 @@ def test_mnn_runs_an_exported_hard_swish_as_one_kernel_and_a_hard_sigmoid_as_thr
     mnn = [k.op_type for k in graph_kernels(cost, "mnn")]
     assert sorted(mnn) == sorted([second, "HardSigmoid", "HardSigmoid", "HardSigmoid"]), (first, mnn)
     assert len([k for k in graph_kernels(cost, "onnxruntime") if k.kind == "elementwise"]) == 5
+
+
+def test_a_sweep_kernel_counts_fully_only_where_no_real_model_has_kernels_of_its_size() -> None:
+    from edgebench.analysis.kernel_sweep import SWEEP_PREFIX
+
+    real = kp.ProfiledRun(
+        "dev", "onnxruntime", 1, "m", "{}", 1.0, ((Kernel("elementwise", 1e5, 1e6, 0.0), 0.1),)
+    )
+    sweep = kp.ProfiledRun("dev", "onnxruntime", 1, SWEEP_PREFIX + "s", "{}", 1.0, ())
+    coverage = kp._coverage([real, sweep])
+    assert kp._weight(real, Kernel("elementwise", 1e5, 1e6, 0.0), coverage) == 1.0
+    assert kp._weight(sweep, Kernel("elementwise", 1e5, 2e6, 0.0), coverage) == kp.SWEEP_WEIGHT
+    assert kp._weight(sweep, Kernel("elementwise", 1e6, 5e7, 0.0), coverage) == 1.0  # beyond the real sizes
+    assert kp._weight(sweep, Kernel("resize", 1e6, 2e6, 0.0), coverage) == 1.0  # a kind no real model has
