@@ -6,8 +6,13 @@ kind and features (`edgebench.analysis.kernels`); per kind, a kernel's time is f
 
     ms = a * GFLOPs + b * activation MB + w * weight MB + d        (non-negative least squares)
 
-(kinds with too few profiled kernels share one fit over all of them). A model is predicted from its graph
-(`kernels.graph_kernels`: the same kinds, fused as the runtimes fuse) as
+(kinds with too few profiled kernels share one fit over all of them), then multiplied by a correction a
+random forest (nn-Meter's regressor) learns on the log ratio of profiled time to that estimate from the
+kernel's shape (channels, positions, multiply-adds per output) and its model's working set (weights and
+activation traffic: what stays cached). The calibration sweep's synthetic models (`kernel_sweep`), where
+profiled, feed both fits: fully where no real model has kernels of that kind and size, little elsewhere.
+A model is predicted from its graph (`kernels.graph_kernels`: the same kinds, fused as the runtimes fuse,
+with onnxruntime's NCHWc layout reorders) as
 
     latency = sum(kernel predictions) + c
 
