@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .cost import ModelCost, NodeCost
 
@@ -232,9 +232,22 @@ class Kernel:
     weight_bytes: float
     name: str = ""
     op_type: str = ""
+    # channels in, channels out (a GEMM's K and N), output positions (pixels, rows), multiply-adds per
+    # output: the shape a kernel's efficiency depends on beyond its totals (kernel size, depthwise, width)
+    geometry: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 
     def features(self) -> tuple[float, float, float]:
         return self.flops, self.bytes, self.weight_bytes
+
+
+def _geometry(flops: float, x: Sequence[int] | None, out: Sequence[int] | None) -> tuple[float, ...]:
+    if not out:
+        return (0.0, 0.0, 0.0, 0.0)
+    out_n = float(_numel(out))
+    cout = float(out[1] if len(out) == 4 else out[-1]) if len(out) else 1.0
+    cin = float(x[1] if x and len(x) == 4 else (x[-1] if x else 0))
+    positions = out_n / max(1.0, cout)
+    return (cin, cout, positions, flops / 2.0 / max(1.0, out_n))
 
 
 Tensor = tuple[str, tuple[int, ...] | None]  # element type name, dims (None: unknown)
@@ -294,7 +307,8 @@ def describe(
         channels = out[1] if len(out) == 4 else out[-1]
         positions = out_n / max(1, channels)  # each weight is used once per output position
         weight_bytes = 4.0 * runtime_macs / max(1.0, positions)
-    return Kernel(kind, flops, float(activation_bytes), float(weight_bytes), name, op_type)
+    geometry = _geometry(flops, x, out)
+    return Kernel(kind, flops, float(activation_bytes), float(weight_bytes), name, op_type, geometry)
 
 
 def _kind_and_flops(
@@ -413,9 +427,143 @@ def graph_kernels(cost: ModelCost, runtime: str = "onnxruntime") -> list[Kernel]
         if n.op_type not in ("BatchNormalization", "Add") and not _fuses_activation(head, n, runtime):
             continue
         absorbed[n.name] = head
-    out = [_node_kernel(n) for n in nodes if n.name not in absorbed]
+    hidden = _hard_swish_parts(nodes, consumers, producer) if runtime == "mnn" else set()
+    out = [_node_kernel(n) for n in nodes if n.name not in absorbed and n.name not in hidden]
+    if runtime == "mnn":  # MNN runs a HardSigmoid as a scale, a shift and a ReLU6: three kernels
+        out += [_node_kernel(n) for n in nodes if n.op_type == "HardSigmoid" for _ in range(2)]
+    if runtime == "onnxruntime":
+        out += nchwc_reorders(nodes, absorbed)
     out += [_node_kernel(n, kind="shape") for n in cost.meta_nodes if n.op_type in _SHAPE or runtime == ""]
     return out
+
+
+def _hard_swish_parts(
+    nodes: Sequence[NodeCost], consumers: dict[str, int], producer: dict[str, NodeCost]
+) -> set[str]:
+    """The parts of an exported hard-swish, x * clip(x + 3, 0, 6) / 6 (Add, Clip, Mul and Div in either
+    order), but the last: MNN's converter fuses the four into one unary op, kept as the last's kernel."""
+    hidden: set[str] = set()
+    for mul in nodes:
+        if mul.op_type != "Mul" or len(mul.inputs) != 2 or any(mul.constant_inputs):
+            continue
+        for x, t in (mul.inputs, mul.inputs[::-1]):
+            scaled = _chain_back(producer, t, ("Div", "Mul"), ("Clip",), ("Add",))
+            clipped = _chain_back(producer, t, ("Clip",), ("Add",))
+            if scaled and scaled[-1].inputs[0] == x:
+                parts = scaled  # x * (clip(x + 3) / 6): the Mul is the kernel
+            elif clipped and clipped[-1].inputs[0] == x and consumers.get(mul.outputs[0], 0) == 1:
+                parts = [*clipped, mul]  # (x * clip(x + 3)) / 6: the Div after it is the kernel
+            else:
+                continue
+            if all(consumers.get(n.outputs[0], 0) == 1 for n in parts if n.outputs):
+                hidden.update(n.name for n in parts)
+                break
+    return hidden
+
+
+def _chain_back(producer: dict[str, NodeCost], tensor: str, *steps: tuple[str, ...]) -> list[NodeCost] | None:
+    """The producers of `tensor` walking back through the first data input, one op type set per step."""
+    chain = []
+    for ops in steps:
+        n = producer.get(tensor)
+        if n is None or n.op_type not in ops or not n.inputs:
+            return None
+        chain.append(n)
+        tensor = n.inputs[0]
+    return chain
+
+
+NCHWC_BLOCK = 16  # MLAS's NCHWc channel block on AVX-512 (8 on AVX2): reordered tensors are padded to it
+_NCHWC_POOLS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
+_NCHWC_BINARY = {"Add", "Sum", "Mul"}  # blocked when every input is a blocked activation of one shape
+_NCHWC_UNARY = {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid"}
+
+
+def nchwc_reorders(nodes: Sequence[NodeCost], absorbed: dict[str, NodeCost]) -> list[Kernel]:
+    """The layout kernels onnxruntime inserts around its NCHWc convolutions, from the graph.
+
+    Its NchwcTransformer runs a float 2-D convolution in a channel-blocked layout when its channels align
+    (dense: input channels below one block, read as NCHW, or a multiple of 4; any depthwise; channels
+    padded up to the block), and pools whose channels are a multiple of the block; activations,
+    same-shape Add/Mul, BatchNormalization, Concat and Resize on blocked tensors stay blocked. A blocked
+    tensor read by anything else (or a graph output) gets one ReorderOutput, a plain tensor read by a
+    blocked op one ReorderInput; each moves the tensor once in, once out (padded to the block)."""
+    tail = {head.name: n for n in nodes if (head := absorbed.get(n.name)) is not None}
+    blocked: set[str] = set()  # tensors in the NCHWc layout
+    shapes: dict[str, Sequence[int] | None] = {}
+    for n in nodes:
+        for name, shape in zip(n.inputs, n.input_shapes, strict=False):
+            shapes.setdefault(name, shape)
+        for name, shape in zip(n.outputs, n.output_shapes, strict=False):
+            shapes[name] = shape
+    reorder_in: set[str] = set()
+    reorder_out: set[str] = set()
+    read: set[str] = set()
+    for n in nodes:
+        if n.name in absorbed:
+            continue
+        last = tail.get(n.name, n)
+        data = [
+            i for i, c in zip(n.inputs, _padded(n.constant_inputs, len(n.inputs)), strict=True) if i and not c
+        ]
+        read.update(data)
+        wants = _nchwc_input(n, blocked, data)
+        if wants is None:
+            reorder_out.update(t for t in data if t in blocked)
+            continue
+        for t, want in zip(data, wants, strict=False):
+            if want and t not in blocked:
+                reorder_in.add(t)
+            elif not want and t in blocked:
+                reorder_out.add(t)
+        if last.outputs and last.outputs[0]:
+            blocked.add(last.outputs[0])
+    reorder_out.update(t for t in blocked if t not in read)  # graph outputs
+    out = []
+    for op, tensors in (("ReorderInput", reorder_in), ("ReorderOutput", reorder_out)):
+        for t in sorted(tensors):
+            nbytes = 4.0 * _numel(_block_padded(shapes.get(t)))
+            out.append(Kernel("layout", 0.0, 2.0 * nbytes, 0.0, f"{op}:{t}", op))
+    return out
+
+
+def _padded(flags: Sequence[bool], n: int) -> list[bool]:
+    return list(flags) + [False] * (n - len(flags))
+
+
+def _block_padded(shape: Sequence[int] | None) -> tuple[int, ...]:
+    if not shape or len(shape) < 2:
+        return tuple(shape or ())
+    c = -(-shape[1] // NCHWC_BLOCK) * NCHWC_BLOCK
+    return (shape[0], c, *shape[2:])
+
+
+def _nchwc_input(n: NodeCost, blocked: set[str], data: Sequence[str]) -> list[bool] | None:
+    """Which data inputs a node reads blocked when onnxruntime runs it in NCHWc (None: it runs plain)."""
+    x = n.input_shapes[0] if n.input_shapes else None
+    if n.op_type == "Conv":
+        w = n.input_shapes[1] if len(n.input_shapes) > 1 else None
+        if not w or len(w) != 4 or not x or len(x) != 4 or not _padded(n.constant_inputs, 2)[1]:
+            return None
+        group = int(n.attr("group", 1) or 1)
+        if group == 1:
+            if w[1] < NCHWC_BLOCK:
+                return [False]  # few input channels: the NCHWc kernel reads the plain input
+            return [True] if w[1] % 4 == 0 else None  # padded up to the block
+        return [True] if w[1] == 1 and w[0] == group else None  # depthwise (padded); other groups: plain
+    if n.op_type in _NCHWC_POOLS:
+        channels = x[1] if x and len(x) == 4 else 0
+        return [True] if channels and channels % NCHWC_BLOCK == 0 else None
+    if not data or not all(t in blocked for t in data):
+        return None  # the other ops stay blocked only on blocked inputs
+    if n.op_type in ("BatchNormalization", "Resize", "Upsample", "Concat"):
+        return [True] * len(data)
+    if n.op_type in _NCHWC_UNARY:
+        return [True]
+    if n.op_type in _NCHWC_BINARY and len(data) == len(n.inputs) > 1:
+        same = len({tuple(s or ()) for s in n.input_shapes}) == 1
+        return [True] * len(data) if same else None
+    return None
 
 
 def _bias_data_input(add: NodeCost) -> int | None:
@@ -461,7 +609,9 @@ def _node_kernel(n: NodeCost, kind: str | None = None) -> Kernel:
         name=n.name,
     )
     if n.op_type in _GEMM | _CONV | _DECONV and n.flops:
-        k = Kernel(k.kind, float(n.flops), k.bytes, k.weight_bytes, k.name, k.op_type)
+        x = n.input_shapes[0] if n.input_shapes else None
+        out = n.output_shapes[0] if n.output_shapes else None
+        k = replace(k, flops=float(n.flops), geometry=_geometry(float(n.flops), x, out))
     if kind is not None:
         k = Kernel(kind, 0.0, 0.0, 0.0, n.name, n.op_type)
     return k
@@ -490,7 +640,7 @@ def profile_kernel(
     )
     implied = _implied_weight_bytes(k, outs[0][1] if outs else None)
     if implied > k.weight_bytes:  # the runtime pre-packed the weights and counts the bias only
-        k = Kernel(k.kind, k.flops, k.bytes, implied, k.name, k.op_type)
+        k = replace(k, weight_bytes=implied)
     return k
 
 

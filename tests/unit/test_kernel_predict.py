@@ -118,3 +118,189 @@ def test_profiled_and_graph_kernels_agree_on_kind_and_weights() -> None:
     assert g.kind == p.kind == "gemm"
     assert p.flops == pytest.approx(g.flops, rel=0.01)
     assert p.weight_bytes == pytest.approx(256 * 128 * 4, rel=0.01)
+
+
+def _conv_node(b: list, x: str, cin: int, cout: int, name: str, group: int = 1) -> str:
+    w = numpy_helper.from_array(np.full((cout, cin // group, 3, 3), 0.01, np.float32), f"{name}_w")
+    b.append(w)
+    return name
+
+
+def reorder_model():
+    """Conv 3->16 (reads NCHW), Conv 16->32, Relu (stays blocked), a scalar Mul (runs plain), depthwise
+    Conv 32 (blocked again), MaxPool: a blocked graph output and a second consumer of a blocked tensor."""
+    inits: list = []
+    nodes = []
+    shapes = [(3, 16, 1), (16, 32, 1)]
+    prev = "x"
+    for i, (cin, cout, group) in enumerate(shapes):
+        _conv_node(inits, prev, cin, cout, f"c{i}", group)
+        nodes.append(helper.make_node("Conv", [prev, f"c{i}_w"], [f"c{i}"], name=f"c{i}", pads=[1, 1, 1, 1]))
+        prev = f"c{i}"
+    nodes.append(helper.make_node("Relu", [prev], ["r"], name="r"))
+    inits.append(numpy_helper.from_array(np.array(0.5, np.float32), "half"))
+    nodes.append(helper.make_node("Mul", ["r", "half"], ["m"], name="m"))
+    _conv_node(inits, "m", 32, 32, "dw", 32)
+    nodes.append(helper.make_node("Conv", ["m", "dw_w"], ["dw"], name="dw", pads=[1, 1, 1, 1], group=32))
+    nodes.append(helper.make_node("MaxPool", ["dw"], ["y"], name="pool", kernel_shape=[2, 2], strides=[2, 2]))
+    nodes.append(helper.make_node("Sigmoid", ["r"], ["s"], name="sig"))
+    graph = helper.make_graph(
+        nodes,
+        "reorders",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 16, 16]),
+            helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 32, 32, 32]),
+        ],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def ort_reorders(path, feeds: dict, folder) -> list[str]:
+    """The layout kernels onnxruntime ran in one inference, from its own profile."""
+    import json
+
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.enable_profiling = True
+    opts.profile_file_prefix = str(folder / "ort")
+    opts.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    session.run(None, feeds)
+    with open(session.end_profiling()) as fh:
+        events = json.load(fh)
+    return sorted(
+        e["args"]["op_name"]
+        for e in events
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and "Reorder" in e["args"]["op_name"]
+    )
+
+
+def wheel_cls_model():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("rapidocr_onnxruntime is not installed")
+    return Path(list(spec.submodule_search_locations)[0], "models", "ch_ppocr_mobile_v2.0_cls_infer.onnx")
+
+
+@pytest.mark.parametrize("which", ["synthetic", "ppocr_cls"])
+def test_layout_reorders_predicted_from_the_graph_are_those_onnxruntime_runs(tmp_path, which: str) -> None:
+    """The reference: onnxruntime's own profile names the ReorderInput/Output kernels it ran (PP-OCR's
+    classifier: 59 of them around its hard-swishes and squeeze-excitations)."""
+    import onnx
+
+    from edgebench.analysis.cost import load_model
+
+    if which == "synthetic":
+        path = tmp_path / "reorders.onnx"
+        onnx.save(reorder_model(), path)
+        x = np.ones((1, 3, 32, 32), np.float32)
+    else:
+        path = wheel_cls_model()
+        x = np.ones((1, 3, 48, 192), np.float32)
+    ran = ort_reorders(path, {"x": x}, tmp_path)
+    if not ran:
+        pytest.skip("this onnxruntime build runs no NCHWc kernels (no AVX-512 MLAS kernels)")
+    cost = analyze(load_model(str(path)), {"x": list(x.shape)})
+    predicted = sorted(k.op_type for k in graph_kernels(cost) if k.kind == "layout")
+    assert predicted == ran
+    assert not [k for k in graph_kernels(cost, "mnn") if k.kind == "layout"]  # MNN: no such reorders
+
+
+def test_the_sweep_feeds_the_kernel_fits_but_is_never_held_out_nor_in_the_overhead(
+    runs: list[kp.ProfiledRun],
+) -> None:
+    """A sweep model with a latency no real model has (10 s) moves neither the overhead nor the held-out list."""
+    from dataclasses import replace
+
+    from edgebench.analysis.kernel_sweep import SWEEP_PREFIX
+
+    base = runs[0]
+    sweep = replace(base, model=f"{SWEEP_PREFIX}conv-test", latency_ms=10_000.0)
+    with_sweep = [*runs, sweep]
+    graphs = graphs_of(with_sweep)
+    cal = kp.calibrate(with_sweep, graphs)
+    assert cal is not None and cal.overhead_ms == pytest.approx(OVERHEAD_MS, abs=0.03)
+    assert SWEEP_PREFIX + "conv-test" not in cal.models
+    held = kp.cross_validate(with_sweep, graphs)
+    assert sorted(h.run.model for h in held) == sorted(r.model for r in runs)
+
+
+def test_the_sweep_models_are_valid_and_name_themselves(tmp_path) -> None:
+    import onnx
+
+    from edgebench.analysis.kernel_sweep import SWEEP_PREFIX, is_sweep, sweep_models
+
+    builders = sweep_models()
+    assert len(builders) >= 15 and all(is_sweep(name) for name in builders)
+    small = {n: b for n, b in builders.items() if "conv-" in n or n.endswith(("256x512", "16x256x1024"))}
+    kinds = set()
+    for build in small.values():
+        model = build()
+        onnx.checker.check_model(model)
+        assert len(model.graph.output) == 1  # the runtime plans every other tensor's memory
+        kinds |= {k.kind for k in graph_kernels(analyze(model))}
+    assert {"conv", "conv_dw", "gemm", "gemv", "matmul", "elementwise", "pool", "resize", "copy"} <= kinds
+    assert {"deconv", "norm", "softmax", "layout"} <= kinds
+    first = next(iter(builders))
+    assert first.startswith(SWEEP_PREFIX)
+
+
+@pytest.mark.parametrize("div_last", [True, False])
+def test_mnn_runs_an_exported_hard_swish_as_one_kernel_and_a_hard_sigmoid_as_three(div_last: bool) -> None:
+    """x * clip(x + 3, 0, 6) / 6 as paddle2onnx exports it (PP-OCR: Add, Clip, Mul, Div) or with the Div
+    first: MNN's converter makes one unary op of it (the PP-OCR classifier's 61 elementwise kernels in
+    MNN's profile are the 61 counted here), onnxruntime runs the four; a HardSigmoid is a scale, a shift
+    and a ReLU6 in MNN."""
+    inits = [
+        numpy_helper.from_array(np.array(v, np.float32), n)
+        for n, v in (("three", 3.0), ("zero", 0.0), ("six", 6.0))
+    ]
+    first, second = ("Mul", "Div") if div_last else ("Div", "Mul")
+    nodes = [
+        helper.make_node("Add", ["x", "three"], ["a"], name="add"),
+        helper.make_node("Clip", ["a", "zero", "six"], ["c"], name="clip"),
+    ]
+    if div_last:
+        nodes += [
+            helper.make_node("Mul", ["x", "c"], ["m"], name="mul"),
+            helper.make_node("Div", ["m", "six"], ["h"], name="div"),
+        ]
+    else:
+        nodes += [
+            helper.make_node("Div", ["c", "six"], ["d"], name="div"),
+            helper.make_node("Mul", ["x", "d"], ["h"], name="mul"),
+        ]
+    nodes.append(helper.make_node("HardSigmoid", ["h"], ["y"], name="hsig"))
+    graph = helper.make_graph(
+        nodes,
+        "hardswish",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4, 4])],
+        inits,
+    )
+    cost = analyze(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    mnn = [k.op_type for k in graph_kernels(cost, "mnn")]
+    assert sorted(mnn) == sorted([second, "HardSigmoid", "HardSigmoid", "HardSigmoid"]), (first, mnn)
+    assert len([k for k in graph_kernels(cost, "onnxruntime") if k.kind == "elementwise"]) == 5
+
+
+def test_a_sweep_kernel_counts_fully_only_where_no_real_model_has_kernels_of_its_size() -> None:
+    from edgebench.analysis.kernel_sweep import SWEEP_PREFIX
+
+    real = kp.ProfiledRun(
+        "dev", "onnxruntime", 1, "m", "{}", 1.0, ((Kernel("elementwise", 1e5, 1e6, 0.0), 0.1),)
+    )
+    sweep = kp.ProfiledRun("dev", "onnxruntime", 1, SWEEP_PREFIX + "s", "{}", 1.0, ())
+    coverage = kp._coverage([real, sweep])
+    assert kp._weight(real, Kernel("elementwise", 1e5, 1e6, 0.0), coverage) == 1.0
+    assert kp._weight(sweep, Kernel("elementwise", 1e5, 2e6, 0.0), coverage) == kp.SWEEP_WEIGHT
+    assert kp._weight(sweep, Kernel("elementwise", 1e6, 5e7, 0.0), coverage) == 1.0  # beyond the real sizes
+    assert kp._weight(sweep, Kernel("resize", 1e6, 2e6, 0.0), coverage) == 1.0  # a kind no real model has
