@@ -1,10 +1,9 @@
 """Leave-one-model-out accuracy of the kernel-level predictor on this machine, once per runtime.
 
-Models: the built-ins and PP-OCR's det/rec/cls from the rapidocr wheel at two input sizes each, plus the
-calibration sweep's synthetic single-kernel models (kernel_sweep), profiled once per runtime (one
-`edgebench run` of a suite of `profile` jobs: local, one thread) into a store. Each real model is held out
-at both its sizes, the predictor is calibrated on the others' per-op profiles and the sweep's and predicts
-it from its graph; the reference is the same profile job's plain p50 latency (plain runs alternated with
+Models: the built-ins and PP-OCR's det/rec/cls from the rapidocr wheel at two input sizes each, profiled
+once per runtime (one `edgebench run` of a suite of `profile` jobs: local, one thread) into a store. Each
+model is held out at both its sizes, the predictor is calibrated on the others' per-op profiles and
+predicts it from its graph; the reference is the same profile job's plain p50 latency (plain runs alternated with
 the profiled ones, no instrument on). The share within +-10% is printed against the issue's target; what
 is asserted is a bound on the median error (see FLOOR_MEDIAN_ERROR for why not the share).
 """
@@ -88,7 +87,9 @@ def profile_all(runtime: str, folder: Path, sweep: bool = True) -> list[HeldOut]
 
 @pytest.fixture(scope="module", params=["onnxruntime", "mnn"])
 def held_out(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> list[HeldOut]:
-    return profile_all(request.param, tmp_path_factory.mktemp(f"loo-{request.param}"))
+    # Without the calibration sweep (kernel_sweep): it doubles the profiling time (38 -> 80 s for both
+    # runtimes) and moved the share by less than the noise between passes here.
+    return profile_all(request.param, tmp_path_factory.mktemp(f"loo-{request.param}"), sweep=False)
 
 
 def test_leave_one_model_out_share_within_10_percent(held_out: list[HeldOut]) -> None:
