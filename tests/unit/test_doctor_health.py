@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from edgebench.probes.doctor import doctor_records
 from edgebench.probes.registry import DoctorParams
 from edgebench.records import RecordContext
@@ -91,3 +93,15 @@ def test_cpu_frequencies_come_from_cpufreq_under_the_sysfs_root(tmp_path) -> Non
         (0, "schedutil", 1800.0, 2400.0, None),
         (1, "schedutil", 600.0, 2400.0, None),
     ]
+
+
+def test_a_slow_stretch_over_one_side_of_a_round_is_not_harness_overhead() -> None:
+    health = agent_result(harness=1.0, bare=1.0, cv=0.01, reach=1.0)
+    onnxruntime = health["runtimes"]["onnxruntime"]
+    onnxruntime["harness_p50_ms"] = [1.02, 3.0]  # the host stalled for the whole harness side of round 2
+    onnxruntime["bare_p50_ms"] = [1.0, 1.01]
+    out = doctor_records(
+        RecordContext("r1", "phone", "doctor"), health, DoctorParams(), {"onnxruntime": "mlp"}
+    )
+    overhead = next(r for r in out.records if r.metric == "harness_overhead")
+    assert overhead.value == pytest.approx(1.02) and overhead.annotations["flag"] is None
