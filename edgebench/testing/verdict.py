@@ -17,8 +17,8 @@ QUIET_SHARE = 0.85
 # either: quiet means within these bounds.
 MAX_SHARE = 1.15
 # The probe's best trial is held to a figure its reference reached several times: beside two busy loops a
-# reference once had a single undisturbed 3000 GOPS trial while the probe's were all disturbed (the guest's
-# CPU share cannot see the host's other tenants), and a sound probe was called broken at 0.38.
+# sound int8 probe was called broken at 0.38 "over quiet trials", each side's figure being one trial (a
+# quiet 2-thread trial reaches about twice a disturbed one, and one lucky trial on one side decided it).
 CORROBORATED = 3
 
 
