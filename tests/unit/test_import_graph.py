@@ -112,7 +112,17 @@ def test_the_cli_starts_without_the_heavy_libraries() -> None:
         "import sys\nfrom edgebench.cli import main\ntry:\n    main(['--version'])\nexcept SystemExit:\n"
         "    pass\nprint('loaded:' + ','.join(sorted(m for m in HEAVY if m in sys.modules)))"
     )
-    heavy = ("scipy", "pandas", "matplotlib", "onnxruntime", "MNN", "dask", "distributed", "paramiko", "sklearn")
+    heavy = (
+        "scipy",
+        "pandas",
+        "matplotlib",
+        "onnxruntime",
+        "MNN",
+        "dask",
+        "distributed",
+        "paramiko",
+        "sklearn",
+    )
     res = subprocess.run(
         [sys.executable, "-c", f"HEAVY = {heavy!r}\n{code}"], capture_output=True, text=True, timeout=120
     )
