@@ -16,17 +16,6 @@ pytest.importorskip("ai_edge_litert", reason="ai-edge-litert is not installed (s
 BENCH = ["--runs", "30", "--min-seconds", "0", "--warmup", "2", "--timeout", "180", "--threads", "1"]
 
 
-@pytest.fixture(params=["local", "ssh_board", "adb_phone_module"])
-def lab_device(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, str]:
-    if request.param == "local":
-        return tmp_path / "empty-lab", "local"
-    if request.param == "ssh_board":
-        board = request.getfixturevalue("ssh_board")
-        return board.lab_dir, board.name
-    phone = request.getfixturevalue(request.param)
-    return phone.lab_dir, phone.device_name
-
-
 @pytest.mark.parametrize("explicit", [True, False], ids=["--runtime litert", "by extension"])
 def test_bench_tflite_through_litert(lab_device: tuple[Path, str], tmp_path: Path, explicit: bool) -> None:
     lab, name = lab_device
