@@ -15,6 +15,7 @@ import statistics
 from typing import Any
 
 from ..agent.protocol import DoctorTask
+from ..analysis.stats import corroborated_ratio
 from ..errors import UserError
 from ..execution.jobs import Job
 from ..lab.device import Device
@@ -155,10 +156,9 @@ def runtime_records(
 ) -> list[Any]:
     """harness_overhead and noise_cv of one runtime, flagged against their bounds."""
     ratios = [h / b for h, b in zip(health["harness_p50_ms"], health["bare_p50_ms"], strict=True) if b > 0]
-    # Each side's fastest round against the other's: load only slows a side, and a slow stretch of a
-    # shared device can cover one side of a round whole (a round read 1.34 with both CVs steady, the next
-    # 0.67), which a median of round ratios takes as harness overhead.
-    overhead = min(health["harness_p50_ms"]) / min(b for b in health["bare_p50_ms"] if b > 0)
+    # Each side's corroborated fastest round, not a median of round ratios (see corroborated_ratio).
+    pairs = [(h, b) for h, b in zip(health["harness_p50_ms"], health["bare_p50_ms"], strict=True) if b > 0]
+    overhead = corroborated_ratio([h for h, _ in pairs], [b for _, b in pairs])
     noise = statistics.median(health["noise_cv"])
     over = flag(overhead, params.max_overhead, True, OVERHEAD)
     noisy = flag(noise, params.max_noise_cv, True, NOISY)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from edgebench.analysis.stats import corroborated_ratio
+
 QUIET_SHARE = 0.85
 # A trial that used more CPUs than it asked for (a runtime ignoring its thread count) is not like with like
 # either: quiet means within these bounds.
@@ -115,10 +117,8 @@ class Rounds:
         return [o / r for o, r in zip(self.ours, self.reference, strict=True)]
 
     def best_ratio(self) -> float:
-        """Each side's fastest round against the other's. A steady CV cannot see a slow stretch of the
-        host that lasts a whole side of a round (one round read 1.34 with both CVs under 5%, the next
-        0.67), and load only ever slows a side down: the fastest rounds are the like-with-like pair."""
-        return min(self.ours) / min(self.reference)
+        """Each side's corroborated fastest round against the other's (edgebench.analysis.stats)."""
+        return corroborated_ratio(self.ours, self.reference)
 
 
 QUIET_CV = 0.05  # the doctor's noise bound
@@ -146,9 +146,9 @@ def judge_band(name: str, rounds: Rounds, low: float, high: float, broken: float
     quiet = sum(rounds.quiet) >= QUIET_ROUNDS
     ratio = rounds.best_ratio()
     basis = (
-        f"fastest of {len(rounds.ours)} rounds a side, {sum(rounds.quiet)} quiet"
+        f"corroborated fastest of {len(rounds.ours)} rounds a side, {sum(rounds.quiet)} quiet"
         if quiet
-        else f"fastest of {len(rounds.ours)} rounds a side, the machine never quiet"
+        else f"corroborated fastest of {len(rounds.ours)} rounds a side, the machine never quiet"
     )
     text = f"{name}: ratio {ratio:.3f} over {basis} (band {low}..{high}, broken beyond {broken}x)"
     if low <= ratio <= high:

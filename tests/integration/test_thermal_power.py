@@ -80,12 +80,32 @@ def trace_power(sim: SysfsSim, origin: float, span: list[float], trim: float) ->
     return float(np.mean([abs(r["current_ua"]) / 1000 * r["voltage_uv"] / 1e6 for r in rows]))
 
 
-def expected_net_mw(sim: SysfsSim, db: Path, trim: float = 0.5) -> float:
+def expected_idle_and_net_mw(sim: SysfsSim, db: Path, trim: float = 0.5) -> tuple[float, float]:
+    """What the simulated gauge showed over the probe's idle phases, and active minus that."""
     bounds, p = stored_samples(db, "phase_bounds_s")
     spans = dict(zip(p["phases"], [bounds[i : i + 2] for i in range(0, len(bounds), 2)], strict=True))
     origin = p["origin_monotonic_s"]
-    idle = np.mean([trace_power(sim, origin, spans[k], trim) for k in ("idle_before", "idle_after")])
-    return trace_power(sim, origin, spans["active"], trim) - float(idle)
+    idle = float(np.mean([trace_power(sim, origin, spans[k], trim) for k in ("idle_before", "idle_after")]))
+    return idle, trace_power(sim, origin, spans["active"], trim) - idle
+
+
+def expected_net_mw(sim: SysfsSim, db: Path) -> float:
+    return expected_idle_and_net_mw(sim, db)[1]
+
+
+def reads_match_the_gauge(sim: SysfsSim, db: Path) -> float:
+    """Median relative gap between each power reading the probe stored and what the simulated gauge showed
+    at that instant (the last row it wrote before the read): the probe read the gauge it meant, when it
+    says it did. (The phase means are then a 4 Hz sample of a jittering load, held to a looser bound.)"""
+    times, p = stored_samples(db, "power_t_s")
+    powers, _ = stored_samples(db, "power_mw")
+    rows = sim.trace()
+    at = np.array([r["t_monotonic"] - p["origin_monotonic_s"] for r in rows])
+    gauge = np.array([abs(r["current_ua"]) / 1000 * r["voltage_uv"] / 1e6 for r in rows])
+    idx = np.searchsorted(at, np.asarray(times), side="right") - 1
+    keep = idx >= 0
+    shown = gauge[idx[keep]]
+    return float(np.median(np.abs(np.asarray(powers)[keep] - shown) / shown))
 
 
 def wait_for_load(
@@ -179,18 +199,25 @@ def test_power_is_net_of_idle_and_energy_matches_latency(tmp_path: Path) -> None
     with SysfsSim(tmp_path / "board", util_env=util_env, idle_ma=150.0, ma_per_util=1200.0) as sim:
         sim.write_descriptor(tmp_path / "lab", env=env)
         res = probe_power(tmp_path / "lab", "6", "3", *PINNED, "--store", db, "--json", cwd=tmp_path)
-        expected = expected_net_mw(sim, db)
+        assert res.returncode == 0, res.stderr
+        idle, expected = expected_idle_and_net_mw(sim, db)
+        gap = reads_match_the_gauge(sim, db)
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     net = one(doc, "power_mw")
     # One busy CPU of two is u = 0.5: 600 mA above idle at about 3.8 V (less when the host is crowded and
     # the agent gets only part of its CPU; the simulator counts what it really used).
     assert 150 < expected < 3000
-    assert net == pytest.approx(expected, rel=0.1, abs=15)
+    assert gap < 0.02, f"readings differ from the gauge at their instants by {gap:.1%} (median)"
+    # 24 reads of a load the host makes jitter: one crowded CI run read 651 against 575 over the trace.
+    assert net == pytest.approx(expected, rel=0.2, abs=15)
     rec = records_by(doc, "power_mw")[0]
     assert rec["params"]["source"] == "battery:battery" and rec["annotations"]["samples_active"] >= 15
     assert rec["annotations"]["sample_rate_hz"] == pytest.approx(4.0, rel=0.2)
-    assert one(doc, "idle_power_mw", phase="mean") == pytest.approx(150 * 3.835, rel=0.1)
+    # Idle is what the gauge showed while the model did not run (150 mA at 3.835 V, plus the little the
+    # idle agent and its sampler use: a crowded host made that 637 mW against 575).
+    assert one(doc, "idle_power_mw", phase="mean") == pytest.approx(idle, rel=0.05)
+    assert idle == pytest.approx(150 * 3.835, rel=0.25)
     current = records_by(doc, "current_ma")[0]
     assert current["annotations"]["sign"] == -1 and current["annotations"]["sign_calibration"] == "load"
     mean_latency = one(doc, "latency_ms", stat="mean", phase="active")

@@ -109,6 +109,15 @@ def test_idle_drift_cancels_and_is_reported() -> None:
     assert any("drifted" in w for w in a.warnings)
 
 
+def test_the_warm_up_tail_a_gauge_still_shows_does_not_lift_the_idle_baseline() -> None:
+    t = np.arange(0.0, 20.5, 0.25)
+    power = 575.0 + np.where((t >= 5.5) & (t <= 15.5), 2250.0, 0.0)
+    power[t == 0.5] = 895.0  # the first idle reading after the trim: the gauge's filter lags the warm-up
+    a = analyze_power(PowerSeries(t, power, "test"), PHASES, 100, 0.5)
+    assert a.idle_before_mw == pytest.approx(575.0) and a.idle_mw == pytest.approx(575.0)
+    assert a.net_mw == pytest.approx(2250.0)
+
+
 def test_no_samples_in_a_phase_is_a_measurement_error() -> None:
     from edgebench.errors import MeasurementError
 
