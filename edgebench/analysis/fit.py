@@ -1597,7 +1597,19 @@ def _kernel_predictor(records: Sequence[Record], counts: Mapping[str, ModelCount
         return None
     from .kernel_predict import TargetPredictor
 
-    return TargetPredictor(records, {n: c.source for n, c in counts.items() if c.source}, INTERVAL_COVERAGE)
+    return TargetPredictor(records, _graph_sources(records, counts), INTERVAL_COVERAGE)
+
+
+def _graph_sources(records: Sequence[Record], counts: Mapping[str, ModelCounts]) -> dict[str, str]:
+    """The ONNX file of every model: those counted here, and the profiled ones at the path their profile
+    recorded (still there), so the cross-validation can predict each from its graph."""
+    recorded = {
+        r.model: str(r.annotations["model_path"])
+        for r in records
+        if r.probe == "profile" and r.model and r.annotations.get("model_path")
+    }
+    sources = {model: path for model, path in recorded.items() if Path(path).is_file()}
+    return {**sources, **{n: c.source for n, c in counts.items() if c.source}}
 
 
 def _predicted_verdict(

@@ -215,6 +215,9 @@ def run_profile(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     runtime = runtime_for(model, job.runtime) if model is not None else (job.runtime or "onnxruntime")
     ctx.runtime = runtime
     ctx.base_params = params.identity()
+    # fit predicts from this graph, and cross-validates on it
+    if model is not None and model.format == "onnx":
+        ctx.base_annotations = {**ctx.base_annotations, "model_path": str(model.path.resolve())}
     timeout = job_timeout(device, job)
     remote_model, remote_inputs = push_model_and_inputs(device, job, runtime, params.inputs)
     calibration = None
