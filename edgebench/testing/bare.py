@@ -4,14 +4,23 @@ Written straight on each runtime's own API, sharing nothing with the agent, so a
 sessions or timers cannot hide in its own reference. Each loop makes its inputs the inputs on every run
 (MNN's session reuses its input buffer for activations: the input is copied in again, outside the timer,
 before every `runSession`) and returns per-run milliseconds.
+
+`OwnSession` runs them in a process of its own session, as edgebench's local transport starts its agents
+and tools: with autogroup scheduling (Linux's default on desktops) a session shares the CPUs as one group,
+so a loop run inside the test's process competes with whatever else runs in the test's session (busy
+loops started beside the test suite took it to 0.72 of the agent's speed) while the agent does not.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import statistics
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -26,6 +35,25 @@ class BareTimes:
     @property
     def p50(self) -> float:
         return statistics.median(self.ms)
+
+
+T = TypeVar("T")
+
+
+class OwnSession:
+    """One worker process in a session of its own (a fresh interpreter: nothing of the test's state),
+    reused for every call so the runtime is imported once."""
+
+    def __enter__(self) -> OwnSession:
+        context = multiprocessing.get_context("spawn")
+        self._pool = ProcessPoolExecutor(1, mp_context=context, initializer=os.setsid)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown(cancel_futures=True)
+
+    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return self._pool.submit(fn, *args, **kwargs).result()
 
 
 def _loop(

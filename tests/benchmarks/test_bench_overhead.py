@@ -1,6 +1,7 @@
 """edgebench's p50 against a bare runtime loop on the same model, threads and kind of inputs, the two sides
 alternated round by round in one pytest-benchmark run (edgebench.testing.bare: the runtime's own API,
-nothing of the agent; the MNN loop copies its inputs in before every run, outside its timer).
+nothing of the agent; the MNN loop copies its inputs in before every run, outside its timer; the loops run
+in a session of their own, as the agent does).
 
 - onnxruntime on the conv stack: goal within 2%, held to +-15%;
 - MNN on the conv stack, the MLP and PP-OCR rec at a fixed shape: within +-15% (the copy-once defect was
@@ -16,6 +17,7 @@ beyond 2x it fails whatever the load (edgebench.testing.verdict.judge_band).
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +28,7 @@ from edgebench.execution.oneshot import run_now
 from edgebench.lab.descriptors import builtin_local
 from edgebench.models.convert import onnx_to_mnn
 from edgebench.models.refs import ModelRef, resolve_model
-from edgebench.testing.bare import bare_mnn, bare_onnxruntime
+from edgebench.testing.bare import OwnSession, bare_mnn, bare_onnxruntime
 from edgebench.testing.verdict import QUIET_CV, Rounds, judge_band, robust_cv
 
 ROUNDS = 5
@@ -79,7 +81,14 @@ def edgebench_p50(
     return p50, robust_cv(list(samples.values))
 
 
-def compare(benchmark, case: str, runtime: str) -> None:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def bare_side() -> Iterator[OwnSession]:
+    """The bare loops run in a session of their own, as the agent does (edgebench.testing.bare)."""
+    with OwnSession() as session:
+        yield session
+
+
+def compare(benchmark, case: str, runtime: str, bare_side: OwnSession) -> None:  # type: ignore[no-untyped-def]
     model, shapes = model_of(case)
     feeds = inputs(shapes)
     path = str(onnx_to_mnn(model.path)) if runtime == "mnn" else str(model.path)
@@ -91,7 +100,7 @@ def compare(benchmark, case: str, runtime: str) -> None:  # type: ignore[no-unty
 
     def one_round() -> None:  # alternate the two sides so drifting machine load hits both alike
         ours, ours_cv = edgebench_p50(model, runtime, shapes, runs)
-        bare = bare_loop(path, feeds, threads=1, runs=runs)
+        bare = bare_side.call(bare_loop, path, feeds, threads=1, runs=runs)
         ours_ms.append(ours)
         bare_ms.append(bare.p50)
         rounds.add(ours, bare.p50, max(ours_cv, robust_cv(list(bare.ms))) < QUIET_CV)
@@ -115,11 +124,13 @@ def compare(benchmark, case: str, runtime: str) -> None:  # type: ignore[no-unty
         pytest.skip(verdict.reason)
 
 
-def test_bench_p50_matches_bare_onnxruntime(benchmark) -> None:  # type: ignore[no-untyped-def]
-    compare(benchmark, "convnet", "onnxruntime")
+def test_bench_p50_matches_bare_onnxruntime(benchmark, bare_side: OwnSession) -> None:  # type: ignore[no-untyped-def]
+    compare(benchmark, "convnet", "onnxruntime", bare_side)
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_mnn_p50_matches_a_bare_mnn_loop_that_refreshes_its_inputs(benchmark, case: str) -> None:  # type: ignore[no-untyped-def]
+def test_mnn_p50_matches_a_bare_mnn_loop_that_refreshes_its_inputs(
+    benchmark, case: str, bare_side: OwnSession
+) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("MNN")
-    compare(benchmark, case, "mnn")
+    compare(benchmark, case, "mnn", bare_side)
