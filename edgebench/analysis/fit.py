@@ -1117,7 +1117,7 @@ def assess(
     result = FitResult(budgets=tuple(budgets))
     obs_all = observations(records, samples, run_order, counts)
     decoded = decode_by_pair(records, {rid: i for i, rid in enumerate(run_order)})
-    kernel = _kernel_predictor(records, counts)
+    kernel = _kernel_predictor(records, counts, device_info)
     profiled = sorted(kernel.runs) if kernel is not None else []
     if devices:
         known = {o.device for o in obs_all} | {ident[0] for ident in decoded} | {d for d, _ in profiled}
@@ -1591,13 +1591,19 @@ def _measured_verdict(
     )
 
 
-def _kernel_predictor(records: Sequence[Record], counts: Mapping[str, ModelCounts]) -> Any:
-    """The per-op-kind predictor (edgebench.analysis.kernel_predict) where the store holds per-op profiles."""
+def _kernel_predictor(
+    records: Sequence[Record],
+    counts: Mapping[str, ModelCounts],
+    device_info: Sequence[Mapping[str, Any]] = (),
+) -> Any:
+    """The per-op-kind predictor (edgebench.analysis.kernel_predict) where the store holds per-op profiles
+    (each device's fingerprint in `device_info` sets the NCHWc layout its graphs are predicted in)."""
     if not any(r.probe == "profile" and r.metric == "op_time_ms" for r in records):
         return None
     from .kernel_predict import TargetPredictor
 
-    return TargetPredictor(records, {n: c.source for n, c in counts.items() if c.source}, INTERVAL_COVERAGE)
+    sources = {n: c.source for n, c in counts.items() if c.source}
+    return TargetPredictor(records, sources, INTERVAL_COVERAGE, device_info)
 
 
 def _predicted_verdict(

@@ -369,11 +369,26 @@ class TargetPredictor:
 
     `sources` maps a model name to its ONNX file: the graphs of new models and of profiled ones (for the
     cross-validation) are analysed from there at the shapes asked. A target is (device, runtime); its
-    profiles are those at the thread count most models were profiled at (named in the evidence)."""
+    profiles are those at the thread count most models were profiled at (named in the evidence).
+    `device_info` (the store's, fingerprint per device) gives each device's NCHWc block
+    (`kernels.nchwc_block`); a device without a fingerprint gets none."""
 
-    def __init__(self, records: Iterable[Record], sources: Mapping[str, str], coverage: float = 0.8) -> None:
+    def __init__(
+        self,
+        records: Iterable[Record],
+        sources: Mapping[str, str],
+        coverage: float = 0.8,
+        device_info: Iterable[Mapping[str, Any]] = (),
+    ) -> None:
+        from .kernels import nchwc_block
+
         self.sources = dict(sources)
         self.coverage = coverage
+        self.blocks = {
+            info["device"]: nchwc_block(info["fingerprint"])
+            for info in device_info
+            if isinstance(info.get("fingerprint"), Mapping) and info["fingerprint"].get("arch")
+        }
         by_target: dict[tuple, list[ProfiledRun]] = defaultdict(list)
         for run in profiled_runs(records):
             by_target[run.target].append(run)
@@ -382,11 +397,13 @@ class TargetPredictor:
             best = self.runs.get((device, runtime))
             if best is None or len({r.model for r in runs}) > len({r.model for r in best}):
                 self.runs[(device, runtime)] = runs
-        self._graphs: dict[tuple[str, str, str | None], list[Kernel] | None] = {}
+        self._graphs: dict[tuple[str, str, str | None, int], list[Kernel] | None] = {}
         self._held: dict[tuple[str, str | None], list[HeldOut]] = {}
 
-    def graph(self, model: str, shapes: str, runtime: str | None) -> list[Kernel] | None:
-        key = (model, shapes, runtime)
+    def graph(self, model: str, shapes: str, runtime: str | None, device: str = "") -> list[Kernel] | None:
+        """The model's kernels at `shapes` as `runtime` runs them on `device` (its NCHWc block)."""
+        block = self.blocks.get(device, 1) if (runtime or "onnxruntime") == "onnxruntime" else 1
+        key = (model, shapes, runtime, block)
         if key not in self._graphs:
             path = self.sources.get(model)
             self._graphs[key] = None
@@ -395,13 +412,13 @@ class TargetPredictor:
                 from .kernels import graph_kernels
 
                 cost = analyze(load_model(path), {k: list(v) for k, v in json.loads(shapes).items()})
-                self._graphs[key] = graph_kernels(cost, runtime or "onnxruntime")
+                self._graphs[key] = graph_kernels(cost, runtime or "onnxruntime", nchwc_block=block)
         return self._graphs[key]
 
     def _graphs_of(self, target: tuple[str, str | None]) -> dict[tuple[str, str], list[Kernel]]:
         out = {}
         for r in self.runs.get(target, []):
-            g = self.graph(r.model, r.shapes, r.runtime)
+            g = self.graph(r.model, r.shapes, r.runtime, r.device)
             if g is not None:
                 out[(r.model, r.shapes)] = g
         return out
@@ -418,7 +435,7 @@ class TargetPredictor:
         or the model's graph is not at hand."""
         target = (device, runtime)
         runs = [r for r in self.runs.get(target, []) if r.model != model]
-        kernels = self.graph(model, json.dumps(dict(shapes or {}), sort_keys=True), runtime)
+        kernels = self.graph(model, json.dumps(dict(shapes or {}), sort_keys=True), runtime, device)
         if not runs or kernels is None:
             return None
         held = [h for h in self.held_out(target) if h.run.model != model]

@@ -80,8 +80,9 @@ def profile_all(runtime: str, folder: Path, sweep: bool = True) -> list[HeldOut]
     res = edgebench("run", suite, "--store", store, cwd=folder)
     assert res.returncode == 0, res.stderr[-3000:]
     with Store(store) as s:
-        records = s.records()
-    predictor = TargetPredictor(records, {k: str(v) for k, v in sources.items()})
+        records, devices = s.records(), s.device_info()
+    # each device's fingerprint gives the NCHWc block its graphs are predicted at
+    predictor = TargetPredictor(records, {k: str(v) for k, v in sources.items()}, device_info=devices)
     return predictor.held_out(("local", runtime))
 
 

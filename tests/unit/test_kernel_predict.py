@@ -20,7 +20,7 @@ from edgebench.analysis.fit import (
     decide,
     make_budget,
 )
-from edgebench.analysis.kernels import Kernel, graph_kernels, profile_kernel
+from edgebench.analysis.kernels import Kernel, graph_kernels, nchwc_block, profile_kernel
 
 GEMM_MS_PER_GFLOP, CONV_MS_PER_GFLOP, DW_MS_PER_MB, OVERHEAD_MS = 8.0, 5.0, 0.05, 0.04
 
@@ -190,7 +190,7 @@ def wheel_cls_model():
     return Path(list(spec.submodule_search_locations)[0], "models", "ch_ppocr_mobile_v2.0_cls_infer.onnx")
 
 
-@pytest.mark.parametrize("which", ["synthetic", "ppocr_cls"])
+@pytest.mark.parametrize("which", ["synthetic", "blocks", "ppocr_cls"])
 def test_layout_reorders_predicted_from_the_graph_are_those_onnxruntime_runs(tmp_path, which: str) -> None:
     """The reference: onnxruntime's own profile names the ReorderInput/Output kernels it ran (PP-OCR's
     classifier: 59 of them around its hard-swishes and squeeze-excitations)."""
@@ -202,16 +202,97 @@ def test_layout_reorders_predicted_from_the_graph_are_those_onnxruntime_runs(tmp
         path = tmp_path / "reorders.onnx"
         onnx.save(reorder_model(), path)
         x = np.ones((1, 3, 32, 32), np.float32)
+    elif which == "blocks":
+        path = tmp_path / "blocks.onnx"
+        onnx.save(block_model(), path)
+        x = np.ones((1, 3, 16, 16), np.float32)
     else:
         path = wheel_cls_model()
         x = np.ones((1, 3, 48, 192), np.float32)
+    from edgebench.agent.info import fingerprint
+
     ran = ort_reorders(path, {"x": x}, tmp_path)
+    block = nchwc_block(fingerprint())  # this machine's, from its CPU flags (AVX-512 here: 16)
     if not ran:
-        pytest.skip("this onnxruntime build runs no NCHWc kernels (no AVX-512 MLAS kernels)")
+        assert block == 1, "the fingerprint promises NCHWc kernels this onnxruntime did not run"
+        pytest.skip("this machine runs no NCHWc kernels")
     cost = analyze(load_model(str(path)), {"x": list(x.shape)})
-    predicted = sorted(k.op_type for k in graph_kernels(cost) if k.kind == "layout")
+    predicted = sorted(k.op_type for k in graph_kernels(cost, nchwc_block=block) if k.kind == "layout")
     assert predicted == ran
     assert not [k for k in graph_kernels(cost, "mnn") if k.kind == "layout"]  # MNN: no such reorders
+
+
+AVX512 = {"arch": "x86_64", "cpu_flags": ["avx", "avx2", "avx512f", "fma", "sse2"]}
+AVX2 = {"arch": "x86_64", "cpu_flags": ["avx", "avx2", "fma", "sse2"]}
+ARM64 = {"arch": "aarch64", "cpu_flags": ["asimd", "asimddp", "asimdhp", "i8mm"]}
+
+
+def test_the_nchwc_block_is_mlas_per_platform_choice() -> None:
+    """MLAS's platform.cpp: 16 with AVX-512F, 8 on any other x86-64, none on ARM64 (its NEON NCHWc kernels
+    are a build option off by default) nor where the architecture is not known."""
+    assert nchwc_block(AVX512) == 16
+    assert nchwc_block(AVX2) == 8
+    assert nchwc_block({"arch": "x86_64", "cpu_flags": ["sse2"]}) == 8
+    assert nchwc_block({"arch": "x86_64", "cpu_flags": ["avx512f"]}) == 8  # AVX-512 is checked under AVX2
+    assert nchwc_block(ARM64) == 1
+    assert nchwc_block({}) == 1
+
+
+def block_model():
+    """Conv 3->24 (reads NCHW), MaxPool over 24 channels, Conv 24->12, Conv 12->16 and a graph output."""
+    inits: list = []
+    nodes = []
+    _conv_node(inits, "x", 3, 24, "a")
+    nodes.append(helper.make_node("Conv", ["x", "a_w"], ["a"], name="a", pads=[1, 1, 1, 1]))
+    nodes.append(helper.make_node("MaxPool", ["a"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]))
+    _conv_node(inits, "p", 24, 12, "b")
+    nodes.append(helper.make_node("Conv", ["p", "b_w"], ["b"], name="b", pads=[1, 1, 1, 1]))
+    nodes.append(helper.make_node("Sigmoid", ["b"], ["s"], name="sig"))
+    _conv_node(inits, "s", 12, 16, "c")
+    nodes.append(helper.make_node("Conv", ["s", "c_w"], ["y"], name="c", pads=[1, 1, 1, 1]))
+    graph = helper.make_graph(
+        nodes,
+        "blocks",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 8, 8])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_reorders_follow_the_device_block_and_vanish_without_nchwc() -> None:
+    """The same model for three devices. Block 16 (AVX-512; what onnxruntime runs here, checked in
+    test_layout_reorders_predicted_from_the_graph_are_those_onnxruntime_runs[blocks]): the pool's 24
+    channels are no multiple of 16, so it runs plain after a ReorderOutput and the Conv 24->12 after it
+    reorders its input back; the Conv 12->16 reads fewer channels than a block, plain, after a
+    ReorderOutput of the Sigmoid. Block 8 (AVX2): all of it stays blocked, one ReorderOutput at the graph
+    output. ARM64 (block 1): no reorder. Reordered tensors are padded to the block."""
+    cost = analyze(block_model())
+
+    def reorders(fp: dict) -> dict[str, float]:
+        kernels = graph_kernels(cost, nchwc_block=nchwc_block(fp))
+        return {k.name: k.bytes for k in kernels if k.kind == "layout"}
+
+    avx512, avx2, arm = reorders(AVX512), reorders(AVX2), reorders(ARM64)
+    assert sorted(avx512) == ["ReorderInput:p", "ReorderOutput:a", "ReorderOutput:s", "ReorderOutput:y"]
+    assert sorted(avx2) == ["ReorderOutput:y"]
+    assert arm == {}
+    # in and out once, fp32: 24 channels x 16 x 16 padded to 32; 24 x 8 x 8 to 32; 12 x 8 x 8 to 16
+    assert avx512["ReorderOutput:a"] == 2 * 4.0 * 32 * 16 * 16
+    assert avx512["ReorderInput:p"] == 2 * 4.0 * 32 * 8 * 8
+    assert (
+        avx512["ReorderOutput:s"] == avx512["ReorderOutput:y"] == avx2["ReorderOutput:y"] == 2 * 4.0 * 16 * 64
+    )
+    assert not [k for k in graph_kernels(cost, "onnxruntime") if k.kind == "layout"]  # default: no NCHWc
+
+
+def test_the_predictor_takes_each_device_block_from_its_fingerprint() -> None:
+    predictor = kp.TargetPredictor(
+        [], {}, device_info=[{"device": "pc", "fingerprint": AVX2}, {"device": "pi", "fingerprint": ARM64}]
+    )
+    assert predictor.blocks == {"pc": 8, "pi": 1}
 
 
 def test_the_sweep_feeds_the_kernel_fits_but_is_never_held_out_nor_in_the_overhead(
@@ -246,7 +327,7 @@ def test_the_sweep_models_are_valid_and_name_themselves(tmp_path) -> None:
         model = build()
         onnx.checker.check_model(model)
         assert len(model.graph.output) == 1  # the runtime plans every other tensor's memory
-        kinds |= {k.kind for k in graph_kernels(analyze(model))}
+        kinds |= {k.kind for k in graph_kernels(analyze(model), nchwc_block=16)}
     assert {"conv", "conv_dw", "gemm", "gemv", "matmul", "elementwise", "pool", "resize", "copy"} <= kinds
     assert {"deconv", "norm", "softmax", "layout"} <= kinds
     first = next(iter(builders))
