@@ -330,8 +330,13 @@ class KernelPrediction:
 
 
 def interval_ratios(held: Sequence[HeldOut], coverage: float) -> tuple[float, float] | None:
+    """Split-conformal bounds on measured / predicted from held-out predictions (None with too few)."""
+    return conformal_bounds([h.ratio for h in held], coverage)
+
+
+def conformal_bounds(ratios_seen: Iterable[float], coverage: float) -> tuple[float, float] | None:
     """Split-conformal bounds on measured / predicted from held-out ratios (None with too few of them)."""
-    ratios = sorted(h.ratio for h in held)
+    ratios = sorted(ratios_seen)
     n = len(ratios)
     tail = (1 - coverage) / 2
     k = math.ceil((n + 1) * (1 - tail))
@@ -455,6 +460,7 @@ __all__ = [
     "ProfiledRun",
     "TargetPredictor",
     "calibrate",
+    "conformal_bounds",
     "cross_validate",
     "interval_ratios",
     "predict",

@@ -385,3 +385,138 @@ def test_a_sweep_kernel_counts_fully_only_where_no_real_model_has_kernels_of_its
     assert kp._weight(sweep, Kernel("elementwise", 1e5, 2e6, 0.0), coverage) == kp.SWEEP_WEIGHT
     assert kp._weight(sweep, Kernel("elementwise", 1e6, 5e7, 0.0), coverage) == 1.0  # beyond the real sizes
     assert kp._weight(sweep, Kernel("resize", 1e6, 2e6, 0.0), coverage) == 1.0  # a kind no real model has
+
+
+# ------------------------------------------------------------------ the per-kernel predictor inside `fit`
+
+ROWS = 16  # every MatMul of the profiled models has 16 rows: a GEMM
+MLP_WIDTHS = {  # model -> its layers' widths (in, hidden..., out)
+    "mlp-a": (64, 128, 64),
+    "mlp-b": (128, 256, 256, 128),
+    "mlp-c": (256, 512, 256),
+    "mlp-d": (96, 384, 384, 96),
+    "mlp-e": (512, 512, 512, 256),
+    "mlp-f": (32, 64, 32),
+    "mlp-g": (192, 192, 192),
+    "mlp-h": (320, 640, 160),
+    "mlp-i": (48, 768, 48),
+    "mlp-j": (640, 256, 640),
+}  # ten: an 80% split-conformal interval needs nine held-out predictions
+SLOWER = {"mlp-c": 1.3}  # measured 30% above what its kernels add up to: a held-out error to find
+
+
+def mlp_model(widths: tuple[int, ...]):
+    inits, nodes, prev = [], [], "x"
+    for i, (k, n) in enumerate(zip(widths, widths[1:], strict=False)):
+        inits.append(numpy_helper.from_array(np.full((k, n), 0.01, np.float32), f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"], name=f"mm{i}"))
+        prev = f"h{i}"
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [ROWS, widths[0]])],
+        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [ROWS, widths[-1]])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def mlp_profiles(folder, device: str = "pc") -> tuple[list, dict]:
+    """Per-op profile records of the MLPs on `device` as the `profile` probe stores them (op times from
+    the synthetic device's GEMM cost, the plain p50 their sum plus the overhead) and their counts."""
+    import onnx
+
+    from edgebench.analysis.fit import count_model
+    from edgebench.records import Record
+
+    records, counts = [], {}
+    for name, widths in MLP_WIDTHS.items():
+        path = folder / f"{name}.onnx"
+        onnx.save(mlp_model(widths), path)
+        counts[name] = count_model(path, name)
+        total = 0.0
+        for i, (k, n) in enumerate(zip(widths, widths[1:], strict=False)):
+            ms = true_ms(Kernel("gemm", 2.0 * ROWS * k * n, 4.0 * ROWS * (k + n), 4.0 * k * n))
+            total += ms
+            notes = {
+                "inputs": [["float", [ROWS, k]], ["float", [k, n]]],
+                "outputs": [["float", [ROWS, n]]],
+                "parameter_bytes": 4 * k * n,
+                "activation_bytes": 4 * ROWS * (k + n),
+            }
+            records.append(
+                Record("r1", device, "profile", name, "onnxruntime", "op_time_ms", ms, "ms",
+                       {"node": f"mm{i}", "op_type": "MatMul", "threads": 1}, annotations=notes)
+            )  # fmt: skip
+        p50 = (total + OVERHEAD_MS) * SLOWER.get(name, 1.0)
+        records.append(
+            Record("r1", device, "profile", name, "onnxruntime", "latency_ms", p50, "ms",
+                   {"stat": "p50", "threads": 1})
+        )  # fmt: skip
+    return records, counts
+
+
+def test_fit_keeps_the_kernel_predictors_held_out_errors_as_records(tmp_path) -> None:
+    """fit's records carry the per-kernel predictor's leave-one-model-out residuals: one cv_error per
+    held-out profile and per target the share within +-10%, the median error, the count and the interval,
+    named by `predictor=kernel`; the reference is kernel_predict's own cross-validation on the same data."""
+    from edgebench.analysis.fit import AGGREGATE_DEVICE, KERNEL_PREDICTOR, assess
+
+    records, counts = mlp_profiles(tmp_path)
+    result = assess(records, counts=counts)
+    reference = kp.TargetPredictor(records, {n: str(c.source) for n, c in counts.items()}, 0.8)
+    held = reference.held_out(("pc", "onnxruntime"))
+    assert len(held) == len(MLP_WIDTHS)
+    errors = np.array([h.predicted_ms / h.run.latency_ms - 1 for h in held])
+    recs = [r for r in result.records("fit1") if r.params.get("predictor") == KERNEL_PREDICTOR]
+    points = {r.model: r for r in recs if r.metric == "cv_error"}
+    assert sorted(points) == sorted(MLP_WIDTHS)
+    by_model = {h.run.model: h for h in held}
+    for model, r in points.items():
+        assert r.value == pytest.approx(by_model[model].predicted_ms / by_model[model].run.latency_ms - 1)
+        assert r.annotations["measured"] == pytest.approx(by_model[model].run.latency_ms)
+        assert r.params["holdout"] == "model" and r.params["quantity"] == "latency_p50_ms"
+    assert abs(points["mlp-c"].value) > 0.1  # the slow one is found
+    summary = {(r.device, r.metric): r for r in recs if r.metric != "cv_error"}
+    target = summary[("pc", "cv_within_10pct")]
+    assert target.value == pytest.approx(float(np.mean(np.abs(errors) <= 0.1)))
+    assert summary[("pc", "cv_median_abs_err")].value == pytest.approx(float(np.median(np.abs(errors))))
+    assert target.annotations["pairs"] == len(MLP_WIDTHS) and target.annotations["coverage"] == 0.8
+    assert target.annotations["threads"] == 1
+    low, high = target.annotations["interval"]
+    assert (low, high) == pytest.approx(kp.interval_ratios(held, 0.8))
+    assert summary[(AGGREGATE_DEVICE, "cv_within_10pct")].value == target.value
+    # identities differ from the whole-model predictor's figures: no two records share a key
+    keys = [r.key() for r in result.records("fit1")]
+    assert len(keys) == len(set(keys))
+
+
+def test_the_report_says_how_far_to_trust_each_predictor(tmp_path) -> None:
+    """The "How far to trust the predictions" section shows the per-kernel predictor's share, median
+    error, held-out count and interval, named as such (html and markdown)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_report import make_data
+
+    from edgebench.analysis.fit import assess
+    from edgebench.render.report import render
+
+    records, counts = mlp_profiles(tmp_path, device="phone")
+    result = assess(records, counts=counts)
+    (s,) = [s for s in result.kernel_cv_summaries() if s.device == "phone"]
+    data = make_data(records + result.records("fit1"), runs=("r1", "fit1"))
+    html_text = render(data, "html")
+    section = html_text[html_text.index('id="prediction"') :]
+    section = section[: section.index("</section>")]
+    assert 'data-kpi="cv-kernel-latency_p50_ms"' in section
+    assert "per-kernel predictor" in section
+    assert f"{s.within:.1%}" in section and f"{s.median_abs_err:.1%}" in section
+    assert f"{s.interval[0]:.2f}" in section and f"{s.interval[1]:.2f}" in section
+    md = render(data, "md")
+    part = md[md.index("## How far to trust the predictions") :]
+    assert "per-kernel predictor" in part and f"{s.pairs} held-out" in part
+    assert f"{s.interval[0]:.2f}" in part
