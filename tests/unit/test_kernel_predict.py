@@ -295,45 +295,6 @@ def test_the_predictor_takes_each_device_block_from_its_fingerprint() -> None:
     assert predictor.blocks == {"pc": 8, "pi": 1}
 
 
-def test_the_sweep_feeds_the_kernel_fits_but_is_never_held_out_nor_in_the_overhead(
-    runs: list[kp.ProfiledRun],
-) -> None:
-    """A sweep model with a latency no real model has (10 s) moves neither the overhead nor the held-out list."""
-    from dataclasses import replace
-
-    from edgebench.analysis.kernel_sweep import SWEEP_PREFIX
-
-    base = runs[0]
-    sweep = replace(base, model=f"{SWEEP_PREFIX}conv-test", latency_ms=10_000.0)
-    with_sweep = [*runs, sweep]
-    graphs = graphs_of(with_sweep)
-    cal = kp.calibrate(with_sweep, graphs)
-    assert cal is not None and cal.overhead_ms == pytest.approx(OVERHEAD_MS, abs=0.03)
-    assert SWEEP_PREFIX + "conv-test" not in cal.models
-    held = kp.cross_validate(with_sweep, graphs)
-    assert sorted(h.run.model for h in held) == sorted(r.model for r in runs)
-
-
-def test_the_sweep_models_are_valid_and_name_themselves(tmp_path) -> None:
-    import onnx
-
-    from edgebench.analysis.kernel_sweep import SWEEP_PREFIX, is_sweep, sweep_models
-
-    builders = sweep_models()
-    assert len(builders) >= 15 and all(is_sweep(name) for name in builders)
-    small = {n: b for n, b in builders.items() if "conv-" in n or n.endswith(("256x512", "16x256x1024"))}
-    kinds = set()
-    for build in small.values():
-        model = build()
-        onnx.checker.check_model(model)
-        assert len(model.graph.output) == 1  # the runtime plans every other tensor's memory
-        kinds |= {k.kind for k in graph_kernels(analyze(model), nchwc_block=16)}
-    assert {"conv", "conv_dw", "gemm", "gemv", "matmul", "elementwise", "pool", "resize", "copy"} <= kinds
-    assert {"deconv", "norm", "softmax", "layout"} <= kinds
-    first = next(iter(builders))
-    assert first.startswith(SWEEP_PREFIX)
-
-
 @pytest.mark.parametrize("div_last", [True, False])
 def test_mnn_runs_an_exported_hard_swish_as_one_kernel_and_a_hard_sigmoid_as_three(div_last: bool) -> None:
     """x * clip(x + 3, 0, 6) / 6 as paddle2onnx exports it (PP-OCR: Add, Clip, Mul, Div) or with the Div
@@ -371,20 +332,6 @@ def test_mnn_runs_an_exported_hard_swish_as_one_kernel_and_a_hard_sigmoid_as_thr
     mnn = [k.op_type for k in graph_kernels(cost, "mnn")]
     assert sorted(mnn) == sorted([second, "HardSigmoid", "HardSigmoid", "HardSigmoid"]), (first, mnn)
     assert len([k for k in graph_kernels(cost, "onnxruntime") if k.kind == "elementwise"]) == 5
-
-
-def test_a_sweep_kernel_counts_fully_only_where_no_real_model_has_kernels_of_its_size() -> None:
-    from edgebench.analysis.kernel_sweep import SWEEP_PREFIX
-
-    real = kp.ProfiledRun(
-        "dev", "onnxruntime", 1, "m", "{}", 1.0, ((Kernel("elementwise", 1e5, 1e6, 0.0), 0.1),)
-    )
-    sweep = kp.ProfiledRun("dev", "onnxruntime", 1, SWEEP_PREFIX + "s", "{}", 1.0, ())
-    coverage = kp._coverage([real, sweep])
-    assert kp._weight(real, Kernel("elementwise", 1e5, 1e6, 0.0), coverage) == 1.0
-    assert kp._weight(sweep, Kernel("elementwise", 1e5, 2e6, 0.0), coverage) == kp.SWEEP_WEIGHT
-    assert kp._weight(sweep, Kernel("elementwise", 1e6, 5e7, 0.0), coverage) == 1.0  # beyond the real sizes
-    assert kp._weight(sweep, Kernel("resize", 1e6, 2e6, 0.0), coverage) == 1.0  # a kind no real model has
 
 
 # ------------------------------------------------------------------ the per-kernel predictor inside `fit`
