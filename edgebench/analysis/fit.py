@@ -1124,17 +1124,8 @@ class FitResult:
                 predicted=p.predicted,
             )
         for s in self.cv_summaries():
-            for metric, value in (("cv_within_10pct", s.within), ("cv_median_abs_err", s.median_abs_err)):
-                rec(
-                    s.device,
-                    s.runtime,
-                    None,
-                    metric,
-                    value,
-                    "ratio",
-                    {"holdout": s.holdout, "quantity": s.quantity},
-                    pairs=s.pairs,
-                )
+            ident = {"holdout": s.holdout, "quantity": s.quantity}
+            _summary_records(rec, s.device, s.runtime, s.within, s.median_abs_err, ident, pairs=s.pairs)
         self._kernel_cv_records(rec)
         return out
 
@@ -1158,20 +1149,32 @@ class FitResult:
                 threads=p.threads,
             )
         for s in self.kernel_cv_summaries():
-            for metric, value in (("cv_within_10pct", s.within), ("cv_median_abs_err", s.median_abs_err)):
-                rec(
-                    s.device,
-                    s.runtime,
-                    None,
-                    metric,
-                    value,
-                    "ratio",
-                    dict(ident),
-                    pairs=s.pairs,
-                    interval=list(s.interval) if s.interval else None,
-                    coverage=s.coverage,
-                    threads=s.threads,
-                )
+            _summary_records(
+                rec,
+                s.device,
+                s.runtime,
+                s.within,
+                s.median_abs_err,
+                ident,
+                pairs=s.pairs,
+                interval=list(s.interval) if s.interval else None,
+                coverage=s.coverage,
+                threads=s.threads,
+            )
+
+
+def _summary_records(
+    rec: Any,
+    device: str,
+    runtime: str | None,
+    within: float,
+    median_abs_err: float,
+    ident: Mapping[str, Any],
+    **annotations: Any,
+) -> None:
+    """A cross-validation summary's two records (share within +-10%, median error) through `rec`."""
+    for metric, value in (("cv_within_10pct", within), ("cv_median_abs_err", median_abs_err)):
+        rec(device, runtime, None, metric, value, "ratio", dict(ident), **annotations)
 
 
 def _unit_of(metric: str) -> str:
