@@ -383,23 +383,28 @@ def _accuracy(data: ReportData) -> list[str]:
 
 def _cv(data: ReportData) -> list[str]:
     summ = frames.fit_tables(data.fit_records)["summary"]
-    out: list[str] = []
-    if not summ.empty:
-        overall = summ[(summ["device"] == "*") & (summ["holdout"] == "model")]
-        if not overall.empty:
-            out += [
-                "",
-                "## How far to trust the predictions",
-                "",
-                "Each measured model predicted as if never benched, against its measurement:",
-                "",
-            ]
-            for r in overall[overall["predictor"] == frames.ROOFLINE_PREDICTOR].itertuples():
-                out.append(
-                    f"- whole-model predictor, {r.quantity}: {_pct(r.cv_within_10pct)} of {int(r.pairs)} "
-                    f"pairs within ±10%, median error {_pct(r.cv_median_abs_err)}"
-                )
-            out += _kernel_cv(summ)
+    if summ.empty:
+        return []
+    overall = summ[(summ["device"] == "*") & (summ["holdout"] == "model")]
+    whole = overall[overall["predictor"] == frames.ROOFLINE_PREDICTOR]
+    kernel = _kernel_cv(summ)
+    if whole.empty and not kernel:
+        return []
+    out = ["", "## How far to trust the predictions"]
+    if not whole.empty:
+        out += [
+            "",
+            "Each measured model predicted as if never benched, against its measurement, by the "
+            "whole-model (roofline) predictor:",
+            "",
+        ]
+        out += [
+            f"- {r.quantity}: {_pct(r.cv_within_10pct)} of {int(r.pairs)} pairs within ±10%, "
+            f"median error {_pct(r.cv_median_abs_err)}"
+            for r in whole.itertuples()
+        ]
+    if kernel:
+        out += ["", "By the per-kernel predictor, each profiled model held out at every shape:", "", *kernel]
     return out
 
 
