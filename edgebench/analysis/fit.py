@@ -31,7 +31,11 @@ Leave-one-model-out cross-validation on the measured pairs says how far to trust
 hides one model on one target (other targets keep it: the "benched elsewhere, not here" case) and
 `holdout=model` hides it from every target (a model never benched anywhere). Both are kept as records
 (`cv_within_10pct`, `cv_median_abs_err`, one `cv_error` per pair) so reports show them next to the
-predictions.
+predictions. Where the store holds per-op profiles, the per-kernel predictor (edgebench.analysis.
+kernel_predict) predicts instead; its own leave-one-model-out residuals (each profiled model at each of
+its shapes, predicted from its graph by a calibration that never saw it) are kept the same way, with
+`predictor=kernel` in their params and the interval they give (measured / predicted at
+INTERVAL_COVERAGE) in the summaries' annotations.
 """
 
 from __future__ import annotations
@@ -904,6 +908,42 @@ class CvSummary:
     median_abs_err: float
 
 
+KERNEL_PREDICTOR = "kernel"  # `predictor` param of the per-kernel predictor's cross-validation records
+
+
+@dataclass(frozen=True)
+class KernelCvPoint:
+    """One profiled model at one set of input shapes, predicted from its graph by the per-kernel
+    calibration of its target without it (kernel_predict.cross_validate); measured: its plain p50."""
+
+    device: str
+    runtime: str | None
+    model: str
+    shapes: str  # canonical JSON of the input shapes
+    threads: int | None
+    measured: float
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1.0
+
+
+@dataclass(frozen=True)
+class KernelCvSummary:
+    """The per-kernel predictor's held-out errors on a target (or fleet-wide, device `*`), and the
+    interval on measured / predicted they give a new model's p50 (per target; None with too few)."""
+
+    device: str
+    runtime: str | None
+    pairs: int
+    within: float
+    median_abs_err: float
+    interval: tuple[float, float] | None
+    coverage: float
+    threads: int | None = None
+
+
 @dataclass
 class FitResult:
     """Everything `fit` found: verdicts, cross-validation, per-target calibrations, notes for the user."""
@@ -913,6 +953,44 @@ class FitResult:
     cv: list[CvPoint] = field(default_factory=list)
     calibrations: dict[tuple[str, str | None], dict[str, Any]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    kernel_cv: list[KernelCvPoint] = field(default_factory=list)
+    kernel_coverage: float = 0.8
+
+    def kernel_cv_summaries(self) -> list[KernelCvSummary]:
+        """The per-kernel predictor's held-out errors per target and fleet-wide (device `*`, no interval:
+        an interval belongs to one target's calibration)."""
+        from .kernel_predict import conformal_bounds
+
+        groups: dict[tuple[str, str | None], list[KernelCvPoint]] = defaultdict(list)
+        for p in self.kernel_cv:
+            groups[(p.device, p.runtime)].append(p)
+        if groups:
+            groups[(AGGREGATE_DEVICE, None)] = list(self.kernel_cv)
+        out = []
+        for (device, runtime), pts in sorted(
+            groups.items(), key=lambda kv: (kv[0][0] != AGGREGATE_DEVICE, kv[0][0], kv[0][1] or "")
+        ):
+            errs = np.abs([p.error for p in pts])
+            per_target = device != AGGREGATE_DEVICE
+            bounds = (
+                conformal_bounds([p.measured / p.predicted for p in pts], self.kernel_coverage)
+                if per_target
+                else None
+            )
+            threads = {p.threads for p in pts}
+            out.append(
+                KernelCvSummary(
+                    device,
+                    runtime,
+                    len(pts),
+                    float(np.mean(errs <= WITHIN + 1e-12)),
+                    float(np.median(errs)),
+                    bounds,
+                    self.kernel_coverage,
+                    threads.pop() if per_target and len(threads) == 1 else None,
+                )
+            )
+        return out
 
     def cv_summaries(self) -> list[CvSummary]:
         """Per target and fleet-wide (device `*`): share within +-10% and the median absolute error."""
@@ -1046,18 +1124,57 @@ class FitResult:
                 predicted=p.predicted,
             )
         for s in self.cv_summaries():
-            for metric, value in (("cv_within_10pct", s.within), ("cv_median_abs_err", s.median_abs_err)):
-                rec(
-                    s.device,
-                    s.runtime,
-                    None,
-                    metric,
-                    value,
-                    "ratio",
-                    {"holdout": s.holdout, "quantity": s.quantity},
-                    pairs=s.pairs,
-                )
+            ident = {"holdout": s.holdout, "quantity": s.quantity}
+            _summary_records(rec, s.device, s.runtime, s.within, s.median_abs_err, ident, pairs=s.pairs)
+        self._kernel_cv_records(rec)
         return out
+
+    def _kernel_cv_records(self, rec: Any) -> None:
+        """The per-kernel predictor's cross-validation, each record made by records()' `rec`."""
+        import json
+
+        ident = {"holdout": "model", "quantity": "latency_p50_ms", "predictor": KERNEL_PREDICTOR}
+        for p in self.kernel_cv:
+            shapes = json.loads(p.shapes) if p.shapes else {}
+            rec(
+                p.device,
+                p.runtime,
+                p.model,
+                "cv_error",
+                p.error,
+                "ratio",
+                {**ident, "shapes": shapes},
+                measured=p.measured,
+                predicted=p.predicted,
+                threads=p.threads,
+            )
+        for s in self.kernel_cv_summaries():
+            _summary_records(
+                rec,
+                s.device,
+                s.runtime,
+                s.within,
+                s.median_abs_err,
+                ident,
+                pairs=s.pairs,
+                interval=list(s.interval) if s.interval else None,
+                coverage=s.coverage,
+                threads=s.threads,
+            )
+
+
+def _summary_records(
+    rec: Any,
+    device: str,
+    runtime: str | None,
+    within: float,
+    median_abs_err: float,
+    ident: Mapping[str, Any],
+    **annotations: Any,
+) -> None:
+    """A cross-validation summary's two records (share within +-10%, median error) through `rec`."""
+    for metric, value in (("cv_within_10pct", within), ("cv_median_abs_err", median_abs_err)):
+        rec(device, runtime, None, metric, value, "ratio", dict(ident), **annotations)
 
 
 def _unit_of(metric: str) -> str:
@@ -1117,7 +1234,7 @@ def assess(
     result = FitResult(budgets=tuple(budgets))
     obs_all = observations(records, samples, run_order, counts)
     decoded = decode_by_pair(records, {rid: i for i, rid in enumerate(run_order)})
-    kernel = _kernel_predictor(records, counts)
+    kernel = _kernel_predictor(records, counts, device_info)
     profiled = sorted(kernel.runs) if kernel is not None else []
     if devices:
         known = {o.device for o in obs_all} | {ident[0] for ident in decoded} | {d for d, _ in profiled}
@@ -1188,6 +1305,9 @@ def assess(
         if ident not in benched and (not devices or ident[0] in devices):
             result.verdicts.append(_decode_verdict(ident, speed, budgets))
     result.cv = engine.cross_validate()
+    if kernel is not None:
+        result.kernel_cv = _kernel_cv(kernel, devices)
+        result.kernel_coverage = kernel.coverage
     measured_on = defaultdict(set)
     for t in targets.values():
         for m in t.obs:
@@ -1591,13 +1711,18 @@ def _measured_verdict(
     )
 
 
-def _kernel_predictor(records: Sequence[Record], counts: Mapping[str, ModelCounts]) -> Any:
-    """The per-op-kind predictor (edgebench.analysis.kernel_predict) where the store holds per-op profiles."""
+def _kernel_predictor(
+    records: Sequence[Record],
+    counts: Mapping[str, ModelCounts],
+    device_info: Sequence[Mapping[str, Any]] = (),
+) -> Any:
+    """The per-op-kind predictor (edgebench.analysis.kernel_predict) where the store holds per-op profiles
+    (each device's fingerprint in `device_info` sets the NCHWc layout its graphs are predicted in)."""
     if not any(r.probe == "profile" and r.metric == "op_time_ms" for r in records):
         return None
     from .kernel_predict import TargetPredictor
 
-    return TargetPredictor(records, _graph_sources(records, counts), INTERVAL_COVERAGE)
+    return TargetPredictor(records, _graph_sources(records, counts), INTERVAL_COVERAGE, device_info)
 
 
 def _graph_sources(records: Sequence[Record], counts: Mapping[str, ModelCounts]) -> dict[str, str]:
@@ -1610,6 +1735,20 @@ def _graph_sources(records: Sequence[Record], counts: Mapping[str, ModelCounts])
     }
     sources = {model: path for model, path in recorded.items() if Path(path).is_file()}
     return {**sources, **{n: c.source for n, c in counts.items() if c.source}}
+
+
+def _kernel_cv(kernel: Any, devices: Sequence[str] | None) -> list[KernelCvPoint]:
+    """Every profiled target's leave-one-model-out predictions (kernel_predict.TargetPredictor.held_out)."""
+    out = []
+    for target in sorted(kernel.runs, key=lambda t: (t[0], t[1] or "")):
+        if devices and target[0] not in devices:
+            continue
+        for h in kernel.held_out(target):
+            r = h.run
+            out.append(
+                KernelCvPoint(r.device, r.runtime, r.model, r.shapes, r.threads, r.latency_ms, h.predicted_ms)
+            )
+    return out
 
 
 def _predicted_verdict(
@@ -1697,6 +1836,9 @@ __all__ = [
     "MachineModel",
     "CvPoint",
     "CvSummary",
+    "KERNEL_PREDICTOR",
+    "KernelCvPoint",
+    "KernelCvSummary",
     "FitResult",
     "ModelCounts",
     "OpCost",

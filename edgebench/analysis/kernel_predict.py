@@ -9,10 +9,9 @@ kind and features (`edgebench.analysis.kernels`); per kind, a kernel's time is f
 (kinds with too few profiled kernels share one fit over all of them), then multiplied by a correction a
 random forest (nn-Meter's regressor) learns on the log ratio of profiled time to that estimate from the
 kernel's shape (channels, positions, multiply-adds per output) and its model's working set (weights and
-activation traffic: what stays cached). The calibration sweep's synthetic models (`kernel_sweep`), where
-profiled, feed both fits: fully where no real model has kernels of that kind and size, little elsewhere.
-A model is predicted from its graph (`kernels.graph_kernels`: the same kinds, fused as the runtimes fuse,
-with onnxruntime's NCHWc layout reorders) as
+activation traffic: what stays cached). A model is predicted from its graph (`kernels.graph_kernels`: the
+same kinds, fused as the runtimes fuse, with onnxruntime's NCHWc layout reorders at the device's channel
+block) as
 
     latency = sum(kernel predictions) + c
 
@@ -33,7 +32,6 @@ from typing import Any
 import numpy as np
 
 from ..records import Record
-from .kernel_sweep import is_sweep
 from .kernels import KINDS, Kernel, profile_kernel
 
 METHOD = "per-op-kind calibration (profile) + per-inference overhead"
@@ -103,12 +101,12 @@ def _row(k: Kernel) -> list[float]:
     return [k.flops / _SCALE[0], k.bytes / _SCALE[1], k.weight_bytes / _SCALE[2], 1.0]
 
 
-def _fit(rows: Sequence[list[float]], ms: Sequence[float], weights: Sequence[float]) -> np.ndarray:
+def _fit(rows: Sequence[list[float]], ms: Sequence[float]) -> np.ndarray:
     """NNLS, each kernel weighted by 1/sqrt(its time): big kernels dominate, small ones still count."""
     from scipy.optimize import nnls  # lazily: scipy costs a second of every CLI start
 
     X, y = np.asarray(rows, float), np.asarray(ms, float)
-    w = np.asarray(weights, float) / np.sqrt(np.maximum(y, 1e-4))
+    w = 1.0 / np.sqrt(np.maximum(y, 1e-4))
     coef, _ = nnls(X * w[:, None], y * w)
     return coef
 
@@ -181,49 +179,10 @@ class KernelCalibration:
         return self.kernels_ms(kernels) + self.overhead_ms
 
 
-SWEEP_WEIGHT = 0.05  # a sweep kernel counts this much against a real model's: it fills the gaps only
-
-
-GAP_FACTOR = 4.0  # a sweep kernel this far outside the real kernels' sizes of its kind fills a gap
-
-
-Coverage = dict[tuple[str, bool], tuple[float, float]]
-
-
-def _family(k: Kernel, runtime: str | None) -> tuple[str, bool]:
-    return k.kind, runtime != "mnn" and k.op_type in _ORT_CONV_OPS
-
-
-def _coverage(runs: Sequence[ProfiledRun]) -> Coverage:
-    """Per kind (and onnxruntime's Conv or not), the smallest and largest bytes moved (activations +
-    weights) by the real models' kernels."""
-    out: Coverage = {}
-    for run in runs:
-        if is_sweep(run.model):
-            continue
-        for k, _ in run.kernels:
-            size = k.bytes + k.weight_bytes
-            key = _family(k, run.runtime)
-            lo, hi = out.get(key, (size, size))
-            out[key] = (min(lo, size), max(hi, size))
-    return out
-
-
-def _weight(run: ProfiledRun, k: Kernel, coverage: Coverage) -> float:
-    """A real model's kernel counts 1; a sweep kernel counts fully where no real model has kernels of its
-    kind at its size (a detector at 640x640 when the real models run at 320), little elsewhere (its
-    setting is no real model's)."""
-    if not is_sweep(run.model):
-        return 1.0
-    lo, hi = coverage.get(_family(k, run.runtime), (math.inf, -math.inf))
-    size = k.bytes + k.weight_bytes
-    return 1.0 if size < lo / GAP_FACTOR or size > hi * GAP_FACTOR else SWEEP_WEIGHT
-
-
-def _fit_correction(runs: Sequence[ProfiledRun], partial: KernelCalibration, coverage: Coverage) -> Any:
+def _fit_correction(runs: Sequence[ProfiledRun], partial: KernelCalibration) -> Any:
     """A random forest on log(profiled / linear estimate) over every profiled kernel (None without
     scikit-learn's forest or with too few kernels)."""
-    rows, target, weights = [], [], []
+    rows, target = [], []
     for run in runs:
         kernels = [k for k, _ in run.kernels]
         context = _context(kernels)
@@ -233,13 +192,12 @@ def _fit_correction(runs: Sequence[ProfiledRun], partial: KernelCalibration, cov
             linear = partial.linear_ms(k)
             rows.append(_shape_row(k, linear, context, partial.runtime))
             target.append(math.log(ms / max(linear, MIN_FLOOR_MS)))
-            weights.append(_weight(run, k, coverage))
     if len(rows) < 20:
         return None
     from sklearn.ensemble import RandomForestRegressor  # lazily: costs a second of every CLI start
 
     forest = RandomForestRegressor(n_estimators=30, min_samples_leaf=3, max_features=0.5, random_state=0)
-    return forest.fit(np.asarray(rows), np.asarray(target), sample_weight=np.asarray(weights))
+    return forest.fit(np.asarray(rows), np.asarray(target))
 
 
 def calibrate(
@@ -248,38 +206,32 @@ def calibrate(
     """Fit kernel costs on every profiled kernel, then the overhead on the models' p50 latencies.
 
     `graphs` maps (model, shapes) to the model's graph kernels: where given, the overhead is fitted on their
-    sums (as a prediction will use them), else on the profiled kernels'. Sweep models (kernel_sweep) feed
-    the kernel fits only."""
-    if len({r.model for r in runs if not is_sweep(r.model)}) < 2:
+    sums (as a prediction will use them), else on the profiled kernels'."""
+    if len({r.model for r in runs}) < 2:
         return None
-    coverage = _coverage(runs)
-    by_kind: dict[str, tuple[list[list[float]], list[float], list[float]]] = defaultdict(lambda: ([], [], []))
+    by_kind: dict[str, tuple[list[list[float]], list[float]]] = defaultdict(lambda: ([], []))
     for run in runs:
         for k, ms in run.kernels:
-            rows, ys, ws = by_kind[k.kind]
+            rows, ys = by_kind[k.kind]
             rows.append(_row(k))
             ys.append(ms)
-            ws.append(_weight(run, k, coverage))
-    all_rows = [row for rows, _, _ in by_kind.values() for row in rows]
-    all_ms = [y for _, ys, _ in by_kind.values() for y in ys]
-    all_w = [w for _, _, ws in by_kind.values() for w in ws]
-    pooled = tuple(_fit(all_rows, all_ms, all_w))
+    all_rows = [row for rows, _ in by_kind.values() for row in rows]
+    all_ms = [y for _, ys in by_kind.values() for y in ys]
+    pooled = tuple(_fit(all_rows, all_ms))
     per_kind = {
-        kind: tuple(_fit(rows, ys, ws))
-        for kind, (rows, ys, ws) in by_kind.items()
-        if len(ys) >= MIN_KIND_KERNELS
+        kind: tuple(_fit(rows, ys)) for kind, (rows, ys) in by_kind.items() if len(ys) >= MIN_KIND_KERNELS
     }
     linear = KernelCalibration(per_kind, pooled, 0.0, (), runtime=runs[0].runtime)
-    partial = replace(linear, correction=_fit_correction(runs, linear, coverage))
+    partial = replace(linear, correction=_fit_correction(runs, linear))
     sums, lat = [], []
-    for run in (r for r in runs if not is_sweep(r.model)):
+    for run in runs:
         kernels = (graphs or {}).get((run.model, run.shapes))
         sums.append(partial.kernels_ms(kernels if kernels is not None else [k for k, _ in run.kernels]))
         lat.append(run.latency_ms)
     # The overhead: what a plain inference spends outside the kernels (session, input copies), the
     # median over the models, never negative (a kernel sum above the latency is the kernels' error).
     overhead = max(0.0, float(np.median(np.asarray(lat) - np.asarray(sums))))
-    models = tuple(sorted({r.model for r in runs if not is_sweep(r.model)}))
+    models = tuple(sorted({r.model for r in runs}))
     return replace(partial, overhead_ms=overhead, models=models)
 
 
@@ -301,9 +253,9 @@ def cross_validate(
 ) -> list[HeldOut]:
     """Leave one model out (at every shape it was profiled at); predict each of its shapes from its graph."""
     out = []
-    for model in sorted({r.model for r in runs if not is_sweep(r.model)}):
+    for model in sorted({r.model for r in runs}):
         train = [r for r in runs if r.model != model]
-        if len({r.model for r in train if not is_sweep(r.model)}) < MIN_MODELS - 1:
+        if len({r.model for r in train}) < MIN_MODELS - 1:
             continue
         cal = calibrate(train, graphs)
         if cal is None:
@@ -330,8 +282,13 @@ class KernelPrediction:
 
 
 def interval_ratios(held: Sequence[HeldOut], coverage: float) -> tuple[float, float] | None:
+    """Split-conformal bounds on measured / predicted from held-out predictions (None with too few)."""
+    return conformal_bounds([h.ratio for h in held], coverage)
+
+
+def conformal_bounds(ratios_seen: Iterable[float], coverage: float) -> tuple[float, float] | None:
     """Split-conformal bounds on measured / predicted from held-out ratios (None with too few of them)."""
-    ratios = sorted(h.ratio for h in held)
+    ratios = sorted(ratios_seen)
     n = len(ratios)
     tail = (1 - coverage) / 2
     k = math.ceil((n + 1) * (1 - tail))
@@ -369,11 +326,26 @@ class TargetPredictor:
 
     `sources` maps a model name to its ONNX file: the graphs of new models and of profiled ones (for the
     cross-validation) are analysed from there at the shapes asked. A target is (device, runtime); its
-    profiles are those at the thread count most models were profiled at (named in the evidence)."""
+    profiles are those at the thread count most models were profiled at (named in the evidence).
+    `device_info` (the store's, fingerprint per device) gives each device's NCHWc block
+    (`kernels.nchwc_block`); a device without a fingerprint gets none."""
 
-    def __init__(self, records: Iterable[Record], sources: Mapping[str, str], coverage: float = 0.8) -> None:
+    def __init__(
+        self,
+        records: Iterable[Record],
+        sources: Mapping[str, str],
+        coverage: float = 0.8,
+        device_info: Iterable[Mapping[str, Any]] = (),
+    ) -> None:
+        from .kernels import nchwc_block
+
         self.sources = dict(sources)
         self.coverage = coverage
+        self.blocks = {
+            info["device"]: nchwc_block(info["fingerprint"])
+            for info in device_info
+            if isinstance(info.get("fingerprint"), Mapping) and info["fingerprint"].get("arch")
+        }
         by_target: dict[tuple, list[ProfiledRun]] = defaultdict(list)
         for run in profiled_runs(records):
             by_target[run.target].append(run)
@@ -382,11 +354,13 @@ class TargetPredictor:
             best = self.runs.get((device, runtime))
             if best is None or len({r.model for r in runs}) > len({r.model for r in best}):
                 self.runs[(device, runtime)] = runs
-        self._graphs: dict[tuple[str, str, str | None], list[Kernel] | None] = {}
+        self._graphs: dict[tuple[str, str, str | None, int], list[Kernel] | None] = {}
         self._held: dict[tuple[str, str | None], list[HeldOut]] = {}
 
-    def graph(self, model: str, shapes: str, runtime: str | None) -> list[Kernel] | None:
-        key = (model, shapes, runtime)
+    def graph(self, model: str, shapes: str, runtime: str | None, device: str = "") -> list[Kernel] | None:
+        """The model's kernels at `shapes` as `runtime` runs them on `device` (its NCHWc block)."""
+        block = self.blocks.get(device, 1) if (runtime or "onnxruntime") == "onnxruntime" else 1
+        key = (model, shapes, runtime, block)
         if key not in self._graphs:
             path = self.sources.get(model)
             self._graphs[key] = None
@@ -395,13 +369,13 @@ class TargetPredictor:
                 from .kernels import graph_kernels
 
                 cost = analyze(load_model(path), {k: list(v) for k, v in json.loads(shapes).items()})
-                self._graphs[key] = graph_kernels(cost, runtime or "onnxruntime")
+                self._graphs[key] = graph_kernels(cost, runtime or "onnxruntime", nchwc_block=block)
         return self._graphs[key]
 
     def _graphs_of(self, target: tuple[str, str | None]) -> dict[tuple[str, str], list[Kernel]]:
         out = {}
         for r in self.runs.get(target, []):
-            g = self.graph(r.model, r.shapes, r.runtime)
+            g = self.graph(r.model, r.shapes, r.runtime, r.device)
             if g is not None:
                 out[(r.model, r.shapes)] = g
         return out
@@ -418,7 +392,7 @@ class TargetPredictor:
         or the model's graph is not at hand."""
         target = (device, runtime)
         runs = [r for r in self.runs.get(target, []) if r.model != model]
-        kernels = self.graph(model, json.dumps(dict(shapes or {}), sort_keys=True), runtime)
+        kernels = self.graph(model, json.dumps(dict(shapes or {}), sort_keys=True), runtime, device)
         if not runs or kernels is None:
             return None
         held = [h for h in self.held_out(target) if h.run.model != model]
@@ -438,6 +412,7 @@ __all__ = [
     "ProfiledRun",
     "TargetPredictor",
     "calibrate",
+    "conformal_bounds",
     "cross_validate",
     "interval_ratios",
     "predict",

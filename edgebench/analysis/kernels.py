@@ -25,10 +25,12 @@ inside it (onnxruntime's FusedConv / FusedGemm, MNN's Conv+ReLU); both runtimes 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from .cost import ModelCost, NodeCost
+from .nominal import cpu_isa
 
 GEMV_ROWS = 8  # a GEMM with fewer rows streams its weights once: memory-bound, its own kind
 
@@ -398,8 +400,11 @@ def _gemm(
     return kind, 2.0 * m * n * k
 
 
-def graph_kernels(cost: ModelCost, runtime: str = "onnxruntime") -> list[Kernel]:
+def graph_kernels(cost: ModelCost, runtime: str = "onnxruntime", nchwc_block: int = 1) -> list[Kernel]:
     """The kernels a runtime will dispatch for a model, from its graph (fusion rules in the docstring).
+
+    `nchwc_block` is the device's MLAS NCHWc channel block (`nchwc_block`; 1: none): onnxruntime's layout
+    reorders are predicted at it.
 
     Shape arithmetic the analysis resolved statically is left out when the model's inputs are fully known
     (runtimes fold it then), kept as `shape` kernels otherwise.
@@ -432,7 +437,7 @@ def graph_kernels(cost: ModelCost, runtime: str = "onnxruntime") -> list[Kernel]
     if runtime == "mnn":  # MNN runs a HardSigmoid as a scale, a shift and a ReLU6: three kernels
         out += [_node_kernel(n) for n in nodes if n.op_type == "HardSigmoid" for _ in range(2)]
     if runtime == "onnxruntime":
-        out += nchwc_reorders(nodes, absorbed)
+        out += nchwc_reorders(nodes, absorbed, nchwc_block)
     out += [_node_kernel(n, kind="shape") for n in cost.meta_nodes if n.op_type in _SHAPE or runtime == ""]
     return out
 
@@ -473,14 +478,29 @@ def _chain_back(producer: dict[str, NodeCost], tensor: str, *steps: tuple[str, .
     return chain
 
 
-NCHWC_BLOCK = 16  # MLAS's NCHWc channel block on AVX-512 (8 on AVX2): reordered tensors are padded to it
+def nchwc_block(fingerprint: Mapping[str, Any]) -> int:
+    """The channel block onnxruntime's MLAS runs NCHWc kernels at on a device, from its fingerprint's
+    architecture and CPU flags (1: no NCHWc, and then onnxruntime registers no NchwcTransformer).
+
+    MLAS (core/mlas/lib/platform.cpp) sets the block per platform: 8 on every x86-64 CPU (its SSE, AVX and
+    AVX2/FMA3 kernels), 16 where AVX-512F is usable (checked inside the AVX2/FMA3 branch); 32-bit x86 has
+    none. On ARM64 the NEON NCHWc kernels are compiled only with the build option
+    onnxruntime_USE_ARM_NEON_NCHWC, off by default (onnxruntime PR 26171; so in the published wheels,
+    1.32 included): 1. A fingerprint without an architecture is taken as having none either."""
+    flags, arch = cpu_isa(fingerprint)
+    if arch.lower() not in ("x86_64", "amd64", "x64"):
+        return 1
+    return 16 if {"avx512f", "avx2", "fma"} <= flags else 8
+
+
 _NCHWC_POOLS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
 _NCHWC_BINARY = {"Add", "Sum", "Mul"}  # blocked when every input is a blocked activation of one shape
 _NCHWC_UNARY = {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid"}
 
 
-def nchwc_reorders(nodes: Sequence[NodeCost], absorbed: dict[str, NodeCost]) -> list[Kernel]:
-    """The layout kernels onnxruntime inserts around its NCHWc convolutions, from the graph.
+def nchwc_reorders(nodes: Sequence[NodeCost], absorbed: dict[str, NodeCost], block: int) -> list[Kernel]:
+    """The layout kernels onnxruntime inserts around its NCHWc convolutions at channel block `block`,
+    from the graph (none when the block is 1: no NCHWc on the device).
 
     Its NchwcTransformer runs a float 2-D convolution in a channel-blocked layout when its channels align
     (dense: input channels below one block, read as NCHW, or a multiple of 4; any depthwise; channels
@@ -488,6 +508,8 @@ def nchwc_reorders(nodes: Sequence[NodeCost], absorbed: dict[str, NodeCost]) -> 
     same-shape Add/Mul, BatchNormalization, Concat and Resize on blocked tensors stay blocked. A blocked
     tensor read by anything else (or a graph output) gets one ReorderOutput, a plain tensor read by a
     blocked op one ReorderInput; each moves the tensor once in, once out (padded to the block)."""
+    if block <= 1:
+        return []
     tail = {head.name: n for n in nodes if (head := absorbed.get(n.name)) is not None}
     blocked: set[str] = set()  # tensors in the NCHWc layout
     shapes: dict[str, Sequence[int] | None] = {}
@@ -507,7 +529,7 @@ def nchwc_reorders(nodes: Sequence[NodeCost], absorbed: dict[str, NodeCost]) -> 
             i for i, c in zip(n.inputs, _padded(n.constant_inputs, len(n.inputs)), strict=True) if i and not c
         ]
         read.update(data)
-        wants = _nchwc_input(n, blocked, data)
+        wants = _nchwc_input(n, blocked, data, block)
         if wants is None:
             reorder_out.update(t for t in data if t in blocked)
             continue
@@ -522,7 +544,7 @@ def nchwc_reorders(nodes: Sequence[NodeCost], absorbed: dict[str, NodeCost]) -> 
     out = []
     for op, tensors in (("ReorderInput", reorder_in), ("ReorderOutput", reorder_out)):
         for t in sorted(tensors):
-            nbytes = 4.0 * _numel(_block_padded(shapes.get(t)))
+            nbytes = 4.0 * _numel(_block_padded(shapes.get(t), block))
             out.append(Kernel("layout", 0.0, 2.0 * nbytes, 0.0, f"{op}:{t}", op))
     return out
 
@@ -531,14 +553,14 @@ def _padded(flags: Sequence[bool], n: int) -> list[bool]:
     return list(flags) + [False] * (n - len(flags))
 
 
-def _block_padded(shape: Sequence[int] | None) -> tuple[int, ...]:
+def _block_padded(shape: Sequence[int] | None, block: int) -> tuple[int, ...]:
     if not shape or len(shape) < 2:
         return tuple(shape or ())
-    c = -(-shape[1] // NCHWC_BLOCK) * NCHWC_BLOCK
+    c = -(-shape[1] // block) * block
     return (shape[0], c, *shape[2:])
 
 
-def _nchwc_input(n: NodeCost, blocked: set[str], data: Sequence[str]) -> list[bool] | None:
+def _nchwc_input(n: NodeCost, blocked: set[str], data: Sequence[str], block: int) -> list[bool] | None:
     """Which data inputs a node reads blocked when onnxruntime runs it in NCHWc (None: it runs plain)."""
     x = n.input_shapes[0] if n.input_shapes else None
     if n.op_type == "Conv":
@@ -547,13 +569,13 @@ def _nchwc_input(n: NodeCost, blocked: set[str], data: Sequence[str]) -> list[bo
             return None
         group = int(n.attr("group", 1) or 1)
         if group == 1:
-            if w[1] < NCHWC_BLOCK:
+            if w[1] < block:
                 return [False]  # few input channels: the NCHWc kernel reads the plain input
             return [True] if w[1] % 4 == 0 else None  # padded up to the block
         return [True] if w[1] == 1 and w[0] == group else None  # depthwise (padded); other groups: plain
     if n.op_type in _NCHWC_POOLS:
         channels = x[1] if x and len(x) == 4 else 0
-        return [True] if channels and channels % NCHWC_BLOCK == 0 else None
+        return [True] if channels and channels % block == 0 else None
     if not data or not all(t in blocked for t in data):
         return None  # the other ops stay blocked only on blocked inputs
     if n.op_type in ("BatchNormalization", "Resize", "Upsample", "Concat"):

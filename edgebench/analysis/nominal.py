@@ -78,15 +78,18 @@ def ops_per_cycle(flags: set[str], arch: str) -> tuple[dict[str, float], str]:
     return out, ", ".join(isa)
 
 
+def cpu_isa(fingerprint: Mapping[str, Any]) -> tuple[set[str], str]:
+    """The ISA flags and the architecture a device fingerprint reports (edgebench.agent.info)."""
+    return set(fingerprint.get("cpu_flags") or ()), str(fingerprint.get("arch") or "")
+
+
 def derived_peak(fingerprint: Mapping[str, Any]) -> NominalPeak | None:
     """From a device fingerprint (cpu_flags, arch, cores, max_mhz); None when the clock or the cores are
     not known."""
     mhz, cores = fingerprint.get("max_mhz"), fingerprint.get("cores")
     if not isinstance(mhz, int | float) or mhz <= 0 or not isinstance(cores, int) or cores <= 0:
         return None
-    per_cycle, isa = ops_per_cycle(
-        set(fingerprint.get("cpu_flags") or ()), str(fingerprint.get("arch") or "")
-    )
+    per_cycle, isa = ops_per_cycle(*cpu_isa(fingerprint))
     tops = {dtype: ops * mhz * 1e6 * cores / 1e12 for dtype, ops in per_cycle.items()}
     clock = f"{mhz:.0f} MHz" + (
         f" ({fingerprint['max_mhz_source']})" if fingerprint.get("max_mhz_source") else ""

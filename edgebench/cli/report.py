@@ -256,6 +256,13 @@ def _show(result, run_id: str, no_store: bool) -> None:  # type: ignore[no-untyp
     for s in result.cv_summaries():
         if s.device == "*" and s.holdout == "model" and s.quantity in names:
             note(
-                f"edgebench: cross-validated prediction of {names[s.quantity]}: {s.within:.0%} of {s.pairs} "
-                f"held-out pairs within ±10%, median error {s.median_abs_err:.1%}"
+                f"edgebench: cross-validated whole-model prediction of {names[s.quantity]}: "
+                f"{s.within:.0%} of {s.pairs} held-out pairs within ±10%, median error {s.median_abs_err:.1%}"
             )
+    for k in result.kernel_cv_summaries():
+        bounds = f", measured / predicted {k.interval[0]:.2f}-{k.interval[1]:.2f}" if k.interval else ""
+        where = "all devices" if k.device == "*" else f"{k.device} {k.runtime or ''}".strip()
+        note(
+            f"edgebench: cross-validated per-kernel prediction of p50 on {where}: {k.within:.0%} of "
+            f"{k.pairs} held-out profiles within ±10%, median error {k.median_abs_err:.1%}{bounds}"
+        )

@@ -41,7 +41,7 @@ RUNS = 200
 @pytest.fixture(scope="module")
 def calibrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
     folder = tmp_path_factory.mktemp("fit-new")
-    suite, _ = loo_suite("onnxruntime", folder, sweep=False)
+    suite, _ = loo_suite("onnxruntime", folder)
     store = folder / "profiles.db"
     res = edgebench("run", suite, "--store", store, cwd=folder)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from edgebench.analysis.kernel_predict import HeldOut, TargetPredictor
-from edgebench.analysis.kernel_sweep import write_sweep
 from edgebench.models.builtin import BUILTINS, builtin_model
 from edgebench.results.store import Store
 from edgebench.testing.cli import edgebench
@@ -56,17 +55,13 @@ def _probe(models: list[str], runtime: str, shapes: dict | None = None) -> str:
     return f'[[probe]]\nkind = "profile"\nmodels = [{names}]\nparams = {{ {params} }}\n'
 
 
-def loo_suite(runtime: str, folder: Path, sweep: bool = True) -> tuple[Path, dict[str, Path]]:
-    """A suite profiling every model of the cross-validation (and the sweep) once on `local`."""
+def loo_suite(runtime: str, folder: Path) -> tuple[Path, dict[str, Path]]:
+    """A suite profiling every model of the cross-validation once on `local`."""
     sources: dict[str, Path] = {name: builtin_model(name) for name in BUILTINS}
     sources.update(ocr_models())
-    sweeps = write_sweep(folder / "sweep") if sweep else {}
-    sources.update(sweeps)
     probes = [_probe([n for n in BUILTINS if n not in BUILTIN_SHAPES], runtime)]
     probes += [_probe([n], runtime, s) for n, s in BUILTIN_SHAPES.items()]
     probes += [_probe([n], runtime, {"x": dims}) for n in OCR for dims in OCR[n]]
-    if sweeps:
-        probes.append(_probe(sorted(sweeps), runtime))
     models = [f"builtin:{n}" for n in BUILTINS] + [str(p) for n, p in sources.items() if n not in BUILTINS]
     text = f'name = "loo-{runtime}"\ndevices = ["local"]\nmodels = {json.dumps(models)}\n\n'
     path = folder / f"loo-{runtime}.toml"
@@ -74,22 +69,21 @@ def loo_suite(runtime: str, folder: Path, sweep: bool = True) -> tuple[Path, dic
     return path, sources
 
 
-def profile_all(runtime: str, folder: Path, sweep: bool = True) -> list[HeldOut]:
-    suite, sources = loo_suite(runtime, folder, sweep)
+def profile_all(runtime: str, folder: Path) -> list[HeldOut]:
+    suite, sources = loo_suite(runtime, folder)
     store = folder / "profiles.db"
     res = edgebench("run", suite, "--store", store, cwd=folder)
     assert res.returncode == 0, res.stderr[-3000:]
     with Store(store) as s:
-        records = s.records()
-    predictor = TargetPredictor(records, {k: str(v) for k, v in sources.items()})
+        records, devices = s.records(), s.device_info()
+    # each device's fingerprint gives the NCHWc block its graphs are predicted at
+    predictor = TargetPredictor(records, {k: str(v) for k, v in sources.items()}, device_info=devices)
     return predictor.held_out(("local", runtime))
 
 
 @pytest.fixture(scope="module", params=["onnxruntime", "mnn"])
 def held_out(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> list[HeldOut]:
-    # Without the calibration sweep (kernel_sweep): it doubles the profiling time (38 -> 80 s for both
-    # runtimes) and moved the share by less than the noise between passes here.
-    return profile_all(request.param, tmp_path_factory.mktemp(f"loo-{request.param}"), sweep=False)
+    return profile_all(request.param, tmp_path_factory.mktemp(f"loo-{request.param}"))
 
 
 def test_leave_one_model_out_share_within_10_percent(held_out: list[HeldOut]) -> None:
@@ -107,6 +101,6 @@ def test_leave_one_model_out_share_within_10_percent(held_out: list[HeldOut]) ->
         f"{runtime}: {share:.0%} of {len(errors)} held-out p50 predictions within +-10% "
         f"(target {TARGET_SHARE:.0%}), median abs error {median:.1%}"
     )
-    # every real model at both its sizes was held out and predicted; the sweep's never are
+    # every model at both its sizes was held out and predicted
     assert len(held_out) == len(BUILTINS) + 2 * len(OCR)
     assert np.all(np.isfinite(errors)) and median <= FLOOR_MEDIAN_ERROR, (share, median)

@@ -20,7 +20,7 @@ from edgebench.analysis.fit import (
     decide,
     make_budget,
 )
-from edgebench.analysis.kernels import Kernel, graph_kernels, profile_kernel
+from edgebench.analysis.kernels import Kernel, graph_kernels, nchwc_block, profile_kernel
 
 GEMM_MS_PER_GFLOP, CONV_MS_PER_GFLOP, DW_MS_PER_MB, OVERHEAD_MS = 8.0, 5.0, 0.05, 0.04
 
@@ -190,7 +190,7 @@ def wheel_cls_model():
     return Path(list(spec.submodule_search_locations)[0], "models", "ch_ppocr_mobile_v2.0_cls_infer.onnx")
 
 
-@pytest.mark.parametrize("which", ["synthetic", "ppocr_cls"])
+@pytest.mark.parametrize("which", ["synthetic", "blocks", "ppocr_cls"])
 def test_layout_reorders_predicted_from_the_graph_are_those_onnxruntime_runs(tmp_path, which: str) -> None:
     """The reference: onnxruntime's own profile names the ReorderInput/Output kernels it ran (PP-OCR's
     classifier: 59 of them around its hard-swishes and squeeze-excitations)."""
@@ -202,55 +202,97 @@ def test_layout_reorders_predicted_from_the_graph_are_those_onnxruntime_runs(tmp
         path = tmp_path / "reorders.onnx"
         onnx.save(reorder_model(), path)
         x = np.ones((1, 3, 32, 32), np.float32)
+    elif which == "blocks":
+        path = tmp_path / "blocks.onnx"
+        onnx.save(block_model(), path)
+        x = np.ones((1, 3, 16, 16), np.float32)
     else:
         path = wheel_cls_model()
         x = np.ones((1, 3, 48, 192), np.float32)
+    from edgebench.agent.info import fingerprint
+
     ran = ort_reorders(path, {"x": x}, tmp_path)
+    block = nchwc_block(fingerprint())  # this machine's, from its CPU flags (AVX-512 here: 16)
     if not ran:
-        pytest.skip("this onnxruntime build runs no NCHWc kernels (no AVX-512 MLAS kernels)")
+        assert block == 1, "the fingerprint promises NCHWc kernels this onnxruntime did not run"
+        pytest.skip("this machine runs no NCHWc kernels")
     cost = analyze(load_model(str(path)), {"x": list(x.shape)})
-    predicted = sorted(k.op_type for k in graph_kernels(cost) if k.kind == "layout")
+    predicted = sorted(k.op_type for k in graph_kernels(cost, nchwc_block=block) if k.kind == "layout")
     assert predicted == ran
     assert not [k for k in graph_kernels(cost, "mnn") if k.kind == "layout"]  # MNN: no such reorders
 
 
-def test_the_sweep_feeds_the_kernel_fits_but_is_never_held_out_nor_in_the_overhead(
-    runs: list[kp.ProfiledRun],
-) -> None:
-    """A sweep model with a latency no real model has (10 s) moves neither the overhead nor the held-out list."""
-    from dataclasses import replace
-
-    from edgebench.analysis.kernel_sweep import SWEEP_PREFIX
-
-    base = runs[0]
-    sweep = replace(base, model=f"{SWEEP_PREFIX}conv-test", latency_ms=10_000.0)
-    with_sweep = [*runs, sweep]
-    graphs = graphs_of(with_sweep)
-    cal = kp.calibrate(with_sweep, graphs)
-    assert cal is not None and cal.overhead_ms == pytest.approx(OVERHEAD_MS, abs=0.03)
-    assert SWEEP_PREFIX + "conv-test" not in cal.models
-    held = kp.cross_validate(with_sweep, graphs)
-    assert sorted(h.run.model for h in held) == sorted(r.model for r in runs)
+AVX512 = {"arch": "x86_64", "cpu_flags": ["avx", "avx2", "avx512f", "fma", "sse2"]}
+AVX2 = {"arch": "x86_64", "cpu_flags": ["avx", "avx2", "fma", "sse2"]}
+ARM64 = {"arch": "aarch64", "cpu_flags": ["asimd", "asimddp", "asimdhp", "i8mm"]}
 
 
-def test_the_sweep_models_are_valid_and_name_themselves(tmp_path) -> None:
-    import onnx
+def test_the_nchwc_block_is_mlas_per_platform_choice() -> None:
+    """MLAS's platform.cpp: 16 with AVX-512F, 8 on any other x86-64, none on ARM64 (its NEON NCHWc kernels
+    are a build option off by default) nor where the architecture is not known."""
+    assert nchwc_block(AVX512) == 16
+    assert nchwc_block(AVX2) == 8
+    assert nchwc_block({"arch": "x86_64", "cpu_flags": ["sse2"]}) == 8
+    assert nchwc_block({"arch": "x86_64", "cpu_flags": ["avx512f"]}) == 8  # AVX-512 is checked under AVX2
+    assert nchwc_block(ARM64) == 1
+    assert nchwc_block({}) == 1
 
-    from edgebench.analysis.kernel_sweep import SWEEP_PREFIX, is_sweep, sweep_models
 
-    builders = sweep_models()
-    assert len(builders) >= 15 and all(is_sweep(name) for name in builders)
-    small = {n: b for n, b in builders.items() if "conv-" in n or n.endswith(("256x512", "16x256x1024"))}
-    kinds = set()
-    for build in small.values():
-        model = build()
-        onnx.checker.check_model(model)
-        assert len(model.graph.output) == 1  # the runtime plans every other tensor's memory
-        kinds |= {k.kind for k in graph_kernels(analyze(model))}
-    assert {"conv", "conv_dw", "gemm", "gemv", "matmul", "elementwise", "pool", "resize", "copy"} <= kinds
-    assert {"deconv", "norm", "softmax", "layout"} <= kinds
-    first = next(iter(builders))
-    assert first.startswith(SWEEP_PREFIX)
+def block_model():
+    """Conv 3->24 (reads NCHW), MaxPool over 24 channels, Conv 24->12, Conv 12->16 and a graph output."""
+    inits: list = []
+    nodes = []
+    _conv_node(inits, "x", 3, 24, "a")
+    nodes.append(helper.make_node("Conv", ["x", "a_w"], ["a"], name="a", pads=[1, 1, 1, 1]))
+    nodes.append(helper.make_node("MaxPool", ["a"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]))
+    _conv_node(inits, "p", 24, 12, "b")
+    nodes.append(helper.make_node("Conv", ["p", "b_w"], ["b"], name="b", pads=[1, 1, 1, 1]))
+    nodes.append(helper.make_node("Sigmoid", ["b"], ["s"], name="sig"))
+    _conv_node(inits, "s", 12, 16, "c")
+    nodes.append(helper.make_node("Conv", ["s", "c_w"], ["y"], name="c", pads=[1, 1, 1, 1]))
+    graph = helper.make_graph(
+        nodes,
+        "blocks",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 8, 8])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_reorders_follow_the_device_block_and_vanish_without_nchwc() -> None:
+    """The same model for three devices. Block 16 (AVX-512; what onnxruntime runs here, checked in
+    test_layout_reorders_predicted_from_the_graph_are_those_onnxruntime_runs[blocks]): the pool's 24
+    channels are no multiple of 16, so it runs plain after a ReorderOutput and the Conv 24->12 after it
+    reorders its input back; the Conv 12->16 reads fewer channels than a block, plain, after a
+    ReorderOutput of the Sigmoid. Block 8 (AVX2): all of it stays blocked, one ReorderOutput at the graph
+    output. ARM64 (block 1): no reorder. Reordered tensors are padded to the block."""
+    cost = analyze(block_model())
+
+    def reorders(fp: dict) -> dict[str, float]:
+        kernels = graph_kernels(cost, nchwc_block=nchwc_block(fp))
+        return {k.name: k.bytes for k in kernels if k.kind == "layout"}
+
+    avx512, avx2, arm = reorders(AVX512), reorders(AVX2), reorders(ARM64)
+    assert sorted(avx512) == ["ReorderInput:p", "ReorderOutput:a", "ReorderOutput:s", "ReorderOutput:y"]
+    assert sorted(avx2) == ["ReorderOutput:y"]
+    assert arm == {}
+    # in and out once, fp32: 24 channels x 16 x 16 padded to 32; 24 x 8 x 8 to 32; 12 x 8 x 8 to 16
+    assert avx512["ReorderOutput:a"] == 2 * 4.0 * 32 * 16 * 16
+    assert avx512["ReorderInput:p"] == 2 * 4.0 * 32 * 8 * 8
+    assert (
+        avx512["ReorderOutput:s"] == avx512["ReorderOutput:y"] == avx2["ReorderOutput:y"] == 2 * 4.0 * 16 * 64
+    )
+    assert not [k for k in graph_kernels(cost, "onnxruntime") if k.kind == "layout"]  # default: no NCHWc
+
+
+def test_the_predictor_takes_each_device_block_from_its_fingerprint() -> None:
+    predictor = kp.TargetPredictor(
+        [], {}, device_info=[{"device": "pc", "fingerprint": AVX2}, {"device": "pi", "fingerprint": ARM64}]
+    )
+    assert predictor.blocks == {"pc": 8, "pi": 1}
 
 
 @pytest.mark.parametrize("div_last", [True, False])
@@ -292,15 +334,136 @@ def test_mnn_runs_an_exported_hard_swish_as_one_kernel_and_a_hard_sigmoid_as_thr
     assert len([k for k in graph_kernels(cost, "onnxruntime") if k.kind == "elementwise"]) == 5
 
 
-def test_a_sweep_kernel_counts_fully_only_where_no_real_model_has_kernels_of_its_size() -> None:
-    from edgebench.analysis.kernel_sweep import SWEEP_PREFIX
+# ------------------------------------------------------------------ the per-kernel predictor inside `fit`
 
-    real = kp.ProfiledRun(
-        "dev", "onnxruntime", 1, "m", "{}", 1.0, ((Kernel("elementwise", 1e5, 1e6, 0.0), 0.1),)
+ROWS = 16  # every MatMul of the profiled models has 16 rows: a GEMM
+MLP_WIDTHS = {  # model -> its layers' widths (in, hidden..., out)
+    "mlp-a": (64, 128, 64),
+    "mlp-b": (128, 256, 256, 128),
+    "mlp-c": (256, 512, 256),
+    "mlp-d": (96, 384, 384, 96),
+    "mlp-e": (512, 512, 512, 256),
+    "mlp-f": (32, 64, 32),
+    "mlp-g": (192, 192, 192),
+    "mlp-h": (320, 640, 160),
+    "mlp-i": (48, 768, 48),
+    "mlp-j": (640, 256, 640),
+}  # ten: an 80% split-conformal interval needs nine held-out predictions
+SLOWER = {"mlp-c": 1.3}  # measured 30% above what its kernels add up to: a held-out error to find
+
+
+def mlp_model(widths: tuple[int, ...]):
+    inits, nodes, prev = [], [], "x"
+    for i, (k, n) in enumerate(zip(widths, widths[1:], strict=False)):
+        inits.append(numpy_helper.from_array(np.full((k, n), 0.01, np.float32), f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"], name=f"mm{i}"))
+        prev = f"h{i}"
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [ROWS, widths[0]])],
+        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [ROWS, widths[-1]])],
+        inits,
     )
-    sweep = kp.ProfiledRun("dev", "onnxruntime", 1, SWEEP_PREFIX + "s", "{}", 1.0, ())
-    coverage = kp._coverage([real, sweep])
-    assert kp._weight(real, Kernel("elementwise", 1e5, 1e6, 0.0), coverage) == 1.0
-    assert kp._weight(sweep, Kernel("elementwise", 1e5, 2e6, 0.0), coverage) == kp.SWEEP_WEIGHT
-    assert kp._weight(sweep, Kernel("elementwise", 1e6, 5e7, 0.0), coverage) == 1.0  # beyond the real sizes
-    assert kp._weight(sweep, Kernel("resize", 1e6, 2e6, 0.0), coverage) == 1.0  # a kind no real model has
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def mlp_profiles(folder, device: str = "pc") -> tuple[list, dict]:
+    """Per-op profile records of the MLPs on `device` as the `profile` probe stores them (op times from
+    the synthetic device's GEMM cost, the plain p50 their sum plus the overhead) and their counts."""
+    import onnx
+
+    from edgebench.analysis.fit import count_model
+    from edgebench.records import Record
+
+    records, counts = [], {}
+    for name, widths in MLP_WIDTHS.items():
+        path = folder / f"{name}.onnx"
+        onnx.save(mlp_model(widths), path)
+        counts[name] = count_model(path, name)
+        total = 0.0
+        for i, (k, n) in enumerate(zip(widths, widths[1:], strict=False)):
+            ms = true_ms(Kernel("gemm", 2.0 * ROWS * k * n, 4.0 * ROWS * (k + n), 4.0 * k * n))
+            total += ms
+            notes = {
+                "inputs": [["float", [ROWS, k]], ["float", [k, n]]],
+                "outputs": [["float", [ROWS, n]]],
+                "parameter_bytes": 4 * k * n,
+                "activation_bytes": 4 * ROWS * (k + n),
+            }
+            records.append(
+                Record("r1", device, "profile", name, "onnxruntime", "op_time_ms", ms, "ms",
+                       {"node": f"mm{i}", "op_type": "MatMul", "threads": 1}, annotations=notes)
+            )  # fmt: skip
+        p50 = (total + OVERHEAD_MS) * SLOWER.get(name, 1.0)
+        records.append(
+            Record("r1", device, "profile", name, "onnxruntime", "latency_ms", p50, "ms",
+                   {"stat": "p50", "threads": 1})
+        )  # fmt: skip
+    return records, counts
+
+
+def test_fit_keeps_the_kernel_predictors_held_out_errors_as_records(tmp_path) -> None:
+    """fit's records carry the per-kernel predictor's leave-one-model-out residuals: one cv_error per
+    held-out profile and per target the share within +-10%, the median error, the count and the interval,
+    named by `predictor=kernel`; the reference is kernel_predict's own cross-validation on the same data."""
+    from edgebench.analysis.fit import AGGREGATE_DEVICE, KERNEL_PREDICTOR, assess
+
+    records, counts = mlp_profiles(tmp_path)
+    result = assess(records, counts=counts)
+    reference = kp.TargetPredictor(records, {n: str(c.source) for n, c in counts.items()}, 0.8)
+    held = reference.held_out(("pc", "onnxruntime"))
+    assert len(held) == len(MLP_WIDTHS)
+    errors = np.array([h.predicted_ms / h.run.latency_ms - 1 for h in held])
+    recs = [r for r in result.records("fit1") if r.params.get("predictor") == KERNEL_PREDICTOR]
+    points = {r.model: r for r in recs if r.metric == "cv_error"}
+    assert sorted(points) == sorted(MLP_WIDTHS)
+    by_model = {h.run.model: h for h in held}
+    for model, r in points.items():
+        assert r.value == pytest.approx(by_model[model].predicted_ms / by_model[model].run.latency_ms - 1)
+        assert r.annotations["measured"] == pytest.approx(by_model[model].run.latency_ms)
+        assert r.params["holdout"] == "model" and r.params["quantity"] == "latency_p50_ms"
+    assert abs(points["mlp-c"].value) > 0.1  # the slow one is found
+    summary = {(r.device, r.metric): r for r in recs if r.metric != "cv_error"}
+    target = summary[("pc", "cv_within_10pct")]
+    assert target.value == pytest.approx(float(np.mean(np.abs(errors) <= 0.1)))
+    assert summary[("pc", "cv_median_abs_err")].value == pytest.approx(float(np.median(np.abs(errors))))
+    assert target.annotations["pairs"] == len(MLP_WIDTHS) and target.annotations["coverage"] == 0.8
+    assert target.annotations["threads"] == 1
+    low, high = target.annotations["interval"]
+    assert (low, high) == pytest.approx(kp.interval_ratios(held, 0.8))
+    assert summary[(AGGREGATE_DEVICE, "cv_within_10pct")].value == target.value
+    # identities differ from the whole-model predictor's figures: no two records share a key
+    keys = [r.key() for r in result.records("fit1")]
+    assert len(keys) == len(set(keys))
+
+
+def test_the_report_says_how_far_to_trust_each_predictor(tmp_path) -> None:
+    """The "How far to trust the predictions" section shows the per-kernel predictor's share, median
+    error, held-out count and interval, named as such (html and markdown)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_report import make_data
+
+    from edgebench.analysis.fit import assess
+    from edgebench.render.report import render
+
+    records, counts = mlp_profiles(tmp_path, device="phone")
+    result = assess(records, counts=counts)
+    (s,) = [s for s in result.kernel_cv_summaries() if s.device == "phone"]
+    data = make_data(records + result.records("fit1"), runs=("r1", "fit1"))
+    html_text = render(data, "html")
+    section = html_text[html_text.index('id="prediction"') :]
+    section = section[: section.index("</section>")]
+    assert 'data-kpi="cv-kernel-latency_p50_ms"' in section
+    assert "per-kernel predictor" in section
+    assert f"{s.within:.1%}" in section and f"{s.median_abs_err:.1%}" in section
+    assert f"{s.interval[0]:.2f}" in section and f"{s.interval[1]:.2f}" in section
+    md = render(data, "md")
+    part = md[md.index("## How far to trust the predictions") :]
+    assert "per-kernel predictor" in part and f"{s.pairs} held-out" in part
+    assert f"{s.interval[0]:.2f}" in part

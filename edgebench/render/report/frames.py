@@ -713,10 +713,16 @@ def deltas(records: Sequence[Record], run_order: Sequence[str], threshold: float
     return pd.DataFrame(rows, columns=cols)
 
 
+ROOFLINE_PREDICTOR = "roofline"  # fit's whole-model predictor: cross-validation records without `predictor`
+
+
 def fit_tables(fit_records: Sequence[Record]) -> dict[str, pd.DataFrame]:
-    """Verdicts, cross-validation summaries, cross-validation points and calibrations from `fit` records."""
+    """Verdicts, cross-validation summaries, cross-validation points and calibrations from `fit` records;
+    the summaries and points name their predictor (`roofline`, or fit's KERNEL_PREDICTOR) and a summary
+    its interval on measured / predicted where the record gives one."""
     verdicts, summaries, points, calib = [], [], [], []
     predicted: dict[tuple, dict[str, float]] = {}
+    intervals: dict[tuple, tuple[tuple[float, ...], Any]] = {}  # (device, runtime, predictor)
     for r in fit_records:
         if r.probe != "fit":
             continue
@@ -753,10 +759,14 @@ def fit_tables(fit_records: Sequence[Record]) -> dict[str, pd.DataFrame]:
                 }
             )
         elif r.metric in ("cv_within_10pct", "cv_median_abs_err"):
+            predictor = p.get("predictor") or ROOFLINE_PREDICTOR
+            if p.get("interval"):
+                intervals[(r.device, r.runtime or "", predictor)] = (tuple(p["interval"]), p.get("coverage"))
             summaries.append(
                 {
                     "device": r.device,
                     "runtime": r.runtime or "",
+                    "predictor": predictor,
                     "holdout": p.get("holdout"),
                     "quantity": p.get("quantity"),
                     "metric": r.metric,
@@ -769,6 +779,7 @@ def fit_tables(fit_records: Sequence[Record]) -> dict[str, pd.DataFrame]:
                 {
                     "device": r.device,
                     "runtime": r.runtime or "",
+                    "predictor": p.get("predictor") or ROOFLINE_PREDICTOR,
                     "model": r.model or "",
                     "holdout": p.get("holdout"),
                     "quantity": p.get("quantity"),
@@ -792,16 +803,20 @@ def fit_tables(fit_records: Sequence[Record]) -> dict[str, pd.DataFrame]:
                 }
             )
     summ = pd.DataFrame(
-        summaries, columns=["device", "runtime", "holdout", "quantity", "metric", "value", "pairs"]
+        summaries,
+        columns=["device", "runtime", "predictor", "holdout", "quantity", "metric", "value", "pairs"],
     )
     if not summ.empty:
         summ = summ.pivot_table(
-            index=["device", "runtime", "holdout", "quantity", "pairs"],
+            index=["device", "runtime", "predictor", "holdout", "quantity", "pairs"],
             columns="metric",
             values="value",
             aggfunc="first",
         ).reset_index()
         summ.columns.name = None
+        found = [intervals.get((r.device, r.runtime, r.predictor)) for r in summ.itertuples()]
+        summ["interval"] = [f[0] if f else None for f in found]
+        summ["coverage"] = [f[1] if f else None for f in found]
     return {
         "verdicts": pd.DataFrame(
             verdicts,
@@ -830,7 +845,17 @@ def fit_tables(fit_records: Sequence[Record]) -> dict[str, pd.DataFrame]:
         "summary": summ,
         "points": pd.DataFrame(
             points,
-            columns=["device", "runtime", "model", "holdout", "quantity", "measured", "predicted", "error"],
+            columns=[
+                "device",
+                "runtime",
+                "predictor",
+                "model",
+                "holdout",
+                "quantity",
+                "measured",
+                "predicted",
+                "error",
+            ],
         ),
         "calibration": pd.DataFrame(
             calib,

@@ -21,12 +21,14 @@ import pandas as pd
 
 from ... import __version__
 from ...analysis.ceilings import BEATS_MARGIN
+from ...analysis.fit import KERNEL_PREDICTOR
 from ...execution.provenance import redact_argv
 from . import frames, plots, workloads
 from .data import ReportData
+from .frames import ROOFLINE_PREDICTOR
 from .health import COLUMNS as HEALTH_COLUMNS
 from .health import latest_health
-from .markup import esc, figure, fmt, nodata, pct, table
+from .markup import esc, figure, fmt, interval_text, nodata, pct, table
 
 ANSWER, DETAIL = "answer", "detail"
 SECTIONS: tuple[tuple[str, str, str], ...] = (
@@ -1005,6 +1007,29 @@ def _history(d: ReportData) -> tuple[str, bool]:
     return "".join(out), True
 
 
+PREDICTOR_NAMES = {ROOFLINE_PREDICTOR: "whole-model", KERNEL_PREDICTOR: "per-kernel"}
+
+
+def _kernel_cv_kpis(summ: Any) -> list[str]:
+    """The per-kernel predictor's held-out figures: fleet-wide share and error, each target's interval."""
+    if summ.empty:
+        return []
+    kernel = summ[summ["predictor"] == KERNEL_PREDICTOR]
+    out = []
+    for r in kernel.itertuples():
+        where = "all devices" if r.device == "*" else f"{r.device} {r.runtime}".strip()
+        iv = interval_text(r.interval, r.coverage)
+        out.append(
+            f'<div class="kpi" data-kpi="cv-kernel-{esc(r.quantity)}" data-device="{esc(r.device)}">'
+            f"<b>{pct(r.cv_within_10pct)}</b><span>within ±10%: p50 of a model never profiled, "
+            f"per-kernel predictor ({esc(where)})<br>{int(r.pairs)} held-out profiles, median error "
+            f"{pct(r.cv_median_abs_err)}"
+            + (f"; measured / predicted {esc(iv)}" if iv else "")
+            + "</span></div>"
+        )
+    return out
+
+
 def _prediction(d: ReportData) -> tuple[str, bool]:
     """Where fit predicted: the cross-validation that bounds each prediction, and the calibrations."""
     t = frames.fit_tables(d.fit_records)
@@ -1039,6 +1064,7 @@ def _prediction(d: ReportData) -> tuple[str, bool]:
         )
     else:
         overall = summ[summ["device"] == "*"] if not summ.empty else summ
+        whole = overall[overall["predictor"] == ROOFLINE_PREDICTOR] if not overall.empty else overall
         labels = {
             ("model", "latency_p50_ms"): "p50 of a model never benched anywhere",
             ("pair", "latency_p50_ms"): "p50 of a model benched on other devices, not this one",
@@ -1046,21 +1072,29 @@ def _prediction(d: ReportData) -> tuple[str, bool]:
             ("model", "memory_mb"): "peak memory",
         }
         for (holdout, quantity), what in labels.items():
-            found = overall[(overall["holdout"] == holdout) & (overall["quantity"] == quantity)]
+            found = whole[(whole["holdout"] == holdout) & (whole["quantity"] == quantity)]
             for r in found.itertuples():
                 out.append(
                     f'<div class="kpi" data-kpi="cv-{esc(holdout)}-{esc(quantity)}">'
-                    f"<b>{pct(r.cv_within_10pct)}</b><span>within ±10%: {esc(what)}<br>{int(r.pairs)} "
-                    f"held-out pairs, median error "
+                    f"<b>{pct(r.cv_within_10pct)}</b><span>within ±10%: {esc(what)} (whole-model "
+                    f"predictor)<br>{int(r.pairs)} held-out pairs, median error "
                     f"{pct(r.cv_median_abs_err)}</span></div>"
                 )
+        out += _kernel_cv_kpis(summ)
         out.append(
             '<p class="note">Each measured model is predicted from the others measured on its device, as if '
-            "it had never been benched there, and compared with its measurement. Percentiles also carry "
+            "it had never been benched there, and compared with its measurement: by the whole-model "
+            "(roofline) predictor, and where the device has per-op profiles by the per-kernel predictor "
+            "(each profiled model at each of its shapes, predicted from its graph by a calibration that "
+            "never saw it; its interval bounds measured / predicted for a new model). Percentiles also carry "
             "the run-to-run noise of the device: on a busy or thermally unstable device they scatter more "
             "than the fastest inference does.</p>"
         )
-        p50 = pts[(pts["quantity"] == "latency_p50_ms") & (pts["holdout"] == "model")]
+        p50 = pts[
+            (pts["quantity"] == "latency_p50_ms")
+            & (pts["holdout"] == "model")
+            & (pts["predictor"] == ROOFLINE_PREDICTOR)
+        ]
         out.append('<div class="figure-row">')
         if not p50.empty:
             out.append(
@@ -1075,17 +1109,29 @@ def _prediction(d: ReportData) -> tuple[str, bool]:
                 [
                     r.device,
                     r.runtime,
+                    PREDICTOR_NAMES.get(r.predictor, r.predictor),
                     r.holdout,
                     r.quantity,
                     int(r.pairs),
                     pct(r.cv_within_10pct),
                     pct(r.cv_median_abs_err),
+                    interval_text(r.interval, r.coverage),
                 ]
                 for r in summ.itertuples()
             ]
             out.append(
                 table(
-                    ["device", "runtime", "held out", "quantity", "pairs", "within ±10%", "median error"],
+                    [
+                        "device",
+                        "runtime",
+                        "predictor",
+                        "held out",
+                        "quantity",
+                        "pairs",
+                        "within ±10%",
+                        "median error",
+                        "interval (measured / predicted)",
+                    ],
                     rows2,
                 )
             )

@@ -9,10 +9,12 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ...analysis.fit import KERNEL_PREDICTOR
 from . import frames
 from .data import ReportData
 from .health import COLUMNS as HEALTH_COLUMNS
 from .health import latest_health
+from .markup import interval_text
 
 _MARK = {"ok": "", "near": " ⚠", "over": " ❌", "none": ""}
 
@@ -381,20 +383,40 @@ def _accuracy(data: ReportData) -> list[str]:
 
 def _cv(data: ReportData) -> list[str]:
     summ = frames.fit_tables(data.fit_records)["summary"]
-    out: list[str] = []
-    if not summ.empty:
-        overall = summ[(summ["device"] == "*") & (summ["holdout"] == "model")]
-        if not overall.empty:
-            out += [
-                "",
-                "## How far to trust the predictions",
-                "",
-                "Each measured model predicted as if never benched, against its measurement:",
-                "",
-            ]
-            for r in overall.itertuples():
-                out.append(
-                    f"- {r.quantity}: {_pct(r.cv_within_10pct)} of {int(r.pairs)} pairs within ±10%, "
-                    f"median error {_pct(r.cv_median_abs_err)}"
-                )
+    if summ.empty:
+        return []
+    overall = summ[(summ["device"] == "*") & (summ["holdout"] == "model")]
+    whole = overall[overall["predictor"] == frames.ROOFLINE_PREDICTOR]
+    kernel = _kernel_cv(summ)
+    if whole.empty and not kernel:
+        return []
+    out = ["", "## How far to trust the predictions"]
+    if not whole.empty:
+        out += [
+            "",
+            "Each measured model predicted as if never benched, against its measurement, by the "
+            "whole-model (roofline) predictor:",
+            "",
+        ]
+        out += [
+            f"- {r.quantity}: {_pct(r.cv_within_10pct)} of {int(r.pairs)} pairs within ±10%, "
+            f"median error {_pct(r.cv_median_abs_err)}"
+            for r in whole.itertuples()
+        ]
+    if kernel:
+        out += ["", "By the per-kernel predictor, each profiled model held out at every shape:", "", *kernel]
+    return out
+
+
+def _kernel_cv(summ: Any) -> list[str]:
+    """The per-kernel predictor's held-out figures: fleet-wide, then each target with its interval."""
+    out = []
+    for r in summ[summ["predictor"] == KERNEL_PREDICTOR].itertuples():
+        where = "all devices" if r.device == "*" else f"{r.device} {r.runtime}".strip()
+        iv = interval_text(r.interval, r.coverage)
+        out.append(
+            f"- per-kernel predictor, {r.quantity} ({where}): {_pct(r.cv_within_10pct)} of {int(r.pairs)} "
+            f"held-out profiles within ±10%, median error {_pct(r.cv_median_abs_err)}"
+            + (f", measured / predicted {iv}" if iv else "")
+        )
     return out

@@ -75,3 +75,11 @@ def figure(uri: str, name: str, caption: str) -> str:
 
 def nodata(what: str) -> str:
     return f'<p class="nodata">No {esc(what)} in the selected runs.</p>'
+
+
+def interval_text(interval: Any, coverage: Any) -> str:
+    """A cross-validated interval on measured / predicted, e.g. "0.93-1.12 (80%)" ("" when none)."""
+    if not isinstance(interval, tuple | list) or len(interval) != 2:
+        return ""
+    cover = f" ({coverage:.0%})" if isinstance(coverage, int | float) else ""
+    return f"{interval[0]:.2f}-{interval[1]:.2f}{cover}"
