@@ -10,6 +10,9 @@ loaded machine alone can push it there.
 
 from __future__ import annotations
 
+import os
+import resource
+import time
 from dataclasses import dataclass, field
 
 from edgebench.analysis.stats import corroborated_ratio
@@ -160,3 +163,42 @@ def judge_band(name: str, rounds: Rounds, low: float, high: float, broken: float
     return Verdict(
         "skip", ratio, basis, f"{text}: a loaded machine can push it there; re-run on a quieter machine"
     )
+
+
+def _busy_cpu_seconds() -> float:
+    """CPU seconds every process of the machine has used (/proc/stat: all but idle and iowait)."""
+    with open("/proc/stat") as fh:
+        fields = [int(v) for v in fh.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_seconds() -> float:
+    """This process's CPU seconds and those of its children it has waited for (theirs included)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class OthersWatch:
+    """How much of the machine processes other than this one and its children took over a stretch:
+    `others_share` (0 = nothing else ran, 1 = every CPU busy with other work). CPU shares of the measured
+    side cannot see that when the runtimes differ in how they wait (an OpenMP pool spinning on a CPU it
+    shares reads busy while it makes no progress); the machine's own counters can."""
+
+    others_share: float = 0.0
+
+    def __enter__(self) -> OthersWatch:
+        self._t, self._busy, self._own = time.monotonic(), _busy_cpu_seconds(), _own_cpu_seconds()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = max(time.monotonic() - self._t, 1e-9) * (os.cpu_count() or 1)
+        others = (_busy_cpu_seconds() - self._busy) - (_own_cpu_seconds() - self._own)
+        self.others_share = max(0.0, others) / wall
+
+    @property
+    def quiet(self) -> bool:
+        return self.others_share < OTHERS_QUIET
+
+
+OTHERS_QUIET = 0.15  # other work took under 15% of the machine

@@ -17,6 +17,7 @@ each other follows its own interval, with fit's exit code.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx
@@ -24,7 +25,6 @@ import pytest
 
 from edgebench.models.builtin import build_convnet, build_dwnet, build_encoder
 from edgebench.testing.cli import edgebench
-from tests.integration.test_kernel_predict_loo import loo_suite
 
 pytestmark = pytest.mark.integration
 
@@ -39,12 +39,11 @@ RUNS = 200
 
 
 @pytest.fixture(scope="module")
-def calibrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
+def calibrated(
+    profiles_on_local: Callable[[str], tuple[Path, dict[str, Path]]], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, dict[str, Path]]:
+    store, _ = profiles_on_local("onnxruntime")
     folder = tmp_path_factory.mktemp("fit-new")
-    suite, _ = loo_suite("onnxruntime", folder)
-    store = folder / "profiles.db"
-    res = edgebench("run", suite, "--store", store, cwd=folder)
-    assert res.returncode == 0, res.stderr[-3000:]
     models = {}
     for name, build in NEW_MODELS.items():
         models[name] = folder / f"{name}.onnx"
@@ -56,7 +55,7 @@ def fit(store: Path, models: dict[str, Path], budget_ms: float) -> tuple[int, di
     """fit's exit code and its verdict annotations per model, for one p50 budget."""
     res = edgebench(
         "fit", "--store", store, *[a for m in models.values() for a in ("--model", m)], "--device", "local",
-        "--budget", f"latency_p50_ms={budget_ms:g}", "--no-store", "--json", cwd=store.parent,
+        "--budget", f"latency_p50_ms={budget_ms:g}", "--no-store", "--json", cwd=next(iter(models.values())).parent,
     )  # fmt: skip
     assert res.returncode in (0, 1), res.stderr[-2000:]
     records = json.loads(res.stdout)["records"]
@@ -72,7 +71,7 @@ def fit(store: Path, models: dict[str, Path], budget_ms: float) -> tuple[int, di
 def measured_p50(store: Path, models: dict[str, Path]) -> dict[str, float]:
     res = edgebench(
         "bench", *models.values(), "--device", "local", "--runtime", "onnxruntime", "--threads", "1",
-        "--runs", RUNS, "--no-store", "--json", cwd=store.parent,
+        "--runs", RUNS, "--no-store", "--json", cwd=next(iter(models.values())).parent,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     records = json.loads(res.stdout)["records"]

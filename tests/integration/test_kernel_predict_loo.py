@@ -10,17 +10,17 @@ is asserted is a bound on the median error (see FLOOR_MEDIAN_ERROR for why not t
 
 from __future__ import annotations
 
-import importlib.util
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from edgebench.analysis.kernel_predict import HeldOut, TargetPredictor
-from edgebench.models.builtin import BUILTINS, builtin_model
+from edgebench.models.builtin import BUILTINS
 from edgebench.results.store import Store
-from edgebench.testing.cli import edgebench
+from tests.integration.kernel_profiles import OCR
 
 pytestmark = pytest.mark.integration
 
@@ -30,50 +30,9 @@ TARGET_SHARE = 0.8  # issue 15: >= 80% of p50 predictions within +-10% (goal 90%
 # passes there, more than the +-10% asked. So the share is printed against the target, not asserted; the
 # median error is the guard against a broken predictor (a wrong kind or a lost kernel is off by 2x and more).
 FLOOR_MEDIAN_ERROR = 0.5
-RUNS, WARMUP = 5, 2
-BUILTIN_SHAPES = {"mlp": {"x": [1, 1024]}}  # its batch is dynamic
-OCR = {
-    "ch_PP-OCRv4_det_infer": ([1, 3, 320, 320], [1, 3, 640, 640]),
-    "ch_PP-OCRv4_rec_infer": ([1, 3, 48, 160], [1, 3, 48, 320]),
-    "ch_ppocr_mobile_v2.0_cls_infer": ([1, 3, 48, 96], [1, 3, 48, 192]),
-}
 
 
-def ocr_models() -> dict[str, Path]:
-    spec = importlib.util.find_spec("rapidocr_onnxruntime")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("rapidocr_onnxruntime is not installed (scripts/install-test-deps.sh installs it)")
-    folder = Path(list(spec.submodule_search_locations)[0], "models")
-    return {name: folder / f"{name}.onnx" for name in OCR}
-
-
-def _probe(models: list[str], runtime: str, shapes: dict | None = None) -> str:
-    names = ", ".join(json.dumps(m) for m in models)
-    params = f'threads = 1, runs = {RUNS}, warmup = {WARMUP}, runtime = "{runtime}"'
-    if shapes:
-        params += ", shapes = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in shapes.items()) + " }"
-    return f'[[probe]]\nkind = "profile"\nmodels = [{names}]\nparams = {{ {params} }}\n'
-
-
-def loo_suite(runtime: str, folder: Path) -> tuple[Path, dict[str, Path]]:
-    """A suite profiling every model of the cross-validation once on `local`."""
-    sources: dict[str, Path] = {name: builtin_model(name) for name in BUILTINS}
-    sources.update(ocr_models())
-    probes = [_probe([n for n in BUILTINS if n not in BUILTIN_SHAPES], runtime)]
-    probes += [_probe([n], runtime, s) for n, s in BUILTIN_SHAPES.items()]
-    probes += [_probe([n], runtime, {"x": dims}) for n in OCR for dims in OCR[n]]
-    models = [f"builtin:{n}" for n in BUILTINS] + [str(p) for n, p in sources.items() if n not in BUILTINS]
-    text = f'name = "loo-{runtime}"\ndevices = ["local"]\nmodels = {json.dumps(models)}\n\n'
-    path = folder / f"loo-{runtime}.toml"
-    path.write_text(text + "\n".join(probes))
-    return path, sources
-
-
-def profile_all(runtime: str, folder: Path) -> list[HeldOut]:
-    suite, sources = loo_suite(runtime, folder)
-    store = folder / "profiles.db"
-    res = edgebench("run", suite, "--store", store, cwd=folder)
-    assert res.returncode == 0, res.stderr[-3000:]
+def held_out_of(store: Path, sources: dict[str, Path], runtime: str) -> list[HeldOut]:
     with Store(store) as s:
         records, devices = s.records(), s.device_info()
     # each device's fingerprint gives the NCHWc block its graphs are predicted at
@@ -82,8 +41,10 @@ def profile_all(runtime: str, folder: Path) -> list[HeldOut]:
 
 
 @pytest.fixture(scope="module", params=["onnxruntime", "mnn"])
-def held_out(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> list[HeldOut]:
-    return profile_all(request.param, tmp_path_factory.mktemp(f"loo-{request.param}"))
+def held_out(
+    request: pytest.FixtureRequest, profiles_on_local: Callable[[str], tuple[Path, dict[str, Path]]]
+) -> list[HeldOut]:
+    return held_out_of(*profiles_on_local(request.param), request.param)
 
 
 def test_leave_one_model_out_share_within_10_percent(held_out: list[HeldOut]) -> None:

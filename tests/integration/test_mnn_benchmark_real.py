@@ -25,6 +25,7 @@ from edgebench.models.refs import resolve_model
 from edgebench.probes.common import model_file_for
 from edgebench.testing.adblab import write_descriptor
 from edgebench.testing.cli import edgebench
+from edgebench.testing.verdict import OthersWatch
 
 pytestmark = pytest.mark.integration
 
@@ -32,6 +33,8 @@ TOOL_DIR = "mnn-3.6.1-linux-x86_64"
 THREADS, LOOPS, WARMUP = 2, 30, 3
 ROUNDS = 3
 EXTRA_ROUNDS = 3
+LOW, HIGH = 0.75, 1.33  # tool / agent fastest runs
+BROKEN = (0.33, 3.0)  # further off is a defect whatever the load
 
 
 def lab_tools() -> Path | None:
@@ -141,36 +144,52 @@ def test_fixed_shape_model_matches_a_direct_run_of_the_tool(
 def test_tool_beside_the_python_agents_mnn(tool: Path, tmp_path: Path) -> None:
     """The vendor tool and the Python agent time one MNN model at the same threads: their fastest runs agree
     (the agent refreshes its inputs untimed and times runSession alone, as the tool times its loop). Rounds
-    alternate the two; the minimum is compared because a busy machine only ever adds time."""
+    alternate the two; the minimum is compared because a busy machine only ever adds time.
+
+    Only rounds in which nothing else took the machine are like with like (edgebench.testing.verdict
+    .OthersWatch): the two are different builds of MNN 3.6.1, and PyPI's links libgomp (an OpenMP pool
+    that spins) where the lab build has MNN's own pool. Beside two busy loops the tool read 2.39 ms and the
+    agent 4.61 in every round: the pools' waiting differed, not the timing. Without quiet rounds an out of
+    band ratio is reported and skipped; beyond BROKEN it fails whatever the load."""
     lab = tmp_path / "lab"
     lab.mkdir()
     (lab / "host-native.toml").write_text(
         f'name = "host-native"\ntransport = "local"\nagent = "native"\nworkdir = "{tmp_path / "work"}"\n'
         "[runners]\n" + runners_toml(tool)
     )
-    tool_ms: list[float] = []
-    agent_ms: list[float] = []
+    rounds: list[tuple[float, float, bool]] = []  # (tool min, agent min, quiet)
 
     def one_round() -> float:
-        res = bench(lab, "host-native", "builtin:convnet", tmp_path, "--json")
-        assert res.returncode == 0, res.stderr
-        tool_ms.append(stat_of(res.stdout, "min"))
-        res = bench(lab, "local", "builtin:convnet", tmp_path, "--min-seconds", "0", "--json")
-        assert res.returncode == 0, res.stderr
-        agent_ms.append(stat_of(res.stdout, "min"))
-        return min(tool_ms) / min(agent_ms)
+        with OthersWatch() as watch:
+            res = bench(lab, "host-native", "builtin:convnet", tmp_path, "--json")
+            assert res.returncode == 0, res.stderr
+            tool_min = stat_of(res.stdout, "min")
+            res = bench(lab, "local", "builtin:convnet", tmp_path, "--min-seconds", "0", "--json")
+            assert res.returncode == 0, res.stderr
+            agent_min = stat_of(res.stdout, "min")
+        rounds.append((tool_min, agent_min, watch.quiet))
+        judged = [r for r in rounds if r[2]] or rounds
+        return min(r[0] for r in judged) / min(r[1] for r in judged)
 
     for _ in range(ROUNDS):
         ratio = one_round()
     for _ in range(
         EXTRA_ROUNDS
     ):  # out of band: re-measured (a loaded machine gives a side a clean window late)
-        if 0.75 < ratio < 1.33:
+        if LOW < ratio < HIGH:
             break
         ratio = one_round()
-    print(f"\nbenchmark.out min {min(tool_ms):.3f} ms / Python agent MNN min {min(agent_ms):.3f} ms = "
-          f"{ratio:.3f} (threads {THREADS})")  # fmt: skip
-    assert 0.75 < ratio < 1.33, (tool_ms, agent_ms)  # goal within 15%; generous for a shared machine
+    quiet = sum(r[2] for r in rounds)
+    text = (
+        f"benchmark.out min {min(r[0] for r in rounds):.3f} ms / Python agent MNN min "
+        f"{min(r[1] for r in rounds):.3f} ms: {ratio:.3f} over {quiet or 'no'} quiet rounds of {len(rounds)} "
+        f"(threads {THREADS}, band {LOW}..{HIGH})"
+    )
+    print("\n" + text)
+    assert BROKEN[0] < ratio < BROKEN[1], text
+    if not LOW < ratio < HIGH and not quiet:
+        pytest.skip(f"{text}: other work took the machine in every round; re-run on a quieter machine")
+    assert LOW < ratio < HIGH, text  # goal within 15%; generous for a shared machine
 
 
 def stat_of(stdout: str, stat: str) -> float:

