@@ -12,8 +12,9 @@ at the median step (a step with past length p reads p positions of key and value
 (`weight_read_bytes`): every initializer once, except tables only read by Gather (embeddings), of which a
 step reads one row per lookup. The bandwidth is the device's DRAM figure (`dram_bandwidth`): found in the
 store by the command, else measured here with the bandwidth probe before and after the decode (read, copy
-and triad; arrays 4x the last-level cache unless `bandwidth_mb` says otherwise), the run named in the
-annotations. The best figure of any kernel, thread count and of both runs is used: a floor must hold
+and triad at the decode's thread count and CPUs, all CPUs where the runtime picks; arrays 4x the last-level
+cache unless `bandwidth_mb` says otherwise), the run named in the annotations. The best figure of any
+kernel (and, from the store, any thread count) and of both runs is used: a floor must hold
 however the weights are streamed, and on a busy CPU the read kernel (a numpy reduction) falls below what a
 runtime's GEMV streams (seen here on 1.2 GB arrays: read 4-13 GB/s, copy 11-37 GB/s; onnxruntime's fp32
 decode streamed 1.3 GB of weights per token at 8-14 GB/s).
@@ -117,11 +118,16 @@ def stored_dram_bandwidth(store_path: Path, device: str) -> DramBandwidth | None
 def measure_dram_bandwidth(
     device: Device, job: Job, params: DecodeParams, ctx: RecordContext, out: ProbeResult, phase: str
 ) -> DramBandwidth | None:
-    """Run the bandwidth probe now (every kernel and thread count: the floor takes the best of them); its
-    records join the result under probe `bandwidth`, with `phase` (before / after the decode) in params."""
+    """Run the bandwidth probe now, every kernel at the decode's thread count and CPUs (all of them where the
+    runtime picks: the most bandwidth, so the lowest floor); the floor takes the best kernel. Its records
+    join the result under probe `bandwidth`, with `phase` (before / after the decode) in params."""
     from .bandwidth import run_bandwidth
 
-    given = {"array_mb": params.bandwidth_mb} if params.bandwidth_mb else {}
+    given: dict[str, Any] = {"threads": [params.threads] if params.threads else "max"}
+    if params.affinity:
+        given["affinity"] = list(params.affinity)
+    if params.bandwidth_mb:
+        given["array_mb"] = params.bandwidth_mb
     sub = Job(device=job.device, probe="bandwidth", params=given, timeout_s=job.timeout_s)
     sctx = dataclasses.replace(ctx, probe="bandwidth", model=None, runtime=None, base_params={"phase": phase})
     result = run_bandwidth(device, sub, sctx)

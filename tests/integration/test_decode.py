@@ -6,6 +6,7 @@ input as one line, and a suite with `kind = "decode"`."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -139,10 +140,23 @@ def test_without_a_stored_figure_the_bandwidth_is_measured_first(tmp_path: Path)
         r["model"] is None for r in bw
     )
     assert {r["params"]["phase"] for r in bw} == {"before", "after"}  # bracketing the decode
+    # the runtime picks its threads: the bandwidth is measured on every CPU the decode may use
+    assert {r["params"]["threads"] for r in bw} == {len(os.sched_getaffinity(0))}
     a = by_key(doc["records"])[("decode_floor_ms", None)]["annotations"]
     assert a["bandwidth_source"] == "measured" and a["bandwidth_run"] == doc["run_id"]
     assert a["bandwidth_gbps"] == pytest.approx(max(r["value"] for r in bw))
     assert a["uncertain"] and "used arrays of 16 MiB, not 4x the last-level cache" in res.stderr
+
+
+def test_the_measured_bandwidth_runs_at_the_decodes_threads_and_cpus(tmp_path: Path) -> None:
+    cpu = min(os.sched_getaffinity(0))
+    args = ["--threads", "1", "--affinity", str(cpu), "--bandwidth-mb", "16", "--no-store", "--json"]
+    doc = ok_json(edgebench("probe", "decode", "--model", MODEL, *QUICK, *args, cwd=tmp_path))
+    bw = [r for r in doc["records"] if r["probe"] == "bandwidth" and r["params"]["stat"] == "best"]
+    assert bw and {r["params"]["threads"] for r in bw} == {1}
+    assert {tuple(r["params"]["affinity"]) for r in bw} == {(cpu,)}
+    a = by_key(doc["records"])[("decode_floor_ms", None)]["annotations"]
+    assert a["bandwidth_threads"] == 1 and a["affinity"] == [cpu]
 
 
 def test_mnn_decodes_the_fp32_decoder_like_onnxruntime_and_refuses_quantized_ones(tmp_path: Path) -> None:
