@@ -128,3 +128,25 @@ def bare_onnxruntime(
 
     times = _loop(run, lambda: None, runs, warmup_s)
     return BareTimes(times, tuple(np.asarray(o) for o in last))
+
+
+def bare_onnxruntime_slowdown(
+    path: str, feeds: dict[str, np.ndarray], hogs: int, runs: int = 300, warmup_s: float = 0.2
+) -> float:
+    """Mean latency of a one-thread bare onnxruntime loop beside `hogs` busy interpreters over its mean
+    alone (before and after). Run it in an `OwnSession`: the loop and its hogs then share a session, as an
+    agent and the co-runners it starts do, and busy work elsewhere weighs on both sides alike."""
+    import subprocess
+    import sys
+
+    before = bare_onnxruntime(path, feeds, threads=1, runs=runs, warmup_s=warmup_s)
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(hogs)]
+    try:
+        time.sleep(0.2)
+        beside = bare_onnxruntime(path, feeds, threads=1, runs=runs, warmup_s=warmup_s)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    after = bare_onnxruntime(path, feeds, threads=1, runs=runs, warmup_s=warmup_s)
+    return statistics.fmean(beside.ms) / statistics.fmean([*before.ms, *after.ms])
