@@ -122,15 +122,10 @@ class Store:
         self._migrate()
 
     def _migrate(self) -> None:
-        has_meta = self.db.execute(
-            "SELECT name FROM sqlite_master WHERE type='table' AND name='meta'"
-        ).fetchone()
-        version = 0
-        if has_meta:
-            row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            version = int(row[0]) if row else 0
-        elif self.db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-            raise UserError(f"{self.path}: a SQLite file that is not an edgebench store")
+        # Both questions in one read snapshot: asked apart, a store another controller was creating
+        # meanwhile looked foreign (no meta table at the first, its tables there at the second).
+        with _Tx(self.db, "BEGIN DEFERRED"):
+            version = self._stored_version()
         if version > SCHEMA_VERSION:
             raise UserError(
                 f"{self.path}: store schema version {version} is newer than this edgebench "
@@ -143,8 +138,21 @@ class Store:
         if version < 3:
             self._update_to_3()
 
+    def _stored_version(self) -> int:
+        """The schema version the file holds: 0 for an empty file; a foreign SQLite file is refused."""
+        has_meta = self.db.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name='meta'"
+        ).fetchone()
+        if has_meta:
+            return self._schema_version()
+        if self.db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+            raise UserError(f"{self.path}: a SQLite file that is not an edgebench store")
+        return 0
+
     def _update_to_1(self) -> None:
         with self._tx():
+            if self._stored_version() >= 1:
+                return  # another controller created it while this one waited for the lock
             for stmt in _SCHEMA_V1.split(";"):
                 if stmt.strip():
                     self.db.execute(stmt)
@@ -592,13 +600,15 @@ def _is_locked(exc: BaseException) -> bool:
 
 
 class _Tx:
-    """BEGIN IMMEDIATE ... COMMIT, rolled back on any error, so a job is stored whole or not at all."""
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any error, so a job is stored whole or not at all
+    (BEGIN DEFERRED for reads that must see one snapshot)."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> None:
         self.db = db
+        self.begin = begin
 
     def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
+        self.db.execute(self.begin)
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
         self.db.execute("ROLLBACK" if exc_type else "COMMIT")

@@ -117,3 +117,33 @@ def test_many_controllers_opening_a_new_store_at_once_all_get_it(tmp_path: Path)
         assert errors == [], errors[0].strip().splitlines()[-1]
         with Store(path) as store:
             assert len(store.db.execute("SELECT run_id FROM runs").fetchall()) == 12
+
+
+def test_a_store_created_by_another_controller_between_two_checks_is_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interleaving behind a rare "not an edgebench store" with twelve controllers at once, made
+    certain: another controller creates and commits the store between this one's two looks at the empty
+    file (does it have a meta table; does it have any table). One snapshot must serve both."""
+    path = tmp_path / "new.db"
+    real_connect = sqlite3.connect
+    created: list[bool] = []
+
+    def create_meanwhile(statement: str) -> None:
+        if "count(*) FROM sqlite_master" in statement and not created:
+            created.append(True)
+            Store(path).close()  # its own connection: commits the whole schema now
+
+    def connect(*args, **kwargs):  # type: ignore[no-untyped-def]
+        db = real_connect(*args, **kwargs)
+        if not created:
+            db.set_trace_callback(create_meanwhile)
+        return db
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    with Store(path) as store:
+        store.begin_run("r1", "bench", {})
+    assert created == [True]
+    with Store(path) as store:
+        assert store._schema_version() == SCHEMA_VERSION
+        assert [r[0] for r in store.db.execute("SELECT run_id FROM runs")] == ["r1"]
