@@ -16,6 +16,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -136,9 +138,6 @@ def bare_onnxruntime_slowdown(
     """Mean latency of a one-thread bare onnxruntime loop beside `hogs` busy interpreters over its mean
     alone (before and after). Run it in an `OwnSession`: the loop and its hogs then share a session, as an
     agent and the co-runners it starts do, and busy work elsewhere weighs on both sides alike."""
-    import subprocess
-    import sys
-
     before = bare_onnxruntime(path, feeds, threads=1, runs=runs, warmup_s=warmup_s)
     procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(hogs)]
     try:
