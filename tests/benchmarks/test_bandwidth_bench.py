@@ -114,6 +114,7 @@ def c_triad_run(binary: Path, elements: int, cpus: list[int]) -> tuple[float, fl
         text=True,
         timeout=300,
         env=env,
+        start_new_session=True,  # as the agent runs (README: agents and references in their own session)
     )
     assert res.returncode == 0, res.stderr
     wall, cpu = (float(v) for v in res.stdout.split())

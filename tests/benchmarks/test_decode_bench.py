@@ -54,7 +54,8 @@ def bare(path: str) -> tuple[float, float]:
     c = parse_decoder(KEY)
     argv = [sys.executable, "-c", BARE, path]
     argv += [str(v) for v in (c.layers, c.heads, c.head_dim, PROMPT, NEW, THREADS)]
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    # a session of its own, as the agent has (README: agents and references in their own session)
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=600, start_new_session=True)
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     return doc["prefill_ms"], statistics.median(doc["step_ms"])

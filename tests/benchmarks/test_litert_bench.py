@@ -29,7 +29,8 @@ def wheel_tool_median_ms(model: Path, out: Path) -> float:
         sys.executable, "-m", "ai_edge_litert.tools.benchmark_litert_model", f"--model={model}",
         f"--num_threads={THREADS}", f"--num_runs={RUNS}", "--warmup_runs=20", f"--result_json={out}",
     ]  # fmt: skip
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    # a session of its own, as the agent has (README: agents and references in their own session)
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=300, start_new_session=True)
     assert res.returncode == 0, res.stdout + res.stderr
     latency = json.loads(out.read_text())["latency"]
     assert latency["num_runs"] == RUNS
