@@ -9,6 +9,7 @@ import statistics
 import subprocess
 import sys
 
+from edgebench.analysis.stats import corroborated_ratio
 from edgebench.execution.jobs import Job
 from edgebench.execution.oneshot import run_now
 from edgebench.lab.descriptors import builtin_local
@@ -75,20 +76,30 @@ def test_decode_matches_a_bare_onnxruntime_loop(benchmark) -> None:  # type: ign
         "floor": False, "verify": False,
     }  # fmt: skip
     job = Job("local", "decode", model, "onnxruntime", params)
-    edge, ref = [], []
-    for _ in range(ROUNDS):  # alternate the two sides so drifting machine load hits both alike
-        edge.append(ours(job))
-        ref.append(bare(str(model.path)))
-    # Each side's fastest round: a busy machine only ever adds time, so the least-disturbed rounds are
-    # the comparable ones (a ratio of medians over four rounds swung 1.2-1.5 beside other work).
-    step = min(e[1] for e in edge) / min(r[1] for r in ref)
-    prefill = min(e[0] for e in edge) / min(r[0] for r in ref)
+    edge: list[tuple[float, float]] = []
+    ref: list[tuple[float, float]] = []
+
+    def measure() -> tuple[float, float]:
+        for _ in range(ROUNDS):  # alternate the two sides so drifting machine load hits both alike
+            edge.append(ours(job))
+            ref.append(bare(str(model.path)))
+        # Each side's corroborated fastest round (k-th fastest, k a third of the rounds): a busy machine
+        # only adds time, so the least-disturbed rounds are the comparable ones (a ratio of medians over
+        # four rounds swung 1.2-1.5 beside other work), and one lucky round alone does not decide.
+        return (
+            corroborated_ratio([e[1] for e in edge], [r[1] for r in ref]),
+            corroborated_ratio([e[0] for e in edge], [r[0] for r in ref]),
+        )
+
+    step, prefill = measure()
+    if not (0.7 < step < 1.4 and 0.7 < prefill < 1.4):
+        step, prefill = measure()  # out of band: as many rounds again, judged over all of them
     benchmark.extra_info.update(
         {"edgebench": edge, "bare": ref, "step_ratio": step, "prefill_ratio": prefill}
     )
     benchmark.pedantic(lambda: None, rounds=1)
     print(
-        f"\nedgebench / bare onnxruntime loop: decode ms/token p50 (fastest rounds) {step:.3f}, prefill {prefill:.3f} (goal "
+        f"\nedgebench / bare onnxruntime loop: decode ms/token p50 (corroborated fastest of {len(edge)} rounds) {step:.3f}, prefill {prefill:.3f} (goal "
         f"0.95-1.05); edgebench {statistics.median(e[1] for e in edge):.3f} ms/token, bare "
         f"{statistics.median(r[1] for r in ref):.3f} ms/token"
     )
