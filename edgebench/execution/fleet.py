@@ -316,7 +316,7 @@ def run_suite(
         check_devices(suite, lab)
     policy = replace(suite.policy, timeout_s=timeout_s or suite.timeout_s)
     prebuild_agent()
-    store = Store(store_path)
+    store = Store(store_path, busy_timeout_s=policy.store_timeout_s)
     try:
         notes = store_spooled(store)  # what earlier runs could not store, first
         models = model_digests(suite)

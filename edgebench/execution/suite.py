@@ -24,6 +24,7 @@ backoff = 1.0                      # seconds before the first retry, doubling up
 cooldown = true                    # wait for the device to cool down between jobs (thermal sensors)
 lease_timeout = 3600               # give up on a device another run holds for longer (default: wait)
 worker_grace = 15                  # --cluster: seconds a device may have no worker before its jobs fail
+store_timeout = 60                 # seconds a write waits on a store another process holds (then: spooled)
 ```
 
 A list value in `params` is a grid axis; to pass a list as one value (an affinity, say), wrap it:
@@ -104,6 +105,9 @@ class RunPolicy:
     cooldown_timeout_s: float = 300.0
     lease_timeout_s: float | None = None  # None: queue behind other runs for as long as it takes
     worker_grace_s: float = 15.0  # --cluster: how long a device may have no worker before its jobs fail
+    # How long the run's writes wait on a store another process holds before the finished jobs go to the
+    # spool (stored once the store lets go); a lab on a slow shared disk may want longer, a busy one less.
+    store_timeout_s: float = 60.0
     # The run's bound on every remote call (--timeout, else the suite's `timeout`); it also bounds reaching
     # the device and its health check. None: the descriptor's timeout (health check at most 120 s).
     timeout_s: float | None = None
@@ -449,6 +453,7 @@ def _policy(t: TableReader) -> RunPolicy:
         cooldown_timeout_s=_non_negative(t, "cooldown_timeout", d.cooldown_timeout_s),
         lease_timeout_s=_positive(t, "lease_timeout", None),
         worker_grace_s=_non_negative(t, "worker_grace", d.worker_grace_s),
+        store_timeout_s=_positive(t, "store_timeout", d.store_timeout_s) or d.store_timeout_s,
     )
     t.done()
     return policy

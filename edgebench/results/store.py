@@ -81,28 +81,38 @@ class RunInfo:
     finished: str | None
 
 
+BUSY_TIMEOUT_S = 60.0  # a run's default `store_timeout`
+
+
 class Store:
     """An open store. Not shared between threads: open one per thread or process."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
+        """`busy_timeout_s`: how long a statement waits on a lock another process holds before it fails
+        with "database is locked" (a run's policy `store_timeout`; the run then spools what it finished)."""
         self.path = Path(path)
+        self.busy_timeout_s = busy_timeout_s
         if self.path.exists() and self.path.is_dir():
             raise UserError(f"{self.path}: store path is a directory")
         try:
-            self.db = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None)
+            self.db = sqlite3.connect(str(self.path), timeout=busy_timeout_s, isolation_level=None)
         except sqlite3.Error as exc:
             raise UserError(f"{self.path}: cannot open store: {exc}") from None
         try:
             # Two controllers opening a new store at once: switching it to WAL can fail with "locked"
-            # without waiting on busy_timeout, so the whole preparation is tried again for a while.
+            # without waiting on busy_timeout, so the whole preparation is tried again for a while (at
+            # least the default: nothing is finished yet that a short store_timeout would spool).
+            open_wait = max(busy_timeout_s, BUSY_TIMEOUT_S)
             for attempt in Retrying(
-                retry=retry_if_exception(_is_locked), stop=stop_after_delay(60),
+                retry=retry_if_exception(_is_locked), stop=stop_after_delay(open_wait),
                 wait=wait_random(0.05, 0.5), reraise=True,
             ):  # fmt: skip
                 with attempt:
                     self._prepare()
         except sqlite3.DatabaseError as exc:
             self.db.close()
+            if _is_locked(exc):
+                raise UserError(f"{self.path}: another process holds the store's lock ({exc})") from None
             raise UserError(f"{self.path}: not an edgebench store ({exc})") from None
 
     def close(self) -> None:
@@ -116,7 +126,7 @@ class Store:
 
     # ---- schema ---------------------------------------------------------------------------------
     def _prepare(self) -> None:
-        self.db.execute("PRAGMA busy_timeout = 60000")
+        self.db.execute(f"PRAGMA busy_timeout = {max(1, round(self.busy_timeout_s * 1000))}")
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute("PRAGMA synchronous = NORMAL")
         self._migrate()

@@ -147,3 +147,31 @@ def test_a_store_created_by_another_controller_between_two_checks_is_opened(
     with Store(path) as store:
         assert store._schema_version() == SCHEMA_VERSION
         assert [r[0] for r in store.db.execute("SELECT run_id FROM runs")] == ["r1"]
+
+
+def test_a_store_waits_on_another_process_as_long_as_it_is_told(tmp_path: Path) -> None:
+    """A run's `store_timeout` is the busy timeout of its statements: past it a write fails ("database is
+    locked") and the run spools it; the default is 60 s."""
+    with Store(tmp_path / "s.db", busy_timeout_s=2.5) as st:
+        assert st.db.execute("PRAGMA busy_timeout").fetchone()[0] == 2500
+    with Store(tmp_path / "s.db") as st:
+        assert st.db.execute("PRAGMA busy_timeout").fetchone()[0] == 60000
+
+
+def test_a_store_locked_while_it_opens_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Locked past the open's wait, a store is named as locked by another process, not as a foreign file."""
+    import edgebench.results.store as store_module
+
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.5)  # the open's wait, at least the busy timeout
+    path = tmp_path / "s.db"
+    holder = sqlite3.connect(path, isolation_level=None)  # a rollback-journal database: WAL needs its lock
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(UserError) as err:
+            Store(path, busy_timeout_s=0.1)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert "another process holds the store's lock" in str(err.value) and str(path) in str(err.value)
+    assert "\n" not in str(err.value)

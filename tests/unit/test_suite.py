@@ -73,6 +73,7 @@ memory_mb = 60
 retries = 1
 quarantine_after = 2
 backoff = 0.5
+store_timeout = 5
 """
 
 
@@ -84,6 +85,7 @@ def test_full_suite_loads_and_plans_the_grid(suite_dir: Path) -> None:
     assert suite.gates[0].max_slowdown == pytest.approx(0.05) and suite.gates[0].stat == "p50"
     assert suite.budget == {"latency_p99_ms": 15.0, "memory_mb": 60.0}
     assert suite.policy.retries == 1 and suite.policy.quarantine_after == 2 and suite.policy.backoff_s == 0.5
+    assert suite.policy.store_timeout_s == 5.0
 
     jobs = plan(suite)
     # probe 1: 2 devices x 2 models x 3 threads x 2 runtimes; probe 2: board x enc8 x 2 affinities
@@ -181,6 +183,7 @@ def test_builtin_models_and_mnn_files_pick_their_runtime(suite_dir: Path) -> Non
             "gate[0].max_slowdown: expected a percentage",
         ),
         (HEAD + BENCH + "[policy]\nretry = 3\n", "policy.retry: unknown key"),
+        (HEAD + BENCH + "[policy]\nstore_timeout = 0\n", "policy.store_timeout: must be a positive number"),
         (HEAD + BENCH + "params = {threads = []}\n", "probe[0].params.threads: an empty list gives no jobs"),
         (
             HEAD + BENCH + 'params = {runtime = "tflite"}\n',
