@@ -15,7 +15,11 @@ block) as
 
     latency = sum(kernel predictions) + c
 
-where the per-inference overhead c is fitted over the profiled models' plain p50 latencies.
+where the per-inference overhead c is fitted over the profiled models' plain p50 latencies. A profiled
+kernel's time includes the profiler's own cost (a timestamp pair and an event per kernel, about a
+microsecond on onnxruntime): fitted first over the profiled models from how far each model's profiled sum
+exceeds its plain p50 against its kernel count, it is taken off every profiled kernel, so a model of many
+small kernels is not predicted at its profiled cost.
 Every prediction carries an interval from leave-one-model-out residuals on the same target (a held-out
 model is left out at every shape it was profiled at, and predicted from its graph, as a new model is).
 """
@@ -38,6 +42,7 @@ METHOD = "per-op-kind calibration (profile) + per-inference overhead"
 MIN_KIND_KERNELS = 4  # fewer profiled kernels of a kind: it shares the pooled fit
 MIN_MODELS = 3  # profiled models (by name) a target needs before it predicts
 _SCALE = (1e9, 1e6, 1e6)  # GFLOPs, MB, MB: comparable columns for the solver
+PROFILED_SHARE_KEPT = 0.2  # a kernel keeps at least this share of its profiled time, the profiler's off
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,24 @@ def _shape_row(k: Kernel, linear_ms: float, context: tuple[float, float], runtim
     return [*onehot, *logs, conv_op, math.log(max(linear_ms, MIN_FLOOR_MS))]
 
 
+def profiler_cost_ms(runs: Sequence[ProfiledRun]) -> float:
+    """The profiler's cost per kernel, in ms: over the profiled models, (profiled sum - plain p50) =
+    kernels * e - c with e, c >= 0 (c: what a plain inference spends outside its kernels), each model
+    weighted by 1/sqrt(its p50) so the big ones do not decide alone."""
+    from scipy.optimize import nnls
+
+    X = np.asarray([[float(len(r.kernels)), -1.0] for r in runs])
+    y = np.asarray([sum(ms for _, ms in r.kernels) - r.latency_ms for r in runs])
+    w = 1.0 / np.sqrt(np.maximum([r.latency_ms for r in runs], 1e-4))
+    coef, _ = nnls(X * w[:, None], y * w)
+    return float(coef[0])
+
+
+def without_profiler_cost(run: ProfiledRun, per_kernel_ms: float) -> ProfiledRun:
+    kernels = tuple((k, max(ms - per_kernel_ms, ms * PROFILED_SHARE_KEPT)) for k, ms in run.kernels)
+    return replace(run, kernels=kernels)
+
+
 @dataclass(frozen=True)
 class KernelCalibration:
     """Per-kind kernel costs and the per-inference overhead of one target.
@@ -150,6 +173,7 @@ class KernelCalibration:
     models: tuple[str, ...]
     correction: Any = None  # a fitted regressor on _shape_row, or None (linear only)
     runtime: str | None = None
+    profiler_ms_per_kernel: float = 0.0  # taken off every profiled kernel before the fit
 
     def linear_ms(self, k: Kernel) -> float:
         coef = self.per_kind.get(k.kind, self.pooled)
@@ -209,6 +233,8 @@ def calibrate(
     sums (as a prediction will use them), else on the profiled kernels'."""
     if len({r.model for r in runs}) < 2:
         return None
+    profiler_ms = profiler_cost_ms(runs)
+    runs = [without_profiler_cost(r, profiler_ms) for r in runs]
     by_kind: dict[str, tuple[list[list[float]], list[float]]] = defaultdict(lambda: ([], []))
     for run in runs:
         for k, ms in run.kernels:
@@ -221,7 +247,9 @@ def calibrate(
     per_kind = {
         kind: tuple(_fit(rows, ys)) for kind, (rows, ys) in by_kind.items() if len(ys) >= MIN_KIND_KERNELS
     }
-    linear = KernelCalibration(per_kind, pooled, 0.0, (), runtime=runs[0].runtime)
+    linear = KernelCalibration(
+        per_kind, pooled, 0.0, (), runtime=runs[0].runtime, profiler_ms_per_kernel=profiler_ms
+    )
     partial = replace(linear, correction=_fit_correction(runs, linear))
     sums, lat = [], []
     for run in runs:
@@ -417,4 +445,5 @@ __all__ = [
     "interval_ratios",
     "predict",
     "profiled_runs",
+    "profiler_cost_ms",
 ]

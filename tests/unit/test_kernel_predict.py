@@ -3,6 +3,8 @@ calibration, leave-one-model-out intervals, and the verdict an interval gives ag
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -81,6 +83,28 @@ def test_a_new_model_gets_an_interval_that_holds_it(runs: list[kp.ProfiledRun]) 
     # Too few held-out models for an 80% interval (9 needed): a point, no interval.
     few = kp.predict(runs[:5], graphs_of(runs[:5]), [k for k, _ in new.kernels])
     assert few is not None and few.low_ms is None
+
+
+PROFILER_MS = 0.08  # the synthetic profiler's cost per kernel (onnxruntime's is about a microsecond)
+
+
+def profiled_with_cost(run: kp.ProfiledRun) -> kp.ProfiledRun:
+    """The same model as a profiler that adds its own cost to every kernel's time reports it."""
+    return replace(run, kernels=tuple((k, ms + PROFILER_MS) for k, ms in run.kernels))
+
+
+def test_the_profilers_cost_per_kernel_is_taken_off_before_the_fit(runs: list[kp.ProfiledRun]) -> None:
+    """A profiled kernel includes the profiler's cost, the plain p50 does not: fitted from how far each
+    model's profiled sum exceeds its p50 against its kernel count, the cost is recovered and the held-out
+    models are predicted at their plain latency (charged the profiler, they read 10-40% high here)."""
+    profiled = [profiled_with_cost(r) for r in runs]
+    assert kp.profiler_cost_ms(profiled) == pytest.approx(PROFILER_MS, rel=0.2)
+    assert kp.profiler_cost_ms(runs) < 0.1 * PROFILER_MS  # no profiler cost: none found
+    cal = kp.calibrate(profiled, graphs_of(profiled))
+    assert cal is not None and cal.profiler_ms_per_kernel == pytest.approx(PROFILER_MS, rel=0.2)
+    held = kp.cross_validate(profiled, graphs_of(profiled))
+    errors = [abs(1 / h.ratio - 1) for h in held]
+    assert len(held) == len(runs) and max(errors) < 0.1, errors
 
 
 def test_the_verdict_is_uncertain_when_the_interval_straddles_the_budget() -> None:
