@@ -15,11 +15,12 @@ block) as
 
     latency = sum(kernel predictions) + c
 
-where the per-inference overhead c is fitted over the profiled models' plain p50 latencies. A profiled
-kernel's time includes the profiler's own cost (a timestamp pair and an event per kernel, about a
-microsecond on onnxruntime): fitted first over the profiled models from how far each model's profiled sum
-exceeds its plain p50 against its kernel count, it is taken off every profiled kernel, so a model of many
-small kernels is not predicted at its profiled cost.
+where the per-inference overhead c is fitted over the profiled models' plain p50 latencies. The profile
+probe takes off the profiler's cost per op as timed on a chain of trivial ops; on real models some stays
+(0.4-2 us per kernel here: a real kernel's event costs more than a trivial one's). Fitted first over the
+profiled models from how far each model's profiled sum exceeds its plain p50 against its kernel count,
+that rest is taken off every profiled kernel, so a model of many small kernels is not predicted at its
+profiled cost.
 Every prediction carries an interval from leave-one-model-out residuals on the same target (a held-out
 model is left out at every shape it was profiled at, and predicted from its graph, as a new model is).
 """
@@ -142,9 +143,9 @@ def _shape_row(k: Kernel, linear_ms: float, context: tuple[float, float], runtim
 
 
 def profiler_cost_ms(runs: Sequence[ProfiledRun]) -> float:
-    """The profiler's cost per kernel, in ms: over the profiled models, (profiled sum - plain p50) =
-    kernels * e - c with e, c >= 0 (c: what a plain inference spends outside its kernels), each model
-    weighted by 1/sqrt(its p50) so the big ones do not decide alone."""
+    """The profiler's cost per kernel left in the profiles, in ms: over the profiled models,
+    (profiled sum - plain p50) = kernels * e - c with e, c >= 0 (c: what a plain inference spends outside
+    its kernels), each model weighted by 1/sqrt(its p50) so the big ones do not decide alone."""
     from scipy.optimize import nnls
 
     X = np.asarray([[float(len(r.kernels)), -1.0] for r in runs])
