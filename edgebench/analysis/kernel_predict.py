@@ -155,6 +155,13 @@ def profiler_cost_ms(runs: Sequence[ProfiledRun]) -> float:
     return float(coef[0])
 
 
+def weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
+    """The value at which the weights below and above balance (the lower one on a tie)."""
+    order = np.argsort(values)
+    cumulative = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cumulative, cumulative[-1] / 2)])
+
+
 def without_profiler_cost(run: ProfiledRun, per_kernel_ms: float) -> ProfiledRun:
     kernels = tuple((k, max(ms - per_kernel_ms, ms * PROFILED_SHARE_KEPT)) for k, ms in run.kernels)
     return replace(run, kernels=kernels)
@@ -257,9 +264,11 @@ def calibrate(
         kernels = (graphs or {}).get((run.model, run.shapes))
         sums.append(partial.kernels_ms(kernels if kernels is not None else [k for k, _ in run.kernels]))
         lat.append(run.latency_ms)
-    # The overhead: what a plain inference spends outside the kernels (session, input copies), the
-    # median over the models, never negative (a kernel sum above the latency is the kernels' error).
-    overhead = max(0.0, float(np.median(np.asarray(lat) - np.asarray(sums))))
+    # The overhead: what a plain inference spends outside the kernels (session, input copies), never
+    # negative (a kernel sum above the latency is the kernels' error). The median over the models weighted
+    # by 1/latency, the constant that best keeps the *relative* errors down: unweighted, the milliseconds
+    # a 100 ms model's kernels miss would set the overhead of a 0.1 ms one.
+    overhead = max(0.0, weighted_median(np.asarray(lat) - np.asarray(sums), 1.0 / np.asarray(lat)))
     models = tuple(sorted({r.model for r in runs}))
     return replace(partial, overhead_ms=overhead, models=models)
 

@@ -8,9 +8,10 @@ both sides go through `describe` below:
 
 - kinds are by the work, not by the runtime's name for it: a MatMul with constant weights, a Gemm and a
   1x1 convolution (MNN converts MatMuls into 1x1 convolutions; every CPU runtime runs a 1x1 convolution as
-  a GEMM) are all `gemm` (`gemv` when fewer than GEMV_ROWS rows); `conv` is a dense KxK convolution (K > 1),
-  `conv_dw` a depthwise one, `matmul` a product of two activations (attention scores), `deconv` a
-  transposed convolution; `elementwise`, `norm`, `pool`, `softmax`, `resize`, `recurrent` as named;
+  a GEMM) are all `gemm` (`gemv` when fewer than GEMV_ROWS rows); `conv` is a dense KxK convolution (K > 1;
+  `gemv` too with fewer than GEMV_ROWS output positions), `conv_dw` a depthwise one, `matmul` a product
+  of two activations (attention scores), `deconv` a transposed convolution;
+  `elementwise`, `norm`, `pool`, `softmax`, `resize`, `recurrent` as named;
   `view` ops only relabel a buffer (Reshape, Squeeze ...), `copy` ops move it (Transpose, Concat, Slice,
   MNN's Raster ...); `layout` are the runtime's own reorders (onnxruntime's NCHWc ReorderInput/Output),
   which no graph node stands for; `shape` is shape arithmetic a runtime could not fold; `control` If/Loop.
@@ -329,13 +330,15 @@ def _kind_and_flops(
             kind = _conv_kind(x, w, attrs.get("group"), op)
             if kind == "gemm":
                 kind = _pointwise_gemm(out)
+            elif kind == "conv":
+                kind = _dense_conv(out)
             return kind, 2.0 * out_n * _numel(w[1:])
         if runtime_macs is not None and x and len(x) > 1 and out_n:
             per_out = runtime_macs / out_n  # MNN: MACs = outputs x C_in / group x kernel size
             if op in _DW:
                 return "conv_dw", 2.0 * runtime_macs
             if per_out > x[1] * 1.0001:
-                return "conv", 2.0 * runtime_macs
+                return _dense_conv(out), 2.0 * runtime_macs
             return _pointwise_gemm(out), 2.0 * runtime_macs
         return ("conv_dw" if op in _DW else "conv"), out_n
     if op in _DECONV:
@@ -365,10 +368,21 @@ def _kind_and_flops(
     return "other", out_n
 
 
+def _positions(out: Sequence[int] | None) -> int:
+    """A convolution's output positions (batch x height x width): the rows of the GEMM it runs as."""
+    return _numel(out) // max(1, out[1]) if out and len(out) > 1 else 1
+
+
 def _pointwise_gemm(out: Sequence[int] | None) -> str:
-    """A 1x1 convolution is a GEMM with one row per output position (batch x height x width)."""
-    rows = _numel(out) // max(1, out[1]) if out and len(out) > 1 else 1
-    return "gemv" if rows < GEMV_ROWS else "gemm"
+    """A 1x1 convolution is a GEMM with one row per output position."""
+    return "gemv" if _positions(out) < GEMV_ROWS else "gemm"
+
+
+def _dense_conv(out: Sequence[int] | None) -> str:
+    """A KxK convolution is an (im2col) GEMM with one row per output position: with fewer than GEMV_ROWS
+    of them each weight serves a few multiply-adds only, so it streams its weights like a GEMV (silero-vad's
+    front end: a few positions, a quarter MB of weights per layer)."""
+    return "gemv" if _positions(out) < GEMV_ROWS else "conv"
 
 
 def _gemm(

@@ -1,6 +1,7 @@
-"""The per-op profiles the kernel predictor's integration tests share: the built-ins and PP-OCR's det/rec/cls
-from the rapidocr wheel at two input sizes each, profiled by one `edgebench run` of `profile` jobs on
-`local` (one thread) per runtime and test session (the tests only read the store)."""
+"""The per-op profiles the kernel predictor's integration tests share: the built-ins, PP-OCR's det/rec/cls
+from the rapidocr wheel at two input sizes each and silero-vad from its wheel (its If-free export, one
+frame as it streams), profiled by one `edgebench run` of `profile` jobs on `local` (one thread) per
+runtime and test session (the tests only read the store)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,18 @@ OCR = {
     "ch_ppocr_mobile_v2.0_cls_infer": ([1, 3, 48, 96], [1, 3, 48, 192]),
 }
 
+# silero_vad.onnx wraps its 16 and 8 kHz networks in an If, which MNN runs without per-op callbacks; the
+# wheel's sequence export is the 16 kHz network alone (Conv front end, LSTM, head) with float inputs only
+SILERO = {"silero_vad_16k_sequence": {"input": [1, 576]}}  # one 32 ms frame and its 4 ms of context
+
+
+def silero_models() -> dict[str, Path]:
+    spec = importlib.util.find_spec("silero_vad")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("silero-vad is not installed (scripts/install-test-deps.sh installs it)")
+    folder = Path(list(spec.submodule_search_locations)[0], "data")
+    return {name: folder / f"{name}.onnx" for name in SILERO}
+
 
 def ocr_models() -> dict[str, Path]:
     spec = importlib.util.find_spec("rapidocr_onnxruntime")
@@ -44,9 +57,11 @@ def loo_suite(runtime: str, folder: Path) -> tuple[Path, dict[str, Path]]:
     """A suite profiling every model of the cross-validation once on `local`."""
     sources: dict[str, Path] = {name: builtin_model(name) for name in BUILTINS}
     sources.update(ocr_models())
+    sources.update(silero_models())
     probes = [_probe([n for n in BUILTINS if n not in BUILTIN_SHAPES], runtime)]
     probes += [_probe([n], runtime, s) for n, s in BUILTIN_SHAPES.items()]
     probes += [_probe([n], runtime, {"x": dims}) for n in OCR for dims in OCR[n]]
+    probes += [_probe([n], runtime, shapes) for n, shapes in SILERO.items()]
     models = [f"builtin:{n}" for n in BUILTINS] + [str(p) for n, p in sources.items() if n not in BUILTINS]
     text = f'name = "loo-{runtime}"\ndevices = ["local"]\nmodels = {json.dumps(models)}\n\n'
     path = folder / f"loo-{runtime}.toml"

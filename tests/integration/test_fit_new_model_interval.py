@@ -2,7 +2,8 @@
 it, and the verdict follows the interval (fits / does not fit / uncertain), all through the real CLI on
 `local`.
 
-Calibration: the per-op profiles of the built-ins and of PP-OCR's det/rec/cls at two sizes each (one
+Calibration: the per-op profiles of the built-ins, of PP-OCR's det/rec/cls at two sizes each and of
+silero-vad (one
 `edgebench run` of profile jobs, onnxruntime, one thread). The new models are variants the store has never
 seen (other widths and sizes of the convolution, depthwise and attention stacks), written here with
 onnx.helper, so `fit` can only predict them from their graphs.

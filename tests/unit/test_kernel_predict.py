@@ -107,6 +107,23 @@ def test_the_profilers_cost_per_kernel_is_taken_off_before_the_fit(runs: list[kp
     assert len(held) == len(runs) and max(errors) < 0.1, errors
 
 
+def test_the_overhead_follows_the_small_models_not_the_milliseconds_big_ones_miss() -> None:
+    """Big models whose kernels miss 20% of their latency (cache effects no kernel feature sees) must not
+    set the per-inference overhead: fitted by plain median it was theirs, tens of ms, and every small model
+    was predicted several times too slow."""
+    rng = np.random.default_rng(3)
+    small = [synthetic_model(rng, f"s{i}") for i in range(5)]
+    big = []
+    for i in range(7):
+        run = synthetic_model(rng, f"b{i}")
+        kernels = tuple((replace(k, flops=k.flops * 40), ms * 40) for k, ms in run.kernels)
+        exact = sum(ms for _, ms in kernels) + OVERHEAD_MS
+        big.append(replace(run, kernels=kernels, latency_ms=exact * 1.2))
+    cal = kp.calibrate(small + big)
+    assert cal is not None and cal.overhead_ms == pytest.approx(OVERHEAD_MS, abs=0.03)
+    assert kp.weighted_median(np.array([2.0, 1.0, 30.0]), np.array([1.0, 3.0, 1.0])) == 1.0
+
+
 def test_the_verdict_is_uncertain_when_the_interval_straddles_the_budget() -> None:
     pred = kp.KernelPrediction(10.0, 8.0, 12.5, 10, 0.8)
     target = _Target("dev", "onnxruntime", MachineModel(), {})
@@ -142,6 +159,28 @@ def test_profiled_and_graph_kernels_agree_on_kind_and_weights() -> None:
     assert g.kind == p.kind == "gemm"
     assert p.flops == pytest.approx(g.flops, rel=0.01)
     assert p.weight_bytes == pytest.approx(256 * 128 * 4, rel=0.01)
+
+
+@pytest.mark.parametrize(("length", "kind"), [(4, "gemv"), (64, "conv")])
+def test_a_dense_convolution_of_few_positions_is_a_gemv_on_both_sides(length: int, kind: str) -> None:
+    """A KxK convolution with fewer output positions than GEMV_ROWS streams its weights like a GEMV
+    (silero-vad's front end): the graph side and the profiled kernel (onnxruntime reports the input and
+    the weight, MNN only the input and its MACs) get the same kind."""
+    w = numpy_helper.from_array(np.zeros((128, 129, 3), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="c", pads=[1, 1])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 129, length])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 128, length])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    (g,) = graph_kernels(analyze(model))
+    x, y = ["float", [1, 129, length]], ["float", [1, 128, length]]
+    ort = profile_kernel("Conv", [x, ["float", [128, 129, 3]]], [y])
+    mnn = profile_kernel("Convolution", [x], [y], runtime_flops=128 * length * 129 * 3)
+    assert g.kind == ort.kind == mnn.kind == kind
+    assert g.flops == pytest.approx(ort.flops) and g.flops == pytest.approx(mnn.flops, rel=0.01)
 
 
 def _conv_node(b: list, x: str, cin: int, cout: int, name: str, group: int = 1) -> str:
