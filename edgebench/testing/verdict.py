@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import resource
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from edgebench.analysis.stats import corroborated_ratio
@@ -179,21 +180,59 @@ def _own_cpu_seconds() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+def _process_table() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds of the process and of the children it has reaped), from /proc."""
+    tick, table = os.sysconf("SC_CLK_TCK"), {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        # after the command: state, ppid, ..., utime (14th field of stat), stime, cutime, cstime
+        table[int(entry)] = (int(fields[1]), sum(int(v) for v in fields[11:15]) / tick)
+    return table
+
+
+def _tree_cpu_seconds(roots: Sequence[int]) -> float:
+    """CPU seconds of live processes and their live descendants, with what each has reaped of theirs."""
+    table, total = _process_table(), 0.0
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    todo = [r for r in roots if r in table]
+    while todo:
+        pid = todo.pop()
+        total += table[pid][1]
+        todo.extend(children.get(pid, ()))
+    return total
+
+
 class OthersWatch:
     """How much of the machine processes other than this one and its children took over a stretch:
     `others_share` (0 = nothing else ran, 1 = every CPU busy with other work). CPU shares of the measured
     side cannot see that when the runtimes differ in how they wait (an OpenMP pool spinning on a CPU it
-    shares reads busy while it makes no progress); the machine's own counters can."""
+    shares reads busy while it makes no progress); the machine's own counters can.
 
-    others_share: float = 0.0
+    `trees`: live processes that run the measured work too (an emulated phone's adbd, whose commands it
+    reaps itself, not this process): their process trees count as this process's own."""
+
+    def __init__(self, trees: Sequence[int] = ()) -> None:
+        self.trees = tuple(trees)
+        self.others_share = 0.0
+
+    def _own(self) -> float:
+        return _own_cpu_seconds() + (_tree_cpu_seconds(self.trees) if self.trees else 0.0)
 
     def __enter__(self) -> OthersWatch:
-        self._t, self._busy, self._own = time.monotonic(), _busy_cpu_seconds(), _own_cpu_seconds()
+        self._t, self._busy, self._own0 = time.monotonic(), _busy_cpu_seconds(), self._own()
         return self
 
     def __exit__(self, *exc: object) -> None:
         wall = max(time.monotonic() - self._t, 1e-9) * (os.cpu_count() or 1)
-        others = (_busy_cpu_seconds() - self._busy) - (_own_cpu_seconds() - self._own)
+        others = (_busy_cpu_seconds() - self._busy) - (self._own() - self._own0)
         self.others_share = max(0.0, others) / wall
 
     @property

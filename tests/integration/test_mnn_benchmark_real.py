@@ -35,6 +35,7 @@ ROUNDS = 3
 EXTRA_ROUNDS = 3
 LOW, HIGH = 0.75, 1.33  # tool / agent fastest runs
 BROKEN = (0.33, 3.0)  # further off is a defect whatever the load
+FIXED_LOW, FIXED_HIGH = 0.6, 1.6  # edgebench driving the tool / the tool run by hand, means
 
 
 def lab_tools() -> Path | None:
@@ -69,21 +70,23 @@ def runners_toml(tool: Path) -> str:
 
 
 @pytest.fixture(params=["stock_phone", "local_native"])
-def native_device(request: pytest.FixtureRequest, tool: Path, tmp_path: Path) -> tuple[Path, str]:
-    """(lab folder, device name): the emulated phone without Python, or the host as a native device."""
+def native_device(request: pytest.FixtureRequest, tool: Path, tmp_path: Path) -> tuple[Path, str, list[int]]:
+    """(lab folder, device name, live processes that run its commands): the emulated phone without Python
+    (its adbd runs and reaps the tool), or the host as a native device (the CLI's children: none to add)."""
     if request.param == "stock_phone":
         lab = request.getfixturevalue("adb_phone_factory")(name="stock", path="/system/bin")
         write_descriptor(
             lab.lab_dir, "stock", lab.phone, extra='agent = "native"\n[runners]\n' + runners_toml(tool)
         )
-        return lab.lab_dir, "stock"
+        assert lab.phone.proc is not None
+        return lab.lab_dir, "stock", [lab.phone.proc.pid]
     lab_dir = tmp_path / "lab"
     lab_dir.mkdir()
     (lab_dir / "host-native.toml").write_text(
         f'name = "host-native"\ntransport = "local"\nagent = "native"\nworkdir = "{tmp_path / "work"}"\n'
         "[runners]\n" + runners_toml(tool)
     )
-    return lab_dir, "host-native"
+    return lab_dir, "host-native", []
 
 
 def bench(lab: Path, name: str, model: str, cwd: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -117,14 +120,24 @@ def direct_mean_ms(tool: Path, mnn_file: Path, folder: Path) -> float:
 
 
 def test_fixed_shape_model_matches_a_direct_run_of_the_tool(
-    native_device: tuple[Path, str], tool: Path, tmp_path: Path
+    native_device: tuple[Path, str, list[int]], tool: Path, tmp_path: Path
 ) -> None:
-    lab, name = native_device
+    """edgebench driving benchmark.out (on the emulated phone, or the host as a native device) records what
+    the same binary reports when run by hand on the same file, threads, loops and warm-up: one binary, one
+    model, only the machine's noise between. Rounds alternate the two; only rounds in which nothing else
+    took the machine are like with like (beside two busy loops the 2-thread means of 30 loops read 4.6-7.0
+    ms through edgebench and 7.4-9.7 by hand in the same rounds). Out of band it is measured again; still
+    out with no quiet round it is reported and skipped; beyond BROKEN it fails whatever the load (a unit
+    or a parse gone wrong is 1000x)."""
+    lab, name, device_pids = native_device
     mnn_file = model_file_for(resolve_model("builtin:convnet"), "mnn")
-    ours, direct = [], []
-    for _ in range(ROUNDS):  # alternating, so load on this shared machine falls on both sides alike
-        res = bench(lab, name, "builtin:convnet", tmp_path, "--json")
-        assert res.returncode == 0, res.stderr
+    rounds: list[tuple[float, float, bool]] = []  # (edgebench's mean, the direct run's avg, quiet)
+
+    def one_round() -> float:
+        with OthersWatch(trees=device_pids) as watch:
+            res = bench(lab, name, "builtin:convnet", tmp_path, "--json")
+            assert res.returncode == 0, res.stderr
+            direct = direct_mean_ms(tool, mnn_file, tmp_path / "direct")
         records = json.loads(res.stdout)["records"]
         got = {(r["metric"], r["params"].get("stat")): r for r in records}
         mean = got[("latency_ms", "mean")]
@@ -133,12 +146,29 @@ def test_fixed_shape_model_matches_a_direct_run_of_the_tool(
         assert mean["params"]["threads"] == THREADS and mean["annotations"]["aggregated_by"] == "tool"
         assert 0 < got[("latency_ms", "min")]["value"] <= mean["value"] <= got[("latency_ms", "max")]["value"]
         assert ("latency_ms", "p50") not in got  # the tool prints no percentiles
-        ours.append(mean["value"])
-        direct.append(direct_mean_ms(tool, mnn_file, tmp_path / "direct"))
-    ratio = statistics.median(ours) / statistics.median(direct)
-    print(f"\n{name}: edgebench benchmark.out mean {statistics.median(ours):.3f} ms, direct run "
-          f"{statistics.median(direct):.3f} ms, ratio {ratio:.3f}")  # fmt: skip
-    assert 0.6 < ratio < 1.6, (ours, direct)  # one binary, one model: only this machine's noise between
+        rounds.append((mean["value"], direct, watch.quiet))
+        judged = [r for r in rounds if r[2]] or rounds
+        return statistics.median(r[0] for r in judged) / statistics.median(r[1] for r in judged)
+
+    for _ in range(ROUNDS):
+        ratio = one_round()
+    for _ in range(
+        EXTRA_ROUNDS
+    ):  # out of band: re-measured (a loaded machine gives a side a clean window late)
+        if FIXED_LOW < ratio < FIXED_HIGH:
+            break
+        ratio = one_round()
+    quiet = sum(r[2] for r in rounds)
+    text = (
+        f"{name}: edgebench benchmark.out mean {statistics.median(r[0] for r in rounds):.3f} ms, direct run "
+        f"{statistics.median(r[1] for r in rounds):.3f} ms: {ratio:.3f} over {quiet or 'no'} quiet rounds of "
+        f"{len(rounds)} (band {FIXED_LOW}..{FIXED_HIGH})"
+    )
+    print("\n" + text)
+    assert BROKEN[0] < ratio < BROKEN[1], text
+    if not FIXED_LOW < ratio < FIXED_HIGH and not quiet:
+        pytest.skip(f"{text}: other work took the machine in every round; re-run on a quieter machine")
+    assert FIXED_LOW < ratio < FIXED_HIGH, text
 
 
 def test_tool_beside_the_python_agents_mnn(tool: Path, tmp_path: Path) -> None:
@@ -216,8 +246,10 @@ def dynamic_model(path: Path) -> Path:
     return path
 
 
-def test_dynamic_shapes_end_as_a_clear_error(native_device: tuple[Path, str], tmp_path: Path) -> None:
-    lab, name = native_device
+def test_dynamic_shapes_end_as_a_clear_error(
+    native_device: tuple[Path, str, list[int]], tmp_path: Path
+) -> None:
+    lab, name, _ = native_device
     res = bench(lab, name, str(dynamic_model(tmp_path / "dyn.onnx")), tmp_path)
     assert res.returncode == 2, res.stderr
     assert "not resized" in res.stderr and "Traceback" not in res.stderr
@@ -225,9 +257,9 @@ def test_dynamic_shapes_end_as_a_clear_error(native_device: tuple[Path, str], tm
 
 
 def test_a_file_that_is_not_a_model_ends_as_a_clear_error(
-    native_device: tuple[Path, str], tmp_path: Path
+    native_device: tuple[Path, str, list[int]], tmp_path: Path
 ) -> None:
-    lab, name = native_device
+    lab, name, _ = native_device
     junk = tmp_path / "junk.mnn"
     junk.write_bytes(np.random.default_rng(5).bytes(5000))
     res = bench(lab, name, str(junk), tmp_path)

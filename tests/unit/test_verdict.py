@@ -102,3 +102,27 @@ def test_others_watch_sees_a_process_it_does_not_own_and_not_its_own_waited_chil
         busy.kill()
         busy.wait()
     assert watch.others_share >= 0.5 / (os.cpu_count() or 1) and not watch.quiet
+
+
+def test_others_watch_counts_the_trees_it_is_given_as_its_own() -> None:
+    """An emulated phone's adbd runs the measured commands and reaps them itself: given its pid, the
+    watch counts its whole tree (a busy grandchild included) as this process's own work."""
+    import subprocess
+    import sys
+    import time
+
+    from edgebench.testing.verdict import OthersWatch
+
+    # a parent that starts a busy grandchild and waits for it, as adbd's sandbox waits for a command
+    code = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'while True: pass'])"
+    parent = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        time.sleep(0.3)  # the grandchild is running
+        with OthersWatch() as blind, OthersWatch(trees=[parent.pid]) as told:
+            time.sleep(1.0)
+    finally:
+        os.killpg(parent.pid, 9)  # the grandchild with it
+        parent.wait()
+    one_cpu = 1.0 / (os.cpu_count() or 1)
+    assert blind.others_share >= 0.5 * one_cpu  # the grandchild is other work to a watch not told
+    assert told.others_share <= blind.others_share - 0.5 * one_cpu  # and its own to one told
