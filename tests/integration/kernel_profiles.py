@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -29,20 +30,17 @@ OCR = {
 SILERO = {"silero_vad_16k_sequence": {"input": [1, 576]}}  # one 32 ms frame and its 4 ms of context
 
 
-def silero_models() -> dict[str, Path]:
-    spec = importlib.util.find_spec("silero_vad")
+def wheel_models(package: str, folder: str, names: Iterable[str]) -> dict[str, Path]:
+    """name -> the ONNX file a wheel ships in `folder` (skipped where the wheel is not installed)."""
+    spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        pytest.skip("silero-vad is not installed (scripts/install-test-deps.sh installs it)")
-    folder = Path(list(spec.submodule_search_locations)[0], "data")
-    return {name: folder / f"{name}.onnx" for name in SILERO}
+        pytest.skip(f"{package} is not installed (scripts/install-test-deps.sh installs it)")
+    root = Path(list(spec.submodule_search_locations)[0], folder)
+    return {name: root / f"{name}.onnx" for name in names}
 
 
 def ocr_models() -> dict[str, Path]:
-    spec = importlib.util.find_spec("rapidocr_onnxruntime")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("rapidocr_onnxruntime is not installed (scripts/install-test-deps.sh installs it)")
-    folder = Path(list(spec.submodule_search_locations)[0], "models")
-    return {name: folder / f"{name}.onnx" for name in OCR}
+    return wheel_models("rapidocr_onnxruntime", "models", OCR)
 
 
 def _probe(models: list[str], runtime: str, shapes: dict | None = None) -> str:
@@ -57,7 +55,7 @@ def loo_suite(runtime: str, folder: Path) -> tuple[Path, dict[str, Path]]:
     """A suite profiling every model of the cross-validation once on `local`."""
     sources: dict[str, Path] = {name: builtin_model(name) for name in BUILTINS}
     sources.update(ocr_models())
-    sources.update(silero_models())
+    sources.update(wheel_models("silero_vad", "data", SILERO))
     probes = [_probe([n for n in BUILTINS if n not in BUILTIN_SHAPES], runtime)]
     probes += [_probe([n], runtime, s) for n, s in BUILTIN_SHAPES.items()]
     probes += [_probe([n], runtime, {"x": dims}) for n in OCR for dims in OCR[n]]
