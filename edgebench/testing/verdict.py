@@ -155,6 +155,14 @@ def judge_band(name: str, rounds: Rounds, low: float, high: float, broken: float
         else f"corroborated fastest of {len(rounds.ours)} rounds a side, the machine never quiet"
     )
     text = f"{name}: ratio {ratio:.3f} over {basis} (band {low}..{high}, broken beyond {broken}x)"
+    return band_verdict(text, ratio, basis, quiet, low, high, broken)
+
+
+def band_verdict(
+    text: str, ratio: float, basis: str, quiet: bool, low: float, high: float, broken: float
+) -> Verdict:
+    """In [low, high]: pass. Beyond `broken` times off: a defect whatever the load. Out of band otherwise:
+    a failure when the ratio was judged over quiet rounds, reported and skipped when it was not."""
     if low <= ratio <= high:
         return Verdict("pass", ratio, basis, text)
     if ratio > broken or ratio < 1.0 / broken:

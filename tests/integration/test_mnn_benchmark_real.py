@@ -26,7 +26,7 @@ from edgebench.models.refs import resolve_model
 from edgebench.probes.common import model_file_for
 from edgebench.testing.adblab import write_descriptor
 from edgebench.testing.cli import edgebench
-from edgebench.testing.verdict import OthersWatch
+from edgebench.testing.verdict import OthersWatch, band_verdict
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +35,7 @@ THREADS, LOOPS, WARMUP = 2, 30, 3
 ROUNDS = 3
 EXTRA_ROUNDS = 3
 LOW, HIGH = 0.75, 1.33  # tool / agent fastest runs
-BROKEN = (0.33, 3.0)  # further off is a defect whatever the load
+BROKEN = 3.0  # further off (either way) is a defect whatever the load
 FIXED_LOW, FIXED_HIGH = 0.6, 1.6  # edgebench driving the tool / the tool run by hand, means
 
 
@@ -141,13 +141,13 @@ def ratio_over_quiet_rounds(
 
 
 def judge_rounds(text: str, ratio: float, any_quiet: bool, low: float, high: float) -> None:
-    """Beyond BROKEN a defect whatever the load; out of band with no quiet round reported and skipped;
-    otherwise held to the band."""
+    """edgebench.testing.verdict's band rule: beyond BROKEN a defect whatever the load; out of band with no
+    quiet round reported and skipped; otherwise held to the band."""
     print("\n" + text)
-    assert BROKEN[0] < ratio < BROKEN[1], text
-    if not low < ratio < high and not any_quiet:
-        pytest.skip(f"{text}: other work took the machine in every round; re-run on a quieter machine")
-    assert low < ratio < high, text
+    verdict = band_verdict(text, ratio, "rounds", any_quiet, low, high, BROKEN)
+    if verdict.outcome == "skip":
+        pytest.skip(verdict.reason)
+    assert verdict.outcome == "pass", verdict.reason
 
 
 def test_fixed_shape_model_matches_a_direct_run_of_the_tool(
