@@ -9,8 +9,6 @@ import typer
 
 from ..errors import UserError
 from ..execution.jobs import Job
-from ..execution.oneshot import DeviceAccess, run_now
-from ..models.refs import resolve_model
 from ..probes.registry import BenchParams
 from ..records import Record
 from .common import (
@@ -109,6 +107,8 @@ def bench(
     params: BenchParams = BenchParams(),
 ) -> int:
     """Benchmark models' latency, load time and memory on a device (several: which ran faster)."""
+    from ..execution.oneshot import DeviceAccess, run_now
+    from ..models.refs import resolve_model
     from ..probes.common import check_runtime
     from ..render.bench_summary import comparison_lines, summarize_bench, summary_lines
     from ..results.store import Store, check_tag

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from ..execution.jobs import Job, JobOutcome
-from ..execution.oneshot import OneShot, run_now
-from ..models.refs import resolve_model
-from ..probes.common import check_runtime
 from ..probes.registry import AccuracyParams, ProfileParams, SensitivityParams
 from ..records import Record
 from .common import (
@@ -30,6 +27,9 @@ from .common import (
 )
 from .core import check_inputs
 from .params import probe_flags
+
+if TYPE_CHECKING:
+    from ..execution.oneshot import OneShot
 
 DEVICE_OPT = typer.Option("local", "--device", "-d", help="Device name from the lab.")
 SHAPE_OPT = typer.Option(None, "--shape", help="NAME=DIMS for dynamic inputs, e.g. x=1x3x224 (repeatable).")
@@ -66,6 +66,7 @@ def variants(
 ) -> int:
     """Make fp16, int8 (dynamic, static) and MNN (fp32, int8-weight, int8) variants of a model."""
     from ..execution.provenance import host_provenance
+    from ..models.refs import resolve_model
     from ..models.variants import VARIANT_KINDS, make_variants, variant_outcomes
     from ..records import new_run_id
 
@@ -156,6 +157,8 @@ def _store_outcomes(store: Path, run_id: str, outcomes: list[JobOutcome], proven
 
 # ---- device verbs --------------------------------------------------------------------------------------
 def _run_jobs(lab: Path, device: str, jobs: list[Job], store: Path, no_store: bool, kind: str) -> OneShot:
+    from ..execution.oneshot import run_now
+
     the_lab = open_lab(lab)
     spec = the_lab.get(device)
     shot = run_now(spec, jobs, None if no_store else store, kind, on_state=device_waits(spec.name))
@@ -192,6 +195,8 @@ def accuracy(
     params: AccuracyParams = AccuracyParams(),
 ) -> int:
     """Compare variants' outputs with the fp32 reference on a device: max/mean abs error, cosine, SNR."""
+    from ..models.refs import resolve_model
+
     ref = resolve_model(reference)
     check_inputs(params.inputs)
     params = dataclasses.replace(params, reference=str(ref.path))
@@ -254,6 +259,9 @@ def profile(
     params: ProfileParams = ProfileParams(),
 ) -> int:
     """Per-op times on a device (onnxruntime's profiler or MNN's per-op callbacks) against the latency."""
+    from ..models.refs import resolve_model
+    from ..probes.common import check_runtime
+
     ref = resolve_model(model)
     check_inputs(params.inputs)
     check_runtime(ref, runtime)  # a usage error is refused here, before a run is stored
@@ -337,6 +345,8 @@ def sensitivity(
     params: SensitivityParams = SensitivityParams(),
 ) -> int:
     """Per-layer quantization sensitivity: each weight layer fake-quantized alone, cosine vs fp32."""
+    from ..models.refs import resolve_model
+
     ref = resolve_model(model)
     check_inputs(params.inputs)
     job = Job(

@@ -7,9 +7,6 @@ from pathlib import Path
 import typer
 
 from ..execution.jobs import Job
-from ..execution.oneshot import run_now
-from ..models.refs import resolve_model
-from ..probes.common import check_runtime
 from ..probes.params import ProbeParams
 from ..probes.registry import BandwidthParams, MatmulParams, ThreadsParams
 from ..records import Record
@@ -54,6 +51,10 @@ def run_one(
     runtime: str | None = None,
 ) -> tuple[str, list[Record]]:
     """One job on one device, stored as a run; warnings to stderr; the job's own error on failure."""
+    from ..execution.oneshot import run_now
+    from ..models.refs import resolve_model
+    from ..probes.common import check_runtime
+
     spec = open_lab(lab).get(device)
     ref = resolve_model(model) if model else None
     refuse_native_only(params, spec.agent, spec.name, spec.source)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import typer
 
-from ..probes.decode import stored_dram_bandwidth
 from ..probes.registry import DecodeParams
 from ..records import Record
 from .common import JSON_OPT, LAB_OPT, STORE_OPT, note, open_lab, print_json, records_json, render_table
@@ -52,6 +51,8 @@ def decode(
 ) -> int:
     """Prefill P tokens, then T greedy decode steps with the KV cache fed back, on the device: time to first
     token, tokens/s, KV cache, peak memory, and the floor (weights + KV read per token) / DRAM bandwidth."""
+    from ..probes.decode import stored_dram_bandwidth
+
     if params.floor and not no_store:
         found = stored_dram_bandwidth(store, open_lab(lab).get(device).name)
         if found is not None:

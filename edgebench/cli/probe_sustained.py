@@ -8,9 +8,6 @@ from typing import Any
 import typer
 
 from ..execution.jobs import Job
-from ..execution.oneshot import run_now
-from ..models.refs import resolve_model
-from ..probes.common import check_runtime
 from ..probes.registry import PowerParams, ThermalParams
 from ..records import Record
 from .common import (
@@ -101,6 +98,10 @@ def _run(
     lab: Path,
     kind: str,
 ) -> tuple[str, list[Record]]:
+    from ..execution.oneshot import run_now
+    from ..models.refs import resolve_model
+    from ..probes.common import check_runtime
+
     the_lab = open_lab(lab)
     spec = the_lab.get(device)
     ref = resolve_model(model)

@@ -7,8 +7,6 @@ from pathlib import Path
 import typer
 
 from ..execution.jobs import Job
-from ..execution.oneshot import run_now
-from ..models.refs import resolve_model
 from ..probes.params import ProbeParams
 from ..probes.registry import ContentionParams, SoakParams
 from ..records import Record
@@ -100,6 +98,9 @@ def _run(
     no_store: bool,
     lab: Path,
 ) -> tuple[str, list[Record]]:
+    from ..execution.oneshot import run_now
+    from ..models.refs import resolve_model
+
     the_lab = open_lab(lab)
     spec = the_lab.get(device)
     ref = resolve_model(model)

@@ -5,20 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ..analysis.ceilings import Ceilings, Measured, find_ceilings, measure_ceilings, measured_latency
-from ..analysis.cost import ModelCost, analyze, cost_summary, iter_costly
 from ..errors import UserError
 from ..execution.jobs import Job
-from ..execution.oneshot import run_now
-from ..models.refs import resolve_model
 from ..probes.registry import RooflineParams
-from ..probes.roofline import roofline_records
 from ..records import RecordContext, new_run_id
-from ..results.store import Store
 from .common import (
     JSON_OPT,
     LAB_OPT,
@@ -33,6 +27,10 @@ from .common import (
     warn,
 )
 from .shapes import check_plain_used, onnx_input_ranks, parse_shape_args, shapes_for
+
+if TYPE_CHECKING:
+    from ..analysis.ceilings import Ceilings, Measured
+    from ..analysis.cost import ModelCost
 
 COMPUTE_DTYPES = ("fp32", "fp16", "int8")
 SHAPE_OPT = typer.Option(
@@ -87,6 +85,12 @@ def roofline(
     as_json: bool = JSON_OPT,
 ) -> int:
     """Static cost of an ONNX model and, with --device, its roofline floor and bound on that device."""
+    from ..analysis.ceilings import measure_ceilings
+    from ..analysis.cost import analyze
+    from ..execution.oneshot import run_now
+    from ..models.refs import resolve_model
+    from ..probes.roofline import roofline_records
+
     ref = resolve_model(model)
     if ref.format != "onnx":
         raise UserError(f"{model}: roofline analyses ONNX models")
@@ -144,6 +148,9 @@ def stored_figures(
     store: Path | None, device: str, model: str, shapes: dict[str, list[int]], measure: bool | None
 ) -> tuple[Ceilings | None, Measured | None]:
     """Ceilings and the latest p50 from the store (the ceilings are dropped when --measure asks for new)."""
+    from ..analysis.ceilings import find_ceilings, measured_latency
+    from ..results.store import Store
+
     if store is None or not store.exists():
         if measure is False:
             raise UserError(f"no stored ceilings for {device} (no store at {store}): drop --no-measure")
@@ -165,6 +172,8 @@ def stored_figures(
 def show(
     records: list[Any], cost: ModelCost, ceilings: Ceilings | None, top: int, as_json: bool, run_id: str
 ) -> None:
+    from ..analysis.cost import cost_summary, iter_costly
+
     if as_json:
         print_json(
             records_json(
