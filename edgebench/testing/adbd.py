@@ -52,6 +52,7 @@ import os
 import shutil
 import signal
 import sys
+import warnings
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -490,6 +491,8 @@ async def serve(config: AdbdConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
+    # An asyncio subprocess transport dropped while its command runs kills it (SIGKILL): say so on the log.
+    warnings.simplefilter("always", ResourceWarning)
     asyncio.run(serve(config))
     return 0
 

@@ -21,6 +21,9 @@ import errno
 import os
 import signal
 import stat
+import sys
+import time
+from datetime import datetime
 
 from . import adbd_proto as P
 from .adbd_device import DeviceFs, DeviceLayout
@@ -49,6 +52,7 @@ class ShellService:
         self.v2 = v2
         self._shell_pid: int | None = None
         self._hung_up = False
+        self._started = time.monotonic()
 
     async def __call__(self, stream: Stream) -> None:
         info_read, info_write = os.pipe()
@@ -75,6 +79,7 @@ class ShellService:
         finally:
             os.close(info_read)
         self.procs.started(self._shell_pid)
+        self._log("started")
         feeder = asyncio.create_task(self._feed_stdin(stream, proc))
         try:
             chunk = max(1, stream.sink.max_payload - (P.SHELL_HEADER.size if self.v2 else 0))
@@ -84,6 +89,8 @@ class ShellService:
             await asyncio.gather(*pumps)
             if not self._hung_up:
                 code = exit_status(await proc.wait())
+                if code > 128:
+                    self._log(f"killed by signal {code - 128}")
                 if self.v2:
                     await stream.write(P.shell_packet(P.SHELL_EXIT, bytes([code & 0xFF])))
         except StreamClosed:
@@ -102,6 +109,7 @@ class ShellService:
         if self._hung_up:
             return
         self._hung_up = True
+        self._log("hung up: the host closed the stream")
         if self._shell_pid:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 if self.v2:
@@ -145,10 +153,22 @@ class ShellService:
                         await proc.stdin.drain()
                 elif kind == P.SHELL_CLOSE_STDIN and stdin_open:
                     stdin_open = False
+                    self._log("stdin closed by the host (CLOSE_STDIN)")
                     proc.stdin.close()
         except StreamClosed:
             if proc.returncode is None:
                 self._hang_up(proc)
+
+    def _log(self, event: str) -> None:
+        """One line on adbd's log (stderr): a shell started, or ended by anything but its own exit, so an
+        unexpected kill leaves a trail: when, which shell, what else ran then."""
+        took = time.monotonic() - self._started
+        print(
+            f"adbd: {datetime.now().strftime('%H:%M:%S.%f')[:-3]} shell pid {self._shell_pid} "
+            f"after {took:.2f} s: {event}: {self.command[-120:]!r}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     async def _report_spawn_error(self, stream: Stream, exc: OSError) -> None:
         message = f"error: cannot start the device shell: {exc}\n".encode()

@@ -253,7 +253,7 @@ class EmulatedPhone:
         if o.features is not None:
             argv += ["--features", ",".join(o.features)]
         self.root.mkdir(parents=True, exist_ok=True)
-        log = (self.root.parent / f"{self.root.name}-adbd.log").open("ab")
+        log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -351,6 +351,19 @@ class EmulatedPhone:
                 self.proc.wait(timeout=10)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+
+    @property
+    def log_path(self) -> Path:
+        """adbd's own log (its stderr), beside the phone's root."""
+        return self.root.parent / f"{self.root.name}-adbd.log"
+
+    def log_events(self) -> list[str]:
+        """What adbd logged about its shells (killed, hung up, stdin closed), oldest first."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return []
+        return [line for line in text.splitlines() if line.startswith("adbd:") or "Warning" in line]
 
     def host_path(self, device_path: str) -> Path:
         """Where a device path under /data, /sdcard, /system or /sys lives on the host."""

@@ -46,7 +46,14 @@ import pytest
 from ..lab.descriptors import DeviceSpec, load_lab
 from .adblab import AdbServer, EmulatedPhone, PhoneOptions, write_descriptor
 
-__all__ = ["AdbPhoneLab", "adb_server", "adb_phone", "adb_phone_module", "adb_phone_factory"]
+__all__ = [
+    "AdbPhoneLab",
+    "adb_server",
+    "adb_phone",
+    "adb_phone_module",
+    "adb_phone_factory",
+    "pytest_runtest_makereport",
+]
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,7 @@ def adb_phone_factory(
         started.append(lab)
         return lab
 
+    make.started = started  # type: ignore[attr-defined]  # for the failure report's adbd log
     try:
         yield make
     finally:
@@ -139,3 +147,27 @@ def adb_phone_module(
         yield lab
     finally:
         lab.phone.stop()
+
+
+def _phones_of(item: pytest.Item) -> list[EmulatedPhone]:
+    """The emulated phones a test used: its AdbPhoneLab fixtures and the ones its factory started."""
+    phones = []
+    for value in getattr(item, "funcargs", {}).values():
+        if isinstance(value, AdbPhoneLab):
+            phones.append(value.phone)
+        phones += [lab.phone for lab in getattr(value, "started", ()) if isinstance(lab, AdbPhoneLab)]
+    return phones
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test on an emulated phone shows what the phone's adbd logged about its shells (a command
+    killed, a stream hung up), so a kill nobody asked for leaves its trail in the report."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when != "call" or not report.failed:
+        return
+    for phone in dict.fromkeys(_phones_of(item)):
+        events = phone.log_events()
+        if events:
+            report.sections.append((f"adbd log of {phone.serial}", "\n".join(events[-40:])))
