@@ -55,23 +55,36 @@ class Interval:
         }
 
 
+def binomial_cdf(n: int, q: float) -> np.ndarray:
+    """P(B <= k) for k = 0..n, B ~ Binomial(n, q), by scipy.special's incomplete beta (scipy.stats gives the
+    same figures but costs most of a second to import in every run that summarizes samples)."""
+    from scipy.special import bdtr
+
+    return np.asarray(bdtr(np.arange(n + 1), n, q), dtype=float)
+
+
 def percentile_interval(sorted_x: np.ndarray, q: float, level: float = CI_LEVEL) -> Interval:
     """Distribution-free interval of the q-quantile (0 < q < 1) from sorted samples (order statistics)."""
-    from scipy import stats as _sps  # lazily: scipy costs a second of every CLI start
-
     n = int(sorted_x.size)
     tail = (1.0 - level) / 2.0
-    binom = _sps.binom(n, q)
+    cdf = binomial_cdf(n, q)
+
+    def cdf_at(k: int) -> float:
+        return 0.0 if k < 0 else 1.0 if k >= n else float(cdf[k])
+
+    def ppf(p: float) -> int:  # the smallest k with P(B <= k) >= p
+        return int(np.searchsorted(cdf, p, side="left"))
+
     # Lower rank l: the largest with P(B <= l - 1) <= tail; upper rank u: the smallest with
     # P(B <= u - 1) >= 1 - tail. B counts samples below the true quantile.
-    k = int(binom.ppf(tail))
-    if binom.cdf(k) > tail:
+    k = ppf(tail)
+    if cdf_at(k) > tail:
         k -= 1
     low_rank = k + 1 if k >= 0 else None
-    high_rank = int(binom.ppf(1.0 - tail)) + 1
+    high_rank = ppf(1.0 - tail) + 1
     high_rank_ok = high_rank if high_rank <= n else None
-    cdf_high = binom.cdf(high_rank - 1) if high_rank_ok else 1.0
-    cdf_low = binom.cdf(low_rank - 1) if low_rank else 0.0
+    cdf_high = cdf_at(high_rank - 1) if high_rank_ok else 1.0
+    cdf_low = cdf_at(low_rank - 1) if low_rank else 0.0
     return Interval(
         low=float(sorted_x[low_rank - 1]) if low_rank else None,
         high=float(sorted_x[high_rank_ok - 1]) if high_rank_ok else None,

@@ -50,6 +50,26 @@ def test_order_statistic_intervals_cover_the_true_quantile() -> None:
         assert iv.coverage >= 0.95
 
 
+def test_interval_ranks_and_coverage_match_scipy_stats_binomial() -> None:
+    """The ranks come from scipy.special's binomial CDF (light to import); scipy.stats' binomial distribution
+    is the reference: same ranks and the same exact coverage for every sample count and level."""
+    from scipy import stats as sps
+
+    for n in [*range(1, 50), 99, 100, 367, 368, 1000, 20000]:
+        x = np.arange(n, dtype=float)
+        for q in (0.5, 0.9, 0.99, 0.999):
+            for level in (0.9, 0.95, 0.99):
+                tail, b = (1 - level) / 2, sps.binom(n, q)
+                k = int(b.ppf(tail)) - (1 if b.cdf(int(b.ppf(tail))) > tail else 0)
+                low = k + 1 if k >= 0 else None
+                high = int(b.ppf(1 - tail)) + 1
+                high = high if high <= n else None
+                coverage = (b.cdf(high - 1) if high else 1.0) - (b.cdf(low - 1) if low else 0.0)
+                iv = percentile_interval(x, q, level)
+                assert (iv.low_rank, iv.high_rank) == (low, high), (n, q, level)
+                assert iv.coverage == pytest.approx(coverage, abs=1e-9), (n, q, level)
+
+
 def test_summary_values() -> None:
     s = summarize([1.0, 2.0, 3.0, 4.0, 100.0] * 20)
     assert s.n == 100 and s.min == 1.0 and s.max == 100.0
