@@ -358,7 +358,7 @@ class EmulatedPhone:
         return self.root.parent / f"{self.root.name}-adbd.log"
 
     def log_events(self) -> list[str]:
-        """What adbd logged about its shells (killed, hung up, stdin closed), oldest first."""
+        """adbd's lines on its shells (started, killed, hung up, stdin closed) and warnings, oldest first."""
         try:
             text = self.log_path.read_text(errors="replace")
         except OSError:
