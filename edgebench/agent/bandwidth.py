@@ -7,16 +7,17 @@ to a line that is not cached first reads that line, so the memory really moves 3
 skip the write-allocate read, so `copy` can report more GB/s than `triad` on the same memory.
 
 The work is split across Python threads (numpy ufuncs and ctypes calls release the GIL), each pinned to its
-own CPU and handling one contiguous slice. numpy has no fused multiply-add ufunc, so triad runs block by
-block in place, without temporaries, the block of `a` small enough to stay in L2 between two passes, so
-memory sees what the C loop `a[i] = b[i] + s * c[i]` moves: b and c read once, a written once. The two
-passes are libc's memmove (a = b) and the BLAS numpy links, daxpy (a += s * c), called through ctypes (no
-GIL held, one BLAS thread per worker); without a BLAS, numpy's `a = c * s` then `a += b`. Measured against
-a gcc-compiled triad on one core of a shared 2-core host: memmove + daxpy 0.92-0.95, numpy in place
-0.82-0.84, numpy through a temporary block 0.72-0.74 (a naive `a = b + s * c` makes five passes). On both
-cores it reads 0.82-0.93 of the C triad (median 0.87 over 5 rounds): the two passes per block cost where
-one core alone did not saturate memory. Worker processes instead of threads (no GIL shared) read the same
-(median 0.88), so the GIL is not what costs; blocks of an eighth of L2 read 0.84, of half of it 0.83.
+own CPU and handling one contiguous slice. Triad takes the first path the device has (`triad_path` picks
+one outright): (1) STREAM's own loop `a[i] = b[i] + s * c[i]`, compiled on the device where it has a C
+compiler (native.py) and called once per slice: one fused pass, as the C triad makes; (2) without a
+compiler, block by block in place, the block of `a` small enough to stay in L2 between two passes, so
+memory sees what the C loop moves (b and c read once, a written once): libc's memmove (a = b) and the
+BLAS numpy links, daxpy (a += s * c), through ctypes (no GIL held, one BLAS thread per worker); (3)
+without a BLAS, numpy's `a = c * s` then `a += b`. Against a gcc-compiled OpenMP triad on the same arrays
+and CPUs: the compiled loop 1.00-1.06 at 1 thread and 0.92-1.02 at 2 (quiet rounds of a 2-core EPYC VM);
+memmove + daxpy 0.92-0.95 on one core but 0.82-0.93 on two (the two passes cost once the cores saturate
+memory; worker processes without a shared GIL read the same), numpy in place 0.82-0.84, numpy through a
+temporary block 0.72-0.74 (a naive `a = b + s * c` makes five passes). The record says which path ran.
 Arrays are at least 4x the total last-level cache (STREAM's rule), from sysfs unless the task overrides it.
 
 The memory-hierarchy sweep (`sweep`: working-set sizes in bytes, as ERT and likwid sweep them) measures
@@ -41,8 +42,10 @@ from typing import Any
 
 from .main import TaskError
 from .matmul import _loaded_libraries, blas_threads
+from .native import Triad, triad_kernel
 
 KERNELS = ("read", "copy", "triad")
+TRIAD_PATHS = ("auto", "compiled", "blas", "numpy")  # auto: the first of the others the device has
 # STREAM bytes moved per element (float64) by each kernel; write-allocate not counted.
 BYTES_PER_ELEMENT = {"read": 8, "copy": 16, "triad": 24}
 LLC_MULTIPLE = 4
@@ -266,11 +269,20 @@ class Workers:
 class Arrays:
     """a, b, c (float64) split into one slice per worker."""
 
-    def __init__(self, np: Any, elements: int, workers: int, block: int, axpy: Axpy | None = None) -> None:
+    def __init__(
+        self,
+        np: Any,
+        elements: int,
+        workers: int,
+        block: int,
+        axpy: Axpy | None = None,
+        fused: Triad | None = None,
+    ) -> None:
         self.np = np
         self.n = elements
         self.block = block
         self.axpy = axpy
+        self.fused = fused
         self.a, self.b, self.c = (np.empty(elements) for _ in range(3))
         self.bounds: list[tuple[int, int]] = []
         self.reshape(workers)
@@ -302,6 +314,17 @@ class Arrays:
             ctypes.memmove(self.c.ctypes.data + 8 * lo, self.a.ctypes.data + 8 * lo, 8 * (hi - lo))
 
     def triad(self, k: int) -> None:
+        if self.fused is not None:
+            lo, hi = self.bounds[k]
+            if hi > lo:  # one fused pass over the slice, as STREAM's C loop (no blocks needed)
+                self.fused(
+                    self.a.ctypes.data + 8 * lo,
+                    self.b.ctypes.data + 8 * lo,
+                    self.c.ctypes.data + 8 * lo,
+                    SCALAR,
+                    hi - lo,
+                )
+            return
         if self.axpy is not None:
             self._triad_blas(k)
             return
@@ -323,6 +346,32 @@ class Arrays:
             n, offset = min(block, hi - i), 8 * i
             memmove(pa + offset, pb + offset, 8 * n)  # a = b: a's block is now in cache...
             axpy(n, SCALAR, pc + offset, pa + offset)  # ...a += s * c reads only c from memory
+
+
+def choose_triad(wanted: str, warnings: list[str]) -> tuple[Triad | None, Axpy | None, str]:
+    """(fused kernel, daxpy, the path's description) for the triad path asked for; `auto` takes the
+    compiled loop, else memmove + daxpy, else numpy in place, and says why it fell back."""
+    if wanted not in TRIAD_PATHS:
+        raise TaskError("usage", f"unknown triad path {wanted!r} (use {', '.join(TRIAD_PATHS)})")
+    problems: list[str] = []
+    if wanted in ("auto", "compiled"):
+        compiled = triad_kernel(problems)
+        if compiled is not None:
+            return compiled[0], None, compiled[1]
+        if wanted == "compiled":
+            raise TaskError("runtime", f"no compiled triad on this device: {'; '.join(problems)}")
+    if wanted in ("auto", "blas"):
+        found = blas_axpy()
+        if found is not None:
+            if problems:
+                warnings.append(f"triad through {found[1]}, not a compiled loop: {'; '.join(problems)}")
+            return None, found[0], found[1]
+        if wanted == "blas":
+            raise TaskError("runtime", "no BLAS daxpy loaded in this process (numpy without a BLAS)")
+        problems.append("no BLAS daxpy")
+    if problems:
+        warnings.append(f"triad in two numpy passes per block: {'; '.join(problems)}")
+    return None, None, "numpy in place" + (" (no compiler, no BLAS daxpy)" if problems else "")
 
 
 def check(arrays: Arrays, kernel: str) -> str | None:
@@ -473,9 +522,12 @@ def run(task: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     sizing = choose_sizing(task)
     warnings += list(sizing.notes)
     elements = sizing.array_bytes // 8
-    found = blas_axpy() if "triad" in kernels else None
-    arrays = Arrays(np, elements, 1, sizing.block_elements, found[0] if found else None)
-    triad_path = found[1] if found else "numpy in place (no BLAS daxpy found)"
+    fused, axpy, triad_path = (
+        choose_triad(str(task.get("triad_path") or "auto"), warnings)
+        if "triad" in kernels
+        else (None, None, "")
+    )
+    arrays = Arrays(np, elements, 1, sizing.block_elements, axpy, fused)
     results: list[dict[str, Any]] = []
     budget = float(task.get("budget_s", 600.0))
     deadline = time.monotonic() + budget

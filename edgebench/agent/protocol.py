@@ -222,6 +222,7 @@ class BandwidthTask(Task):
     llc_bytes: int | None = None
     array_bytes: int | None = None
     block_bytes: int | None = None
+    triad_path: str = "auto"  # compiled, blas, numpy or the first the device has (agent/bandwidth.py)
     sweep: list[int] | None = None  # working-set sizes (bytes) of a memory-hierarchy sweep instead
 
 

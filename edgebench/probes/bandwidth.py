@@ -66,6 +66,7 @@ def bandwidth_task(
         llc_bytes=int(llc) if llc else None,
         array_bytes=int(params.array_mb * MIB) if params.array_mb else None,
         block_bytes=int(params.block_kb * 1024) if params.block_kb else None,
+        triad_path=params.triad_path,
     )
 
 

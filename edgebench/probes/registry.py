@@ -22,6 +22,7 @@ MATMUL_DTYPES = (*DTYPES, "bf16")  # bf16 is measured when asked for
 MATMUL_BACKENDS = ("numpy", "onnxruntime", "mnn")
 ORT_OPS = ("MatMul", "MatMulInteger", "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulInteger:u8u8")
 BANDWIDTH_KERNELS = ("read", "copy", "triad")
+TRIAD_PATHS = ("auto", "compiled", "blas", "numpy")
 PRECISIONS = ("fp32", "fp16", "low")
 MIN_BITS, MAX_BITS = 2, 8
 
@@ -234,6 +235,13 @@ class BandwidthParams(ProbeParams):
         positive=True,
     )
     block_kb: float | None = param(None, PO, "float", "Block of the blocked kernels.", unit="KiB", minimum=1)
+    triad_path: str = param(
+        "auto",
+        PO,
+        "choice",
+        "Triad as a loop compiled on the device, memmove + BLAS daxpy or numpy (auto: the first it has).",
+        choices=TRIAD_PATHS,
+    )
     trials: int = param(10, PO, "int", "Timed trials per kernel and thread count.", minimum=1)
     max_seconds: float = param(600.0, PO, "float", "Time budget of each agent call.", unit="s", minimum=1)
     sweep: bool = param(

@@ -1,10 +1,11 @@
 """The bandwidth probe's triad against a small C STREAM triad compiled here with gcc (OpenMP, the same array
 size, thread count and CPUs), alternated round by round in one pytest-benchmark run.
 
-The probe's triad must reach 0.9 of the C triad's best on one core and 0.8 on more (numpy has no fused
-multiply-add, so the agent runs the triad in place block by block, a's block staying in L2 between its two
-passes: memory moves what the C loop moves; once the cores saturate memory the two passes cost, measured
-0.82-0.93 of C on both cores of this 2-core host, median 0.87, the same with worker processes). Both sides report the CPU share of their best trial; a shortfall is re-measured (both sides,
+The probe's triad must reach 0.9 of the C triad's best at every thread count. With a C compiler on the
+device (gcc here, which this test needs anyway) the agent builds its own fused loop and calls it from its
+pinned worker threads, so it must reach the reference; the numpy fallbacks (memmove + daxpy, two passes
+per block) read 0.82-0.93 of C on both cores and are checked for correctness in the unit tests, not here.
+Both sides report the CPU share of their best trial; a shortfall is re-measured (both sides,
 up to five more rounds), then judged like with like (edgebench.testing.verdict): over quiet trials it
 fails, over disturbed trials only it is reported and skipped, and far under the bound it fails whatever
 the load. Memory traffic of other work does not show in CPU shares, so the machine also counts as
@@ -29,7 +30,7 @@ from edgebench.testing.verdict import Side, judge, steady
 ROUNDS = 5
 EXTRA_ROUNDS = 5
 BOUND = 0.9  # one core
-MULTI_CORE_BOUND = 0.8  # two passes per block once memory saturates (see the module docstring)
+MULTI_CORE_BOUND = 0.9  # the compiled loop moves what the C triad moves at any thread count
 BROKEN = 0.45  # a shared machine halves a rate for seconds (two threads: the GIL holder preempted); further off is a defect
 TRIALS = 10
 KERNELS = ("triad",)  # the one the C triad is the reference for
@@ -136,6 +137,9 @@ def probe_run(nbytes: int, cpus: list[int]) -> dict[str, tuple[float, float]]:
     )
     shot = run_now(builtin_local(), [job], None, "bandwidth")
     shot.raise_first_error()
+    paths = {r.annotations.get("path") for r in shot.records if r.metric == "bandwidth_gbps"}
+    # gcc is here (the fixture needs it), so the agent builds its fused loop
+    assert all(str(p).startswith("compiled C loop") for p in paths), paths
     return {
         r.params["kernel"]: (r.value, r.annotations.get("cpu_share", 0.0))
         for r in shot.records

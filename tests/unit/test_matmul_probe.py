@@ -202,12 +202,16 @@ def test_bandwidth_records_skip_the_first_trial_and_count_stream_bytes() -> None
     assert agent_bw.BYTES_PER_ELEMENT == {"read": 8, "copy": 16, "triad": 24}
 
 
-@pytest.mark.parametrize("blas", [False, True], ids=["numpy-in-place", "memmove-daxpy"])
-def test_bandwidth_kernels_compute_and_checks_catch_wrong_results(blas: bool) -> None:
-    found = agent_bw.blas_axpy() if blas else None
-    if blas and found is None:
-        pytest.skip("no BLAS daxpy loaded")
-    arrays = agent_bw.Arrays(np, 100_003, 3, 1024, found[0] if found else None)
+@pytest.mark.parametrize("path", ["numpy", "blas", "compiled"])
+def test_bandwidth_kernels_compute_and_checks_catch_wrong_results(path: str) -> None:
+    try:
+        fused, axpy, how = agent_bw.choose_triad(path, [])
+    except agent_bw.TaskError as exc:
+        pytest.skip(f"no {path} triad here: {exc}")
+    assert how.startswith(
+        {"numpy": "numpy in place", "blas": "memmove + ", "compiled": "compiled C loop"}[path]
+    )
+    arrays = agent_bw.Arrays(np, 100_003, 3, 1024, axpy, fused)
     workers = agent_bw.Workers(3, None)
     try:
         workers.run(arrays.init)
@@ -223,6 +227,45 @@ def test_bandwidth_kernels_compute_and_checks_catch_wrong_results(blas: bool) ->
         assert agent_bw.check(arrays, "copy") is not None
     finally:
         workers.close()
+
+
+def test_triad_falls_back_and_says_why_without_a_working_compiler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cc, gcc or clang
+    warnings: list[str] = []
+    fused, axpy, how = agent_bw.choose_triad("auto", warnings)
+    assert fused is None and "no C compiler" in warnings[0]
+    assert how.startswith("memmove + ") if axpy else how == "numpy in place (no compiler, no BLAS daxpy)"
+    with pytest.raises(agent_bw.TaskError, match="no compiled triad on this device: no C compiler"):
+        agent_bw.choose_triad("compiled", [])
+    with pytest.raises(agent_bw.TaskError, match="unknown triad path 'fast'"):
+        agent_bw.choose_triad("fast", [])
+    broken = tmp_path / "cc"  # a compiler that fails: its last line of stderr is the reason given
+    broken.write_text("#!/bin/sh\necho 'cc: error: unsupported target' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    warnings = []
+    fused, _, _ = agent_bw.choose_triad("auto", warnings)
+    assert fused is None and "cc -O3: cc: error: unsupported target" in warnings[0]
+
+
+def test_compiled_triad_is_built_per_run_and_leaves_nothing_behind(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from edgebench.agent import native
+
+    if native.find_compiler() is None:
+        pytest.skip("no C compiler here")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    problems: list[str] = []
+    found = native.triad_kernel(problems)
+    assert found is not None, problems
+    triad, how = found
+    a, b, c = np.zeros(1001), np.arange(1001.0), np.full(1001, 0.5)
+    triad(a.ctypes.data, b.ctypes.data, c.ctypes.data, 3.0, 1000)  # the last element stays untouched
+    assert np.array_equal(a[:1000], b[:1000] + 1.5) and a[1000] == 0.0
+    assert "-O3" in how and list(tmp_path.iterdir()) == []  # the build folder is gone
 
 
 def test_cache_sizes_sum_last_level_instances(tmp_path: Path) -> None:
