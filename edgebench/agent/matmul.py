@@ -36,6 +36,7 @@ from typing import Any
 
 from . import onnxwrite as ox
 from .main import TaskError
+from .timing import process_cpu_ns
 
 DTYPES = ("fp32", "fp16", "bf16", "int8")
 DEFAULT_DTYPES = ("fp32", "fp16", "int8")
@@ -88,10 +89,10 @@ def time_calls(step: Callable[[], Any], calls: int) -> tuple[float, float]:
     The CPU time covers every thread of the process: against wall x threads it tells whether the runtime
     had the CPUs it asked for (runtimes spin their workers, so an undisturbed trial is close to 1).
     """
-    c0, t0 = time.process_time_ns(), time.perf_counter_ns()
+    c0, t0 = process_cpu_ns(), time.perf_counter_ns()
     for _ in range(calls):
         step()
-    t1, c1 = time.perf_counter_ns(), time.process_time_ns()
+    t1, c1 = time.perf_counter_ns(), process_cpu_ns()
     return (t1 - t0) / 1e9 / calls, (c1 - c0) / 1e9 / calls
 
 

@@ -46,6 +46,14 @@ static double clock_s(clockid_t id) {
     clock_gettime(id, &t);
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
+/* CPU seconds of the team's threads, each read from its own clock (the process clock adds the other
+   threads' time as last accounted at a scheduler tick: over one short trial it reads 0.5 or 1.7). */
+static double team_cpu_s(void) {
+    double total = 0.0;
+    #pragma omp parallel reduction(+ : total)
+    total += clock_s(CLOCK_THREAD_CPUTIME_ID);
+    return total;
+}
 int main(int argc, char **argv) {
     long n = atol(argv[1]);
     int trials = atoi(argv[2]);
@@ -56,10 +64,10 @@ int main(int argc, char **argv) {
     for (long i = 0; i < n; i++) { a[i] = 1.0; b[i] = 2.0; c[i] = 0.5; }
     double best = 1e30, best_cpu = 0.0;
     for (int t = 0; t <= trials; t++) {   /* the first trial is a warm-up, as in STREAM */
-        double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID), t0 = clock_s(CLOCK_MONOTONIC);
+        double c0 = team_cpu_s(), t0 = clock_s(CLOCK_MONOTONIC);
         #pragma omp parallel for schedule(static)
         for (long i = 0; i < n; i++) a[i] = b[i] + s * c[i];
-        double dt = clock_s(CLOCK_MONOTONIC) - t0, cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        double dt = clock_s(CLOCK_MONOTONIC) - t0, cpu = team_cpu_s() - c0;
         if (t > 0 && dt < best) { best = dt; best_cpu = cpu; }
     }
     printf("%.9f %.9f\n", best, best_cpu);
