@@ -26,6 +26,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from edgebench.agent.timing import process_cpu_ns
+
 
 @dataclass(frozen=True)
 class BareTimes:
@@ -59,14 +61,16 @@ class OwnSession:
 
 
 def _loop(
-    run: Callable[[], object], refresh: Callable[[], None], runs: int, warmup_s: float
+    run: Callable[[], object], refresh: Callable[[], None], runs: int, warmup_s: float, min_s: float = 0.0
 ) -> tuple[float, ...]:
+    """`runs` timed runs after the warm-up, and more until `min_s` seconds of them have passed."""
     start = time.perf_counter()
     while time.perf_counter() - start < warmup_s:
         refresh()
         run()
-    times = []
-    for _ in range(runs):
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < runs or time.perf_counter() - start < min_s:
         refresh()
         t0 = time.perf_counter_ns()
         run()
@@ -113,7 +117,12 @@ def bare_mnn(
 
 
 def bare_onnxruntime(
-    path: str, feeds: dict[str, np.ndarray], threads: int, runs: int = 200, warmup_s: float = 0.5
+    path: str,
+    feeds: dict[str, np.ndarray],
+    threads: int,
+    runs: int = 200,
+    warmup_s: float = 0.5,
+    min_s: float = 0.0,
 ) -> BareTimes:
     """onnxruntime InferenceSession.run loop (onnxruntime never writes into its inputs)."""
     import onnxruntime as ort
@@ -128,24 +137,63 @@ def bare_onnxruntime(
     def run() -> None:
         last[:] = sess.run(None, feeds)
 
-    times = _loop(run, lambda: None, runs, warmup_s)
+    times = _loop(run, lambda: None, runs, warmup_s, min_s)
     return BareTimes(times, tuple(np.asarray(o) for o in last))
 
 
 def bare_onnxruntime_slowdown(
-    path: str, feeds: dict[str, np.ndarray], hogs: int, runs: int = 300, warmup_s: float = 0.2
+    path: str,
+    feeds: dict[str, np.ndarray],
+    hogs: int,
+    runs: int = 300,
+    warmup_s: float = 0.2,
+    min_s: float = 1.0,
+    hogs_alone_s: float = 1.0,
 ) -> float:
     """Mean latency of a one-thread bare onnxruntime loop beside `hogs` busy interpreters over its mean
-    alone (before and after). Run it in an `OwnSession`: the loop and its hogs then share a session, as an
-    agent and the co-runners it starts do, and busy work elsewhere weighs on both sides alike."""
-    before = bare_onnxruntime(path, feeds, threads=1, runs=runs, warmup_s=warmup_s)
+    alone (before and after), each phase at least `min_s` long after the hogs ran `hogs_alone_s` alone, as
+    the agent's contention phases are: a phase of a few hundred runs of a small model lasts tens of
+    milliseconds, a few of the scheduler's slices, and read x3.3 where a second-long one reads x1.5. Run it
+    in an `OwnSession`: the loop and its hogs then share a session, as an agent and the co-runners it
+    starts do, and busy work elsewhere weighs on both sides alike."""
+
+    def phase() -> BareTimes:
+        return bare_onnxruntime(path, feeds, threads=1, runs=runs, warmup_s=warmup_s, min_s=min_s)
+
+    before = phase()
     procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(hogs)]
     try:
-        time.sleep(0.2)
-        beside = bare_onnxruntime(path, feeds, threads=1, runs=runs, warmup_s=warmup_s)
+        time.sleep(hogs_alone_s)
+        beside = phase()
     finally:
         for proc in procs:
             proc.kill()
             proc.wait()
-    after = bare_onnxruntime(path, feeds, threads=1, runs=runs, warmup_s=warmup_s)
+    after = phase()
     return statistics.fmean(beside.ms) / statistics.fmean([*before.ms, *after.ms])
+
+
+def bare_numpy_matmul_trials(
+    n: int, threads: int, cpus: list[int], trials: int, warmup_s: float = 0.2
+) -> tuple[list[float], list[float]]:
+    """numpy.matmul of two n x n float32 matrices on `cpus` with `threads` BLAS threads: per-call wall
+    and process CPU seconds of `trials` one-call trials after a warm-up. Run it in an `OwnSession` (the
+    agent's probe has a session of its own: beside two busy loops a reference in the test's session read
+    half the probe's rate)."""
+    from threadpoolctl import threadpool_limits
+
+    os.sched_setaffinity(0, cpus)
+    rng = np.random.default_rng(0)
+    a, b = (rng.uniform(-1, 1, (n, n)).astype(np.float32) for _ in range(2))
+    out = np.empty((n, n), np.float32)
+    wall, cpu = [], []
+    with threadpool_limits(limits=threads, user_api="blas"):
+        start = time.perf_counter()
+        while time.perf_counter() - start < warmup_s:
+            np.matmul(a, b, out=out)
+        for _ in range(trials):
+            c0, t0 = process_cpu_ns(), time.perf_counter()
+            np.matmul(a, b, out=out)
+            wall.append(time.perf_counter() - t0)
+            cpu.append((process_cpu_ns() - c0) / 1e9)
+    return wall, cpu
