@@ -1,9 +1,11 @@
 """Bare runtime loops: the references tests and benchmarks hold edgebench's figures against.
 
-Written straight on each runtime's own API, sharing nothing with the agent, so a defect in the agent's
-sessions or timers cannot hide in its own reference. Each loop makes its inputs the inputs on every run
-(MNN's session reuses its input buffer for activations: the input is copied in again, outside the timer,
-before every `runSession`) and returns per-run milliseconds.
+Written straight on each runtime's own API, sharing nothing with the agent's sessions or timers, so a
+defect there cannot hide in its own reference. Each loop makes its inputs the inputs on every run (MNN's
+session reuses its input buffer for activations: the input is copied in again, outside the timer, before
+every `runSession`) and returns per-run milliseconds. The one thing shared is the CPU clock that sorts
+quiet trials from disturbed ones (`agent.timing.process_cpu_ns`, held to an exact bound in its unit test):
+it decides which trials are compared, never a figure.
 
 `OwnSession` runs them in a process of its own session, as edgebench's local transport starts its agents
 and tools: with autogroup scheduling (Linux's default on desktops) a session shares the CPUs as one group,
