@@ -47,7 +47,12 @@ MAX_ROUNDS = 10
 TRIALS = 30
 FP32_BOUND = 0.97
 INT8_BOUND = 0.95
-BROKEN = 0.5  # a loaded shared machine halves a GEMM rate for seconds; a broken path is further off
+# A loaded shared machine halves a GEMM rate for seconds, and more with two threads: beside two busy loops
+# the 2-thread probe read 0.48 and 0.53 of numpy over disturbed trials in two fresh-clone runs (and 1.0 in
+# three more; alone in the agent, one of its runs took 54 GFLOPS where the next took 116), with both sides
+# in sessions of their own. So over disturbed trials only a path far off fails (an emulated dtype is 4x and
+# more); one thread used for two (0.5) is caught over quiet trials, on a quiet machine, by the bound.
+BROKEN = 0.4
 THREADS = (1, 2)
 
 
