@@ -155,7 +155,7 @@ def bare_onnxruntime_slowdown(
     """Mean latency of a one-thread bare onnxruntime loop beside `hogs` busy interpreters over its mean
     alone (before and after), each phase at least `min_s` long after the hogs ran `hogs_alone_s` alone, as
     the agent's contention phases are: a phase of a few hundred runs of a small model lasts tens of
-    milliseconds, a few of the scheduler's slices, and read x3.3 where a second-long one reads x1.5. Run it
+    milliseconds, a few of the scheduler's slices, and read x3.3 where second-long ones read x1.7. Run it
     in an `OwnSession`: the loop and its hogs then share a session, as an agent and the co-runners it
     starts do, and busy work elsewhere weighs on both sides alike."""
 
@@ -175,27 +175,38 @@ def bare_onnxruntime_slowdown(
     return statistics.fmean(beside.ms) / statistics.fmean([*before.ms, *after.ms])
 
 
-def bare_numpy_matmul_trials(
-    n: int, threads: int, cpus: list[int], trials: int, warmup_s: float = 0.2
+def cpu_timed_trials(
+    step: Callable[[], object], trials: int, min_trial_s: float = 0.0, warmup_s: float = 0.2
 ) -> tuple[list[float], list[float]]:
-    """numpy.matmul of two n x n float32 matrices on `cpus` with `threads` BLAS threads: per-call wall
-    and process CPU seconds of `trials` one-call trials after a warm-up. Run it in an `OwnSession` (the
-    agent's probe has a session of its own: beside two busy loops a reference in the test's session read
-    half the probe's rate)."""
+    """Warm up, then `trials` trials of at least `min_trial_s`: per-call wall and CPU seconds (every
+    thread of the process)."""
+    start = time.perf_counter()
+    step()
+    one = time.perf_counter() - start
+    while time.perf_counter() - start < warmup_s:
+        step()
+    calls = max(1, int(min_trial_s / max(one, 1e-9)))
+    wall, cpu = [], []
+    for _ in range(trials):
+        c0, t0 = process_cpu_ns(), time.perf_counter()
+        for _ in range(calls):
+            step()
+        wall.append((time.perf_counter() - t0) / calls)
+        cpu.append((process_cpu_ns() - c0) / 1e9 / calls)
+    return wall, cpu
+
+
+def bare_numpy_matmul_trials(
+    n: int, threads: int, cpus: list[int], trials: int
+) -> tuple[list[float], list[float]]:
+    """numpy.matmul of two n x n float32 matrices on `cpus` with `threads` BLAS threads: one-call trials
+    (`cpu_timed_trials`). Run it in an `OwnSession` (the agent's probe has a session of its own: beside two
+    busy loops a reference in the test's session read half the probe's rate)."""
     from threadpoolctl import threadpool_limits
 
     os.sched_setaffinity(0, cpus)
     rng = np.random.default_rng(0)
     a, b = (rng.uniform(-1, 1, (n, n)).astype(np.float32) for _ in range(2))
     out = np.empty((n, n), np.float32)
-    wall, cpu = [], []
     with threadpool_limits(limits=threads, user_api="blas"):
-        start = time.perf_counter()
-        while time.perf_counter() - start < warmup_s:
-            np.matmul(a, b, out=out)
-        for _ in range(trials):
-            c0, t0 = process_cpu_ns(), time.perf_counter()
-            np.matmul(a, b, out=out)
-            wall.append(time.perf_counter() - t0)
-            cpu.append((process_cpu_ns() - c0) / 1e9)
-    return wall, cpu
+        return cpu_timed_trials(lambda: np.matmul(a, b, out=out), trials)

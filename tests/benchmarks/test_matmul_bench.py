@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -30,11 +29,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgebench.agent.timing import process_cpu_ns
 from edgebench.execution.jobs import Job
 from edgebench.execution.oneshot import run_now
 from edgebench.lab.descriptors import builtin_local
-from edgebench.testing.bare import OwnSession, bare_numpy_matmul_trials
+from edgebench.testing.bare import OwnSession, bare_numpy_matmul_trials, cpu_timed_trials
 from edgebench.testing.verdict import Side, Verdict, judge
 
 N = 1024
@@ -88,22 +86,8 @@ def pinned(cpus: list[int]) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
-def timed_trials(step: Callable[[], object], min_trial_s: float = 0.0) -> tuple[list[float], list[float]]:
-    """Warm up, then TRIALS trials of at least `min_trial_s`: per-call wall and process CPU seconds."""
-    start = time.perf_counter()
-    step()
-    one = time.perf_counter() - start
-    while time.perf_counter() - start < 0.2:
-        step()
-    calls = max(1, int(min_trial_s / max(one, 1e-9)))
-    wall, cpu = [], []
-    for _ in range(TRIALS):
-        c0, t0 = process_cpu_ns(), time.perf_counter()
-        for _ in range(calls):
-            step()
-        wall.append((time.perf_counter() - t0) / calls)
-        cpu.append((process_cpu_ns() - c0) / 1e9 / calls)
-    return wall, cpu
+def timed_trials(step: Callable[[], object]) -> tuple[list[float], list[float]]:
+    return cpu_timed_trials(step, TRIALS)
 
 
 def probe_trials(params: dict) -> dict[tuple[str, str, str], tuple[list[float], list[float], int]]:
