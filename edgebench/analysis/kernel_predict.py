@@ -4,7 +4,14 @@ In the spirit of nn-Meter: what a model costs on a device is the sum of what its
 the `profile` probe's records (every op's time per inference with the tensors it saw) each kernel gets a
 kind and features (`edgebench.analysis.kernels`); per kind, a kernel's time is fitted as
 
-    ms = a * GFLOPs + b * activation MB + w * weight MB + d        (non-negative least squares)
+    ms = a * GFLOPs + b * activation bytes / BW(kernel) + w * weight bytes / BW(model) + d    (NNLS)
+
+where BW(size) is the bandwidth the device's memory-hierarchy sweep (`probe bandwidth --sweep`, at the
+profiles' thread count) measured at that working-set size: a kernel's activations at the size it reads and
+writes (just written by the kernel before it), its weights at the model's working set (weights + peak
+activations: what the weights share the caches with from one inference to the next). So a model whose
+weights sit in DRAM is charged DRAM speed even when every profiled model fitted in a cache. Without a
+sweep, BW is 1 GB/s everywhere (plain bytes).
 
 (kinds with too few profiled kernels share one fit over all of them), then multiplied by a correction a
 random forest (nn-Meter's regressor) learns on the log ratio of profiled time to that estimate from the
@@ -42,7 +49,7 @@ from .kernels import KINDS, Kernel, profile_kernel
 METHOD = "per-op-kind calibration (profile) + per-inference overhead"
 MIN_KIND_KERNELS = 4  # fewer profiled kernels of a kind: it shares the pooled fit
 MIN_MODELS = 3  # profiled models (by name) a target needs before it predicts
-_SCALE = (1e9, 1e6, 1e6)  # GFLOPs, MB, MB: comparable columns for the solver
+_SCALE = (1e9,)  # GFLOPs: a column comparable to the others (ms) for the solver
 PROFILED_SHARE_KEPT = 0.2  # a kernel keeps at least this share of its profiled time, the profiler's off
 
 
@@ -103,8 +110,54 @@ def _record_kernel(r: Record) -> Kernel:
     )
 
 
-def _row(k: Kernel) -> list[float]:
-    return [k.flops / _SCALE[0], k.bytes / _SCALE[1], k.weight_bytes / _SCALE[2], 1.0]
+@dataclass(frozen=True)
+class MemoryCurve:
+    """Bandwidth against working-set size as a device's sweep measured it, interpolated on log size
+    (flat beyond the ends). Empty: 1 GB/s at every size, so the features are plain bytes."""
+
+    points: tuple[tuple[float, float], ...] = ()  # (working-set bytes, GB/s), sorted by size
+    run_id: str | None = None
+    threads: int | None = None
+
+    def gbps(self, working_set_bytes: float) -> float:
+        if not self.points:
+            return 1.0
+        sizes = np.log([max(s, 1.0) for s, _ in self.points])
+        return float(np.interp(math.log(max(working_set_bytes, 1.0)), sizes, [g for _, g in self.points]))
+
+
+def memory_curve(records: Iterable[Record], device: str, threads: int | None) -> MemoryCurve:
+    """The latest sweep of `device` at the most threads up to `threads` (any count when None)."""
+    from .ceilings import hierarchy_at
+
+    def usable(r: Record) -> bool:
+        t = r.params.get("threads")
+        return threads is None or (isinstance(t, int | float) and 0 < t <= threads)
+
+    mine = [r for r in records if r.device == device and r.probe == "bandwidth" and usable(r)]
+    levels, curve, run = hierarchy_at(mine)
+    if not curve:
+        return MemoryCurve()
+    return MemoryCurve(
+        tuple((float(s), float(g)) for s, g in curve), run, levels[0].threads if levels else None
+    )
+
+
+Context = tuple[float, float, float]  # the model's weight bytes, activation traffic, working set
+
+
+# kinds whose constant operands are weights a runtime packs and reuses; any other kind streams its
+# constants (a bias added, a scale multiplied) with its activations
+WEIGHTED_KINDS = frozenset({"conv", "conv_dw", "deconv", "gemm", "gemv", "matmul", "recurrent", "norm"})
+
+
+def _row(k: Kernel, context: Context, memory: MemoryCurve) -> list[float]:
+    """GFLOPs, then activation and weight bytes as ms at the bandwidth of the level each streams from."""
+    weights = k.weight_bytes if k.kind in WEIGHTED_KINDS else 0.0
+    streamed = k.bytes + k.weight_bytes - weights
+    activation_ms = streamed / memory.gbps(k.bytes + k.weight_bytes) / 1e6
+    weight_ms = weights / memory.gbps(context[2]) / 1e6
+    return [k.flops / _SCALE[0], activation_ms, weight_ms, 1.0]
 
 
 def _fit(rows: Sequence[list[float]], ms: Sequence[float]) -> np.ndarray:
@@ -121,23 +174,25 @@ _KIND_CODE = {kind: i for i, kind in enumerate(KINDS)}
 MIN_FLOOR_MS = 1e-4  # a kernel's linear estimate is floored here before the correction multiplies it
 
 
-def _context(kernels: Sequence[Kernel]) -> tuple[float, float]:
-    """The model's weight bytes and activation traffic: whether its working set stays in a cache from one
-    kernel, and one inference, to the next."""
-    return float(sum(k.weight_bytes for k in kernels)), float(sum(k.bytes for k in kernels))
+def _context(kernels: Sequence[Kernel]) -> Context:
+    """The model's weight bytes, activation traffic and working set (weights + the largest kernel's
+    activations): whether its weights stay in a cache from one kernel, and one inference, to the next."""
+    weights = float(sum(k.weight_bytes for k in kernels))
+    peak = max((k.bytes for k in kernels), default=0.0)
+    return weights, float(sum(k.bytes for k in kernels)), weights + peak
 
 
 _ORT_CONV_OPS = {"Conv", "FusedConv", "NhwcFusedConv"}
 
 
-def _shape_row(k: Kernel, linear_ms: float, context: tuple[float, float], runtime: str | None) -> list[float]:
+def _shape_row(k: Kernel, linear_ms: float, context: Context, runtime: str | None) -> list[float]:
     """What the non-linear correction sees: the kind (one-hot), the work and bytes, the shape (channels,
     positions, multiply-adds per output: kernel size and depthwise-ness), the model's weights (cache
     residency) and the linear estimate itself, all on log scales; for onnxruntime also whether a GEMM
     runs as a convolution (its 1x1 Conv and its Gemm/MatMul are different kernels; MNN runs both as one)."""
     onehot = [0.0] * len(KINDS)
     onehot[_KIND_CODE.get(k.kind, len(KINDS) - 1)] = 1.0
-    logs = [math.log1p(v) for v in (k.flops, k.bytes, k.weight_bytes, *k.geometry, *context)]
+    logs = [math.log1p(v) for v in (k.flops, k.bytes, k.weight_bytes, *k.geometry, *context[:2])]
     conv_op = 1.0 if runtime != "mnn" and k.op_type in _ORT_CONV_OPS else 0.0
     return [*onehot, *logs, conv_op, math.log(max(linear_ms, MIN_FLOOR_MS))]
 
@@ -182,20 +237,19 @@ class KernelCalibration:
     correction: Any = None  # a fitted regressor on _shape_row, or None (linear only)
     runtime: str | None = None
     profiler_ms_per_kernel: float = 0.0  # taken off every profiled kernel before the fit
+    memory: MemoryCurve = MemoryCurve()
 
-    def linear_ms(self, k: Kernel) -> float:
+    def linear_ms(self, k: Kernel, context: Context) -> float:
         coef = self.per_kind.get(k.kind, self.pooled)
-        return float(np.dot(coef, _row(k)))
+        return float(np.dot(coef, _row(k, context, self.memory)))
 
-    def kernel_ms(self, k: Kernel, context: tuple[float, float] | None = None) -> float:
+    def kernel_ms(self, k: Kernel, context: Context | None = None) -> float:
         return self.kernels_each_ms([k], context)[0]
 
-    def kernels_each_ms(
-        self, kernels: Sequence[Kernel], context: tuple[float, float] | None = None
-    ) -> list[float]:
+    def kernels_each_ms(self, kernels: Sequence[Kernel], context: Context | None = None) -> list[float]:
         """Each kernel's time inside the model made of `kernels` (or of the given context)."""
         context = _context(kernels) if context is None else context
-        linear = [self.linear_ms(k) for k in kernels]
+        linear = [self.linear_ms(k, context) for k in kernels]
         if self.correction is None or not kernels:
             return linear
         rows = np.asarray(
@@ -221,7 +275,7 @@ def _fit_correction(runs: Sequence[ProfiledRun], partial: KernelCalibration) -> 
         for k, ms in run.kernels:
             if ms <= 0:
                 continue
-            linear = partial.linear_ms(k)
+            linear = partial.linear_ms(k, context)
             rows.append(_shape_row(k, linear, context, partial.runtime))
             target.append(math.log(ms / max(linear, MIN_FLOOR_MS)))
     if len(rows) < 20:
@@ -233,21 +287,24 @@ def _fit_correction(runs: Sequence[ProfiledRun], partial: KernelCalibration) -> 
 
 
 def calibrate(
-    runs: Sequence[ProfiledRun], graphs: Mapping[tuple[str, str], Sequence[Kernel]] | None = None
+    runs: Sequence[ProfiledRun],
+    graphs: Mapping[tuple[str, str], Sequence[Kernel]] | None = None,
+    memory: MemoryCurve = MemoryCurve(),
 ) -> KernelCalibration | None:
     """Fit kernel costs on every profiled kernel, then the overhead on the models' p50 latencies.
 
     `graphs` maps (model, shapes) to the model's graph kernels: where given, the overhead is fitted on their
-    sums (as a prediction will use them), else on the profiled kernels'."""
+    sums (as a prediction will use them), else on the profiled kernels'. `memory`: the target's sweep."""
     if len({r.model for r in runs}) < 2:
         return None
     profiler_ms = profiler_cost_ms(runs)
     runs = [without_profiler_cost(r, profiler_ms) for r in runs]
     by_kind: dict[str, tuple[list[list[float]], list[float]]] = defaultdict(lambda: ([], []))
     for run in runs:
+        context = _context([k for k, _ in run.kernels])
         for k, ms in run.kernels:
             rows, ys = by_kind[k.kind]
-            rows.append(_row(k))
+            rows.append(_row(k, context, memory))
             ys.append(ms)
     all_rows = [row for rows, _ in by_kind.values() for row in rows]
     all_ms = [y for _, ys in by_kind.values() for y in ys]
@@ -256,7 +313,7 @@ def calibrate(
         kind: tuple(_fit(rows, ys)) for kind, (rows, ys) in by_kind.items() if len(ys) >= MIN_KIND_KERNELS
     }
     linear = KernelCalibration(
-        per_kind, pooled, 0.0, (), runtime=runs[0].runtime, profiler_ms_per_kernel=profiler_ms
+        per_kind, pooled, 0.0, (), runtime=runs[0].runtime, profiler_ms_per_kernel=profiler_ms, memory=memory
     )
     partial = replace(linear, correction=_fit_correction(runs, linear))
     sums, lat = [], []
@@ -287,7 +344,9 @@ class HeldOut:
 
 
 def cross_validate(
-    runs: Sequence[ProfiledRun], graphs: Mapping[tuple[str, str], Sequence[Kernel]]
+    runs: Sequence[ProfiledRun],
+    graphs: Mapping[tuple[str, str], Sequence[Kernel]],
+    memory: MemoryCurve = MemoryCurve(),
 ) -> list[HeldOut]:
     """Leave one model out (at every shape it was profiled at); predict each of its shapes from its graph."""
     out = []
@@ -295,7 +354,7 @@ def cross_validate(
         train = [r for r in runs if r.model != model]
         if len({r.model for r in train}) < MIN_MODELS - 1:
             continue
-        cal = calibrate(train, graphs)
+        cal = calibrate(train, graphs, memory)
         if cal is None:
             continue
         for run in runs:
@@ -341,18 +400,19 @@ def predict(
     kernels: Sequence[Kernel],
     coverage: float = 0.8,
     held: Sequence[HeldOut] | None = None,
+    memory: MemoryCurve = MemoryCurve(),
 ) -> KernelPrediction | None:
     """p50 latency of a model (its graph `kernels`) on the target the `runs` were profiled on, with an
     interval from the target's leave-one-model-out residuals (`held`, computed when not given)."""
     if len({r.model for r in runs}) < MIN_MODELS:
         return None
-    cal = calibrate(runs, graphs)
+    cal = calibrate(runs, graphs, memory)
     if cal is None:
         return None
     p50 = cal.latency_ms(kernels)
     if p50 <= 0:
         return None
-    held = cross_validate(runs, graphs) if held is None else held
+    held = cross_validate(runs, graphs, memory) if held is None else held
     bounds = interval_ratios(held, coverage)
     if bounds is None:
         return KernelPrediction(p50, None, None, len(held), coverage)
@@ -384,6 +444,7 @@ class TargetPredictor:
             for info in device_info
             if isinstance(info.get("fingerprint"), Mapping) and info["fingerprint"].get("arch")
         }
+        records = list(records)
         by_target: dict[tuple, list[ProfiledRun]] = defaultdict(list)
         for run in profiled_runs(records):
             by_target[run.target].append(run)
@@ -392,6 +453,10 @@ class TargetPredictor:
             best = self.runs.get((device, runtime))
             if best is None or len({r.model for r in runs}) > len({r.model for r in best}):
                 self.runs[(device, runtime)] = runs
+        # each target's kernels are charged at the bandwidths its device's sweep measured at its threads
+        self.memory = {
+            target: memory_curve(records, target[0], runs[0].threads) for target, runs in self.runs.items()
+        }
         self._graphs: dict[tuple[str, str, str | None, int], list[Kernel] | None] = {}
         self._held: dict[tuple[str, str | None], list[HeldOut]] = {}
 
@@ -420,7 +485,9 @@ class TargetPredictor:
 
     def held_out(self, target: tuple[str, str | None]) -> list[HeldOut]:
         if target not in self._held:
-            self._held[target] = cross_validate(self.runs.get(target, []), self._graphs_of(target))
+            self._held[target] = cross_validate(
+                self.runs.get(target, []), self._graphs_of(target), self.memory.get(target, MemoryCurve())
+            )
         return self._held[target]
 
     def predict(
@@ -434,7 +501,8 @@ class TargetPredictor:
         if not runs or kernels is None:
             return None
         held = [h for h in self.held_out(target) if h.run.model != model]
-        pred = predict(runs, self._graphs_of(target), kernels, self.coverage, held=held)
+        memory = self.memory.get(target, MemoryCurve())
+        pred = predict(runs, self._graphs_of(target), kernels, self.coverage, held=held, memory=memory)
         if pred is None:
             return None
         threads = runs[0].threads

@@ -1,7 +1,8 @@
 """The per-op profiles the kernel predictor's integration tests share: the built-ins, PP-OCR's det/rec/cls
 from the rapidocr wheel at two input sizes each and silero-vad from its wheel (its If-free export, one
 frame as it streams), profiled by one `edgebench run` of `profile` jobs on `local` (one thread) per
-runtime and test session (the tests only read the store)."""
+runtime and test session, with the memory hierarchy swept at that thread count (the tests only read the
+store)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from edgebench.testing.cli import edgebench
 # The reference p50 is the profile job's plain runs: at 5 of them it read up to 1.9x the p50 of 30 on this
 # host (convnet 6.8 against 3.7 ms, the DRAM-sized mlp 3.6 against 1.3: still warming caches); 20 settle it.
 RUNS, WARMUP = 20, 2
+SWEEP = "sweep = true, threads = 1, sweep_max_mb = 128, trials = 7, max_seconds = 20"
 BUILTIN_SHAPES = {"mlp": {"x": [1, 1024]}}  # its batch is dynamic
 OCR = {
     "ch_PP-OCRv4_det_infer": ([1, 3, 320, 320], [1, 3, 640, 640]),
@@ -60,6 +62,8 @@ def loo_suite(runtime: str, folder: Path) -> tuple[Path, dict[str, Path]]:
     probes += [_probe([n], runtime, s) for n, s in BUILTIN_SHAPES.items()]
     probes += [_probe([n], runtime, {"x": dims}) for n in OCR for dims in OCR[n]]
     probes += [_probe([n], runtime, shapes) for n, shapes in SILERO.items()]
+    # the memory hierarchy at the profiles' thread count: each kernel's bytes are charged at its level
+    probes.append(f'[[probe]]\nkind = "bandwidth"\nparams = {{ {SWEEP} }}\n')
     models = [f"builtin:{n}" for n in BUILTINS] + [str(p) for n, p in sources.items() if n not in BUILTINS]
     text = f'name = "loo-{runtime}"\ndevices = ["local"]\nmodels = {json.dumps(models)}\n\n'
     path = folder / f"loo-{runtime}.toml"

@@ -2,7 +2,7 @@
 
 Models: the built-ins, PP-OCR's det/rec/cls from the rapidocr wheel at two input sizes each and silero-vad
 (tests/integration/kernel_profiles.py), profiled once per runtime (one `edgebench run` of a suite of
-`profile` jobs: local, one thread) into a store. Each model is held out at all its sizes, the predictor is calibrated on the others' per-op profiles and
+`profile` jobs: local, one thread, and a bandwidth sweep at that thread count) into a store. Each model is held out at all its sizes, the predictor is calibrated on the others' per-op profiles and
 predicts it from its graph; the reference is the same profile job's plain p50 latency (plain runs alternated with
 the profiled ones, no instrument on). The share within +-10% is printed against the issue's target; what
 is asserted is a bound on the median error (see FLOOR_MEDIAN_ERROR for why not the share).
@@ -37,6 +37,9 @@ def held_out_of(store: Path, sources: dict[str, Path], runtime: str) -> list[Hel
         records, devices = s.records(), s.device_info()
     # each device's fingerprint gives the NCHWc block its graphs are predicted at
     predictor = TargetPredictor(records, {k: str(v) for k, v in sources.items()}, device_info=devices)
+    # the kernels' bytes are charged at the bandwidths the suite's sweep measured at the profiles' threads
+    memory = predictor.memory[("local", runtime)]
+    assert memory.points and memory.threads == 1, memory
     return predictor.held_out(("local", runtime))
 
 

@@ -23,6 +23,7 @@ from edgebench.analysis.fit import (
     make_budget,
 )
 from edgebench.analysis.kernels import Kernel, graph_kernels, nchwc_block, profile_kernel
+from edgebench.records import Record, RecordContext
 
 GEMM_MS_PER_GFLOP, CONV_MS_PER_GFLOP, DW_MS_PER_MB, OVERHEAD_MS = 8.0, 5.0, 0.05, 0.04
 
@@ -530,3 +531,78 @@ def test_the_report_says_how_far_to_trust_each_predictor(tmp_path) -> None:
     part = md[md.index("## How far to trust the predictions") :]
     assert "per-kernel predictor" in part and f"{s.pairs} held-out" in part
     assert f"{s.interval[0]:.2f}" in part
+
+
+# ---- the memory hierarchy: bytes charged at the bandwidth of the level they stream from ---------------
+MIB = 2**20
+CURVE = kp.MemoryCurve(((1 * MIB, 100.0), (4 * MIB, 100.0), (32 * MIB, 10.0), (512 * MIB, 10.0)))
+
+
+def streaming_ms(k: Kernel) -> float:
+    """The synthetic device of this part: a GEMV streams its weights at the curve's bandwidth at its
+    model's working set (here its own weights) and pays a fixed launch cost."""
+    return k.weight_bytes / CURVE.gbps(k.weight_bytes) / 1e6 + 0.002
+
+
+def gemv_model(name: str, weight_mib: float) -> kp.ProfiledRun:
+    k = Kernel("gemv", 2 * weight_mib * MIB / 4, 8e3, weight_mib * MIB)
+    return kp.ProfiledRun("dev", "onnxruntime", 1, name, "{}", streaming_ms(k), ((k, streaming_ms(k)),))
+
+
+def test_the_memory_curve_interpolates_on_log_size_and_is_flat_beyond_its_ends() -> None:
+    assert CURVE.gbps(64 * 1024) == 100.0 and CURVE.gbps(4 * 1024 * MIB) == 10.0
+    assert CURVE.gbps(2 * MIB) == 100.0
+    mid = CURVE.gbps(4 * MIB * 2**1.5)  # halfway between 4 and 32 MiB on a log scale
+    assert mid == pytest.approx(55.0)
+    assert kp.MemoryCurve().gbps(123.0) == 1.0  # no sweep: plain bytes
+
+
+def test_a_model_whose_weights_live_in_dram_is_charged_dram_speed_though_every_profiled_one_fit_a_cache() -> (
+    None
+):
+    runs = [gemv_model(f"small{i}", mib) for i, mib in enumerate((0.25, 0.5, 1.0, 1.5, 2.0, 3.0))]
+    big = gemv_model("big", 64.0)  # 64 MiB of weights: DRAM, 10x slower per byte than any profiled one
+    graphs = {(r.model, r.shapes): [k for k, _ in r.kernels] for r in [*runs, big]}
+    kernels = graphs[(big.model, big.shapes)]
+    with_curve = kp.calibrate(runs, graphs, CURVE)
+    plain = kp.calibrate(runs, graphs)
+    assert with_curve is not None and plain is not None
+    assert with_curve.latency_ms(kernels) == pytest.approx(big.latency_ms, rel=0.1)
+    assert plain.latency_ms(kernels) < 0.3 * big.latency_ms  # plain bytes extrapolate cache speed
+
+
+def _sweep_point(run: str, device: str, size: int, gbps: float, threads: int) -> Record:
+    ctx = RecordContext(run, device, "bandwidth")
+    return ctx.record(
+        "sweep_bandwidth_gbps",
+        gbps,
+        "GB/s",
+        kernel="read",
+        threads=threads,
+        working_set_bytes=size,
+        stat="best",
+    )
+
+
+def _level(run: str, device: str, gbps: float, threads: int) -> Record:
+    ctx = RecordContext(run, device, "bandwidth")
+    return ctx.record(
+        "level_bandwidth_gbps", gbps, "GB/s", {"capacity_bytes": None}, level="DRAM", threads=threads
+    )
+
+
+def test_the_memory_curve_is_the_devices_sweep_at_no_more_threads_than_the_profiles() -> None:
+    records = [
+        _level("one", "pc", 10.0, 1),
+        _sweep_point("one", "pc", MIB, 50.0, 1),
+        _sweep_point("one", "pc", 64 * MIB, 10.0, 1),
+        _level("two", "pc", 20.0, 2),
+        _sweep_point("two", "pc", MIB, 90.0, 2),
+        _level("else", "board", 5.0, 1),
+        _sweep_point("else", "board", MIB, 7.0, 1),
+    ]
+    at1 = kp.memory_curve(records, "pc", 1)
+    assert at1.run_id == "one" and at1.points == ((MIB, 50.0), (64 * MIB, 10.0))
+    assert kp.memory_curve(records, "pc", 2).run_id == "two"  # the most threads up to the profiles'
+    assert kp.memory_curve(records, "board", 4).points == ((MIB, 7.0),)
+    assert kp.memory_curve(records, "phone", 1) == kp.MemoryCurve()  # never swept: plain bytes
