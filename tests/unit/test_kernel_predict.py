@@ -571,35 +571,23 @@ def test_a_model_whose_weights_live_in_dram_is_charged_dram_speed_though_every_p
     assert plain.latency_ms(kernels) < 0.3 * big.latency_ms  # plain bytes extrapolate cache speed
 
 
-def _sweep_point(run: str, device: str, size: int, gbps: float, threads: int) -> Record:
+def sweep(run: str, device: str, threads: int, points: list[tuple[int, float]]) -> list[Record]:
+    """A stored sweep: its points and the DRAM level it found (at its last point)."""
     ctx = RecordContext(run, device, "bandwidth")
-    return ctx.record(
-        "sweep_bandwidth_gbps",
-        gbps,
-        "GB/s",
-        kernel="read",
-        threads=threads,
-        working_set_bytes=size,
-        stat="best",
-    )
-
-
-def _level(run: str, device: str, gbps: float, threads: int) -> Record:
-    ctx = RecordContext(run, device, "bandwidth")
-    return ctx.record(
-        "level_bandwidth_gbps", gbps, "GB/s", {"capacity_bytes": None}, level="DRAM", threads=threads
-    )
+    dram = {"capacity_bytes": None}
+    found = [ctx.record("level_bandwidth_gbps", points[-1][1], "GB/s", dram, level="DRAM", threads=threads)]
+    params = {"kernel": "read", "threads": threads, "stat": "best"}
+    return found + [
+        ctx.record("sweep_bandwidth_gbps", gbps, "GB/s", working_set_bytes=size, **params)
+        for size, gbps in points
+    ]
 
 
 def test_the_memory_curve_is_the_devices_sweep_at_no_more_threads_than_the_profiles() -> None:
     records = [
-        _level("one", "pc", 10.0, 1),
-        _sweep_point("one", "pc", MIB, 50.0, 1),
-        _sweep_point("one", "pc", 64 * MIB, 10.0, 1),
-        _level("two", "pc", 20.0, 2),
-        _sweep_point("two", "pc", MIB, 90.0, 2),
-        _level("else", "board", 5.0, 1),
-        _sweep_point("else", "board", MIB, 7.0, 1),
+        *sweep("one", "pc", 1, [(MIB, 50.0), (64 * MIB, 10.0)]),
+        *sweep("two", "pc", 2, [(MIB, 90.0), (64 * MIB, 20.0)]),
+        *sweep("else", "board", 1, [(MIB, 7.0)]),
     ]
     at1 = kp.memory_curve(records, "pc", 1)
     assert at1.run_id == "one" and at1.points == ((MIB, 50.0), (64 * MIB, 10.0))
