@@ -50,6 +50,7 @@ from .suite import PATH_PARAMS, RunPolicy
 PLUGIN_NAME = "edgebench"
 RESOURCE_PREFIX = "device:"
 POLL_S = 1.0
+GATHER_TIMEOUT_S = 60.0  # fetching a finished task's result (an outcome: kilobytes) from its worker
 BUSY_RETRY_S = 1.0
 MAX_LOSSES = 3  # a job lost with its worker is submitted again this many times
 IDLE_RELEASE_S = 60.0
@@ -403,6 +404,7 @@ class ClusterExecutor:
         *,
         grace_s: float | None = None,
         connect_timeout_s: float = 15.0,
+        poll_s: float = POLL_S,
     ) -> None:
         from distributed import Client
 
@@ -410,6 +412,7 @@ class ClusterExecutor:
         self.run_id = run_id
         self.policy = policy
         self.grace_s = policy.worker_grace_s if grace_s is None else grace_s
+        self.poll_s = poll_s
         try:
             self.client = Client(address, timeout=f"{connect_timeout_s}s", set_as_default=False)
         except Exception as exc:  # noqa: BLE001 - OSError, TimeoutError, ValueError (bad address) ...
@@ -478,27 +481,46 @@ class ClusterExecutor:
     def wait(self, future: Any, device: str, workers: list[str] | None = None) -> Any:
         """The task's result. WorkerLost when no worker holds the device any more, TaskLost when Dask
         dropped the task with its worker, or when every worker it was pinned to (`workers`) is gone: the
-        scheduler would keep such a task waiting for them for ever. Never a hang."""
+        scheduler would keep such a task waiting for them for ever. Never a hang.
+
+        The result is fetched only once the task is done (a done-callback says when): device threads share
+        the client's one gather, and a `future.result(timeout)` that timed out in one thread cancelled
+        that gather under another, which distributed's sync() then reported as UnboundLocalError (it
+        catches Exception, and asyncio's CancelledError is not one)."""
         from distributed import CancelledError
         from distributed.scheduler import KilledWorker
 
+        done = threading.Event()
+        future.add_done_callback(lambda _: done.set())
         while True:
+            if not done.wait(self.poll_s):
+                self._check_holders(future, device, workers)
+                continue
             try:
-                return future.result(timeout=POLL_S)
+                return future.result(timeout=GATHER_TIMEOUT_S)
             except TimeoutError:
-                try:
-                    holders = self.await_holder(device)
-                except WorkerLost:
-                    future.cancel()
-                    raise
-                if workers and not set(workers) & set(holders):
-                    future.cancel()
-                    gone = ", ".join(workers)
-                    raise TaskLost(f"{device}: the worker its job was pinned to is gone ({gone})") from None
+                raise TaskLost(
+                    f"{device}: its job ended but its result did not arrive in {GATHER_TIMEOUT_S:.0f} s"
+                ) from None
+            except UnboundLocalError:  # sync()'s lost CancelledError: another thread's fetch gave up on ours
+                raise TaskLost(f"{device}: fetching its job's result was cancelled") from None
             except KilledWorker as exc:
                 raise WorkerLost(f"{device}: the workers running its job kept dying ({exc})") from None
             except (CancelledError, OSError) as exc:
                 raise TaskLost(f"{device}: the job was lost with its worker ({type(exc).__name__})") from None
+
+    def _check_holders(self, future: Any, device: str, workers: list[str] | None) -> None:
+        """While a task runs: WorkerLost once no worker holds its device, TaskLost once the workers it was
+        pinned to are gone (the task is cancelled then)."""
+        try:
+            holders = self.await_holder(device)
+        except WorkerLost:
+            future.cancel()
+            raise
+        if workers and not set(workers) & set(holders):
+            future.cancel()
+            gone = ", ".join(workers)
+            raise TaskLost(f"{device}: the worker its job was pinned to is gone ({gone})")
 
 
 class ClusterSession:
