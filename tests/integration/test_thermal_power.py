@@ -108,16 +108,33 @@ def reads_match_the_gauge(sim: SysfsSim, db: Path) -> float:
     return float(np.median(np.abs(np.asarray(powers)[keep] - shown) / shown))
 
 
-def wait_for_load(
-    sim: SysfsSim, proc: subprocess.Popen[str], busy_s: float = 1.0, timeout: float = 90
-) -> None:
-    """Until the board has been busy (the agent loading and inferring) for `busy_s` without a break.
+def agent_task_running(tag: str, kind: str) -> bool:
+    """Whether an agent process of this board (its environment carries `tag`) runs a task of `kind`.
 
-    Busy is a low bar (5% of the board's CPUs): on a crowded host the agent gets little CPU.
-    """
+    The probe starts several agents (staging, the cool-down guard, then the run): only the run's own
+    process says the sustained loop is near."""
+    key, value = tag.split("=", 1)
+    needle, marker = f'"kind":"{kind}"'.encode(), f"{key}={value}".encode()
+    for proc_dir in Path("/proc").iterdir():
+        try:
+            if needle in (proc_dir / "cmdline").read_bytes() and marker in (proc_dir / "environ").read_bytes():
+                return True
+        except OSError:  # not a process, or it ended while we looked
+            continue
+    return False
+
+
+def wait_for_load(
+    sim: SysfsSim, proc: subprocess.Popen[str], tag: str, kind: str, busy_s: float = 1.0, timeout: float = 90
+) -> None:
+    """Until the agent running the `kind` task has kept the board busy for `busy_s` without a break.
+
+    Busy is a low bar (5% of the board's CPUs): on a crowded host the agent gets little CPU. Busy before
+    that agent exists (staging, the cool-down guard's own agent) does not count: the guard then waits for
+    the board to cool, which beside other work took seconds and moved the run's start past the cap."""
     deadline, since = time.monotonic() + timeout, None
     while time.monotonic() < deadline and proc.poll() is None:
-        busy = sim.state()["util"] > 0.05
+        busy = sim.state()["util"] > 0.05 and agent_task_running(tag, kind)
         since = (since or time.monotonic()) if busy else None
         if since is not None and time.monotonic() - since >= busy_s:
             return
@@ -125,7 +142,7 @@ def wait_for_load(
     ended = (
         f" (it exited {proc.returncode}: {proc.communicate()[1][-500:]})" if proc.poll() is not None else ""
     )
-    raise AssertionError(f"the thermal run never loaded the board{ended}")
+    raise AssertionError(f"the {kind} run never loaded the board{ended}")
 
 
 def test_thermal_finds_the_onset_and_the_sustained_ratio(tmp_path: Path) -> None:
@@ -141,7 +158,7 @@ def test_thermal_finds_the_onset_and_the_sustained_ratio(tmp_path: Path) -> None
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
         try:
             # Throttle some 7 s into the run, however long the start took on this host.
-            wait_for_load(sim, proc)
+            wait_for_load(sim, proc, util_env, "thermal")
             time.sleep(5.0)
             sim.cap_now()
             stdout, stderr = proc.communicate(timeout=120)
