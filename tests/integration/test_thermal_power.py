@@ -117,7 +117,10 @@ def agent_task_running(tag: str, kind: str) -> bool:
     needle, marker = f'"kind":"{kind}"'.encode(), f"{key}={value}".encode()
     for proc_dir in Path("/proc").iterdir():
         try:
-            if needle in (proc_dir / "cmdline").read_bytes() and marker in (proc_dir / "environ").read_bytes():
+            if (
+                needle in (proc_dir / "cmdline").read_bytes()
+                and marker in (proc_dir / "environ").read_bytes()
+            ):
                 return True
         except OSError:  # not a process, or it ended while we looked
             continue
