@@ -6,9 +6,11 @@ With `--lease-timeout` the verb gives up instead (exit 3, naming the holder)."""
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +62,19 @@ def test_bench_waits_for_the_suite_holding_the_board(ssh_board: Any, tmp_path: P
 
     run = edgebench("run", suite, *common, "--json", cwd=tmp_path)
     wait_for_ok_job(store, run)  # the suite holds the board and has jobs left
-    impatient = edgebench("bench", "builtin:mlp", "--device", "board", *common, *BENCH,
-                          "--lease-timeout", "1", "--json", cwd=tmp_path)  # fmt: skip
-    bench = edgebench("bench", "builtin:mlp", "--device", "board", *common, *BENCH, "--json", cwd=tmp_path)
-
-    out, err = impatient.communicate(timeout=60)
+    # Frozen while both verbs start (its lease lasts 60 s): however slowly they start on a crowded host,
+    # they find the board held, not a suite that finished meanwhile.
+    run.send_signal(signal.SIGSTOP)
+    try:
+        impatient = edgebench("bench", "builtin:mlp", "--device", "board", *common, *BENCH,
+                              "--lease-timeout", "1", "--json", cwd=tmp_path)  # fmt: skip
+        bench = edgebench(
+            "bench", "builtin:mlp", "--device", "board", *common, *BENCH, "--json", cwd=tmp_path
+        )
+        out, err = impatient.communicate(timeout=60)
+        time.sleep(2.0)  # the patient one started with it: let it reach the lease and say it waits
+    finally:
+        run.send_signal(signal.SIGCONT)
     assert impatient.returncode == 3, err
     assert "board: still leased by run" in err and "Traceback" not in err and out == ""
     run_out, run_err = run.communicate(timeout=240)

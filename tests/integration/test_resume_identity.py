@@ -64,6 +64,9 @@ def test_resume_from_another_checkout_with_provenance_and_changed_models(tmp_pat
     with sqlite3.connect(store) as db:
         [(run_id,)] = db.execute("SELECT run_id FROM runs").fetchall()
 
+    # Frozen, not dead: the controller stays alive for the early resume but stores nothing more while it
+    # runs, so a slow start of that resume (a crowded host) cannot find the run already finished.
+    first.send_signal(signal.SIGSTOP)
     early = cli("run", one / "suite.toml", "--store", store, "--resume", run_id, cwd=one, env=env)
     _, err = early.communicate(timeout=120)
     assert early.returncode == 2, err
