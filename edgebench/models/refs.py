@@ -1,6 +1,7 @@
-"""Model references: a path (`models/enc.onnx`, `net.mnn`), `builtin:NAME` or
-`builtin:decoder:layers=L,...` (models.decoders), checked before anything is
-pushed to a device. Light on purpose: every layer holds ModelRefs, few need onnx."""
+"""Model references: a path (`models/enc.onnx`, `net.mnn`), `builtin:NAME`,
+`builtin:decoder:layers=L,...` (models.decoders) or `builtin:kernel:OP,...` (models.kernel_samples),
+checked before anything is pushed to a device. Light on purpose: every layer holds ModelRefs, few need
+onnx."""
 
 from __future__ import annotations
 
@@ -40,6 +41,11 @@ def resolve_model(ref: str, base_dir: Path | None = None, name: str | None = Non
 
             decoder_name, decoder_path = decoder_model(key)
             return ModelRef(name or decoder_name, decoder_path)
+        if key.startswith("kernel:"):
+            from .kernel_samples import sample_model
+
+            sample_name, sample_path = sample_model(key)
+            return ModelRef(name or sample_name, sample_path)
         from .builtin import builtin_model
 
         return ModelRef(name or key, builtin_model(key))
