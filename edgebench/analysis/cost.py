@@ -387,6 +387,9 @@ class ModelCost:
     warnings: tuple[str, ...]
     meta_nodes: tuple[NodeCost, ...] = ()
     peak_activation_bytes: int = 0
+    # the model declares every input dimension: a runtime knows all shapes when it optimizes the graph,
+    # and some of its fusions (onnxruntime's MatMulAddFusion beyond two dimensions) need them
+    declared_static: bool = True
 
     @property
     def working_set_bytes(self) -> int:
@@ -424,6 +427,7 @@ class Analyzer:
         self.uncounted: Counter[str] = Counter()
         self.stored: dict[str, int] = {}  # constant source -> stored bytes
         self.decided_all = True
+        self.declared_dynamic = False
         self.input_shapes: dict[str, list[int]] = {}
 
     # graph level
@@ -443,6 +447,8 @@ class Analyzer:
         dims: list[Any] = [
             d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim
         ]
+        if not all(isinstance(d, int) and d > 0 for d in dims):
+            self.declared_dynamic = True
         if vi.name in self.shapes:
             given = [int(d) for d in self.shapes[vi.name]]
             if len(given) != len(dims) and tt.HasField("shape"):
@@ -1378,6 +1384,7 @@ def analyze(
         warnings=tuple(warnings),
         meta_nodes=tuple(top.meta),
         peak_activation_bytes=peak_live_bytes(top.nodes, input_bytes, set(outputs)),
+        declared_static=not analyzer.declared_dynamic,
     )
 
 

@@ -310,8 +310,42 @@ def describe(
         channels = out[1] if len(out) == 4 else out[-1]
         positions = out_n / max(1, channels)  # each weight is used once per output position
         weight_bytes = 4.0 * runtime_macs / max(1.0, positions)
+    if kind == "deconv" and not (len(inputs) > 1 and inputs[1][1] and len(inputs[1][1]) == 4):
+        implied = _deconv_weight(x, out, attrs)  # a profile that left the packed weights out
+        weight_bytes = max(weight_bytes, 4.0 * _numel(implied)) if implied else weight_bytes
+    if kind == "recurrent":
+        weight_bytes = max(weight_bytes, _recurrent_cost(op_type, x, out, attrs)[1])
     geometry = _geometry(flops, x, out)
     return Kernel(kind, flops, float(activation_bytes), float(weight_bytes), name, op_type, geometry)
+
+
+def _deconv_weight(x: Sequence[int] | None, out: Sequence[int] | None, attrs: dict) -> tuple[int, ...] | None:
+    """A transposed convolution's weight dims from its tensors alone, for profiles that list neither the
+    weights nor the attributes (onnxruntime's): a kernel as large as the upsampling factor (k = s, no
+    overlap, as detectors' necks use), the channels from input and output."""
+    if not x or not out or len(x) != 4 or len(out) != 4 or not x[2] or out[2] % x[2]:
+        return None
+    k = out[2] // x[2]
+    group = int(attrs.get("group") or 1)
+    return (x[1], out[1] // max(1, group), k, k)
+
+
+_GATES = {"LSTM": 4, "DynamicQuantizeLSTM": 4, "GRU": 3, "RNN": 1}
+
+
+def _recurrent_cost(
+    op: str, x: Sequence[int] | None, out: Sequence[int] | None, attrs: dict
+) -> tuple[float, float]:
+    """FLOPs and fp32 weight bytes of a recurrent layer from its input [seq, batch, in] and hidden size
+    (the attribute, else the output's last dim): the same on a graph and on a profile that left the packed
+    weights out (onnxruntime's lists only the data and the state)."""
+    if not x or len(x) != 3 or not out:
+        return 0.0, 0.0
+    seq, batch, width = x
+    hidden = int(attrs.get("hidden_size") or out[-1])
+    dirs = 2 if attrs.get("direction") in ("bidirectional", b"bidirectional") else 1
+    per_step = _GATES.get(op, 4) * hidden * (width + hidden)
+    return 2.0 * seq * batch * dirs * per_step, 4.0 * dirs * (per_step + 2 * _GATES.get(op, 4) * hidden)
 
 
 def _kind_and_flops(
@@ -343,9 +377,12 @@ def _kind_and_flops(
         return ("conv_dw" if op in _DW else "conv"), out_n
     if op in _DECONV:
         w = inputs[1][1] if len(inputs) > 1 else None
+        w = w if w and len(w) == 4 else _deconv_weight(x, out, attrs)
         if w and x:
             return "deconv", 2.0 * _numel(x) * _numel(w[1:])
         return "deconv", 2.0 * (runtime_macs or out_n)
+    if op in _RECURRENT:
+        return "recurrent", _recurrent_cost(op, x, out, attrs)[0]
     if op in _GEMM or op == "While" and runtime_macs and len(inputs) == 2:
         return _gemm(op, inputs, out, const, runtime_macs)
     for kinds, kind in (
@@ -441,17 +478,38 @@ def graph_kernels(cost: ModelCost, runtime: str = "onnxruntime", nchwc_block: in
         head = absorbed.get(p.name, p) if p is not None else None
         if head is None or head.op_type not in _FOLDS_INTO or consumers.get(n.inputs[data], 0) != 1:
             continue
-        if n.op_type == "Add" and not _fuses_bias(head):
+        if n.op_type == "Add" and not _fuses_bias(head, runtime, cost.declared_static):
             continue
         if n.op_type not in ("BatchNormalization", "Add") and not _fuses_activation(head, n, runtime):
             continue
         absorbed[n.name] = head
     hidden = _hard_swish_parts(nodes, consumers, producer) if runtime == "mnn" else set()
-    out = [_node_kernel(n) for n in nodes if n.name not in absorbed and n.name not in hidden]
+    adds = {n.name: n.op_type == "Add" for n in nodes}
+    fused: dict[str, Kernel] = {}  # node name -> the fused kernel that runs in its place
+    fused.update(_layer_norms(nodes, hidden))
+    if runtime == "mnn":
+        fused.update(_erf_gelus(nodes, consumers, producer, hidden))
+    if runtime == "onnxruntime":
+        fused.update(_quick_gelus(nodes, producer, hidden))
+    if runtime == "onnxruntime":
+        fused.update(_skip_layer_norms(nodes, consumers, producer, absorbed))
+        absorbed.update(_matmul_scales(nodes, consumers, producer))
+    out = [
+        fused.get(n.name) or _node_kernel(n) for n in nodes if n.name not in absorbed and n.name not in hidden
+    ]
     if runtime == "mnn":  # MNN runs a HardSigmoid as a scale, a shift and a ReLU6: three kernels
         out += [_node_kernel(n) for n in nodes if n.op_type == "HardSigmoid" for _ in range(2)]
     if runtime == "onnxruntime":
         out += nchwc_reorders(nodes, absorbed, nchwc_block)
+        # a MatMul of more than two dimensions that took its bias runs as a Gemm between two reshapes
+        out += [
+            Kernel("view", 0.0, 0.0, 0.0, f"{head.name}/reshape", "Reshape")
+            for head in {
+                h.name: h for n, h in absorbed.items() if h.op_type == "MatMul" and adds.get(n)
+            }.values()
+            if head.output_shapes and len(head.output_shapes[0] or ()) > 2
+            for _ in range(2)
+        ]
     out += [_node_kernel(n, kind="shape") for n in cost.meta_nodes if n.op_type in _SHAPE or runtime == ""]
     return out
 
@@ -478,6 +536,162 @@ def _hard_swish_parts(
                 hidden.update(n.name for n in parts)
                 break
     return hidden
+
+
+def _users(nodes: Sequence[NodeCost]) -> dict[str, list[NodeCost]]:
+    users: dict[str, list[NodeCost]] = {}
+    for n in nodes:
+        for name in n.inputs:
+            if name:
+                users.setdefault(name, []).append(n)
+    return users
+
+
+def _fused_kernel(op_type: str, first: NodeCost, inputs: Sequence[int], last: NodeCost, extra=()) -> Kernel:
+    """One kernel for a fused chain: `first`'s inputs at `inputs` (and `extra` constants) in, `last`'s out."""
+    elem = {"fp16": "float16", "bf16": "float16", "fp64": "double"}.get(first.dtype, "float")
+    ins: list[Tensor] = [(elem, first.input_shapes[i]) for i in inputs if i < len(first.input_shapes)]
+    ins += [(elem, s) for s in extra]
+    outs: list[Tensor] = [(elem, s) for s in last.output_shapes[:1]]
+    weights = [False] * (len(ins) - len(extra)) + [True] * len(extra)
+    return describe(op_type, ins, outs, weights=weights, name=last.name)
+
+
+def _skip_layer_norms(
+    nodes: Sequence[NodeCost],
+    consumers: dict[str, int],
+    producer: dict[str, NodeCost],
+    absorbed: dict[str, NodeCost],
+) -> dict[str, Kernel]:
+    """onnxruntime's SkipLayerNormFusion: a residual Add of two activations of one shape feeding only a
+    LayerNormalization runs with it as one SkipLayerNormalization (the Add joins `absorbed`)."""
+    out: dict[str, Kernel] = {}
+    for ln in nodes:
+        if ln.op_type != "LayerNormalization" or not ln.inputs:
+            continue
+        add = producer.get(ln.inputs[0])
+        if add is None or add.op_type != "Add" or add.name in absorbed or len(add.inputs) != 2:
+            continue
+        shapes = add.input_shapes
+        if any(add.constant_inputs) or len(shapes) != 2 or shapes[0] != shapes[1] or shapes[0] is None:
+            continue
+        if consumers.get(add.outputs[0], 0) != 1 or ln.attr("axis", -1) not in (-1, len(shapes[0]) - 1):
+            continue
+        absorbed[add.name] = ln
+        params = [s for s, c in zip(ln.input_shapes[1:], ln.constant_inputs[1:], strict=False) if c]
+        out[ln.name] = _fused_kernel("SkipLayerNormalization", add, (0, 1), ln, params)
+    return out
+
+
+def _matmul_scales(
+    nodes: Sequence[NodeCost], consumers: dict[str, int], producer: dict[str, NodeCost]
+) -> dict[str, NodeCost]:
+    """onnxruntime's MatMulScaleFusion: a Mul or Div by a constant scalar right after a MatMul runs inside
+    it (a FusedMatMul with alpha), e.g. attention's 1/sqrt(d) on its scores."""
+    out: dict[str, NodeCost] = {}
+    for n in nodes:
+        if n.op_type not in ("Mul", "Div") or len(n.inputs) != 2 or len(n.input_shapes) != 2:
+            continue
+        data = _bias_data_input(n)
+        if data is None or (n.op_type == "Div" and data != 0) or _numel(n.input_shapes[1 - data]) != 1:
+            continue
+        head = producer.get(n.inputs[data])
+        if head is not None and head.op_type == "MatMul" and consumers.get(n.inputs[data], 0) == 1:
+            out[n.name] = head
+    return out
+
+
+def _only_user(users: dict[str, list[NodeCost]], n: NodeCost, *ops: str) -> NodeCost | None:
+    """The single node reading `n`'s output, if it is one of `ops`."""
+    after = users.get(n.outputs[0], []) if n.outputs else []
+    return after[0] if len(after) == 1 and after[0].op_type in ops else None
+
+
+def _layer_norms(nodes: Sequence[NodeCost], hidden: set[str]) -> dict[str, Kernel]:
+    """A LayerNormalization exported as its parts, (x - mean) / sqrt(var + eps) [* gamma] [+ beta] from
+    ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt and Div: onnxruntime's LayerNormFusion and MNN's converter
+    both run it as one LayerNorm, the chain's last node's kernel (the rest join `hidden`)."""
+    users = _users(nodes)
+    out: dict[str, Kernel] = {}
+    for mean in nodes:
+        if mean.op_type != "ReduceMean" or not mean.inputs:
+            continue
+        x = mean.inputs[0]
+        sub = _only_user(users, mean, "Sub")
+        if sub is None or sub.inputs[0] != x:
+            continue
+        centred = users.get(sub.outputs[0], [])
+        pow_ = next((n for n in centred if n.op_type == "Pow"), None)
+        div = next((n for n in centred if n.op_type == "Div"), None)
+        if len(centred) != 2 or pow_ is None or div is None:
+            continue
+        var = _only_user(users, pow_, "ReduceMean")
+        eps = var and _only_user(users, var, "Add")
+        sqrt = eps and _only_user(users, eps, "Sqrt")
+        if sqrt is None or _only_user(users, sqrt, "Div") is not div:
+            continue
+        chain = [mean, sub, pow_, var, eps, sqrt, div]
+        for op in ("Mul", "Add"):  # gamma, then beta
+            nxt = _only_user(users, chain[-1], op)
+            if nxt is None or not any(nxt.constant_inputs):
+                break
+            chain.append(nxt)
+        hidden.update(n.name for n in chain[:-1])
+        params = [s for n in chain[7:] for s, c in zip(n.input_shapes, n.constant_inputs, strict=False) if c]
+        out[chain[-1].name] = _fused_kernel("LayerNormalization", mean, (0,), chain[-1], params)
+    return out
+
+
+def _quick_gelus(
+    nodes: Sequence[NodeCost], producer: dict[str, NodeCost], hidden: set[str]
+) -> dict[str, Kernel]:
+    """x * sigmoid(a * x) (a swish, or a GELU's sigmoid form): onnxruntime's QuickGeluFusion runs the
+    scale, the Sigmoid and the product as one QuickGelu, the product's kernel (the rest join `hidden`)."""
+    users = _users(nodes)
+    out: dict[str, Kernel] = {}
+    for sig in nodes:
+        if sig.op_type != "Sigmoid" or not sig.inputs:
+            continue
+        scale = producer.get(sig.inputs[0])
+        x = sig.inputs[0]
+        parts = [sig]
+        if scale is not None and scale.op_type == "Mul" and any(scale.constant_inputs):
+            data = _bias_data_input(scale)
+            if data is not None and len(users.get(scale.outputs[0], [])) == 1:
+                x, parts = scale.inputs[data], [scale, sig]
+        mul = _only_user(users, sig, "Mul")
+        if mul is None or x not in mul.inputs:
+            continue
+        hidden.update(n.name for n in parts)
+        out[mul.name] = _fused_kernel("QuickGelu", parts[0], (0,) if parts[0] is sig else (data,), mul)
+    return out
+
+
+def _erf_gelus(
+    nodes: Sequence[NodeCost], consumers: dict[str, int], producer: dict[str, NodeCost], hidden: set[str]
+) -> dict[str, Kernel]:
+    """An exported GELU, x * (erf(x / sqrt 2) + 1) / 2 (the scale as a Mul or a Div, the half before or
+    after): MNN's converter makes one unary op of it, the chain's last node's kernel (the rest join
+    `hidden`)."""
+    users = _users(nodes)
+    out: dict[str, Kernel] = {}
+    for erf in nodes:
+        scale = producer.get(erf.inputs[0]) if erf.op_type == "Erf" and erf.inputs else None
+        if scale is None or scale.op_type not in ("Mul", "Div") or not any(scale.constant_inputs):
+            continue
+        x = scale.inputs[0]
+        chain = [scale, erf]
+        while chain[-1].outputs and len(users.get(chain[-1].outputs[0], [])) == 1 and len(chain) < 5:
+            nxt = users[chain[-1].outputs[0]][0]
+            if nxt.op_type not in ("Add", "Mul") or (nxt.op_type == "Mul" and len(chain) > 4):
+                break
+            chain.append(nxt)
+        times_x = [i for i, n in enumerate(chain) if n.op_type == "Mul" and x in n.inputs and i > 1]
+        if len(chain) < 4 or not times_x or any(consumers.get(n.outputs[0], 0) != 1 for n in chain[:-1]):
+            continue
+        hidden.update(n.name for n in chain[:-1])
+        out[chain[-1].name] = _fused_kernel("UnaryOp", scale, (0,), chain[-1])
+    return out
 
 
 def _chain_back(producer: dict[str, NodeCost], tensor: str, *steps: tuple[str, ...]) -> list[NodeCost] | None:
@@ -610,14 +824,19 @@ def _bias_data_input(add: NodeCost) -> int | None:
     return 1 if const[0] else 0
 
 
-def _fuses_bias(head: NodeCost) -> bool:
-    """A constant Add after a convolution, a Gemm or a 2-D MatMul becomes the kernel's bias (onnxruntime's
-    MatMulAddFusion makes a Gemm of the 2-D MatMul; MNN's converter folds it); after a batched MatMul it
-    stays a kernel of its own."""
+def _fuses_bias(head: NodeCost, runtime: str, static: bool) -> bool:
+    """A constant Add after a convolution, a Gemm or a MatMul of constant 2-D weights becomes the kernel's
+    bias (onnxruntime's MatMulAddFusion makes a Gemm of the MatMul, beyond two dimensions only when the
+    model declares its shapes, reshaping to two and back; MNN's converter makes a 1x1 convolution of it);
+    after a product of two activations it stays a kernel of its own."""
     if head.op_type != "MatMul":
         return True
+    const = list(head.constant_inputs) + [False] * 2
+    w = head.input_shapes[1] if len(head.input_shapes) > 1 else None
     out = head.output_shapes[0] if head.output_shapes else None
-    return out is not None and len(out) == 2
+    if not const[1] or w is None or len(w) != 2 or out is None:
+        return False
+    return len(out) == 2 or runtime != "onnxruntime" or static
 
 
 def _fuses_activation(head: NodeCost, act: NodeCost, runtime: str) -> bool:

@@ -1,0 +1,84 @@
+"""The kernels a model's graph is predicted to run are those the real runtimes run: the built-in encoder and
+the fused-op kernel samples profiled with the real onnxruntime and MNN (one `edgebench run` of `profile`
+jobs on local), counted per kind against `kernels.graph_kernels`.
+
+What the fusions are: onnxruntime runs a residual Add and its LayerNormalization as one
+SkipLayerNormalization, a MatMul of constant weights and its bias as one Gemm (reshaping more than two
+dimensions around it), a MatMul and the scalar scale after it as one FusedMatMul; MNN runs an exported
+erf-GELU (five nodes) as one unary op. A predictor that counted the nodes instead charges a kernel per node.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from edgebench.analysis.cost import analyze
+from edgebench.analysis.kernel_predict import profiled_runs
+from edgebench.analysis.kernels import graph_kernels
+from edgebench.models.refs import resolve_model
+from edgebench.results.store import Store
+from edgebench.testing.cli import edgebench
+from tests.integration.kernel_profiles import ocr_models
+
+pytestmark = pytest.mark.integration
+
+MODELS = ["builtin:encoder", "builtin:kernel:skipnorm,s=64,d=256", "builtin:kernel:gelu,s=64,d=256"]
+# PP-OCRv4's recognizer on onnxruntime: LayerNorms exported as their parts, sigmoid GELUs, and MatMuls whose
+# bias stays an Add (the model's shapes are dynamic, so onnxruntime cannot reshape them into a Gemm)
+REC, REC_SHAPE = "ch_PP-OCRv4_rec_infer", [1, 3, 48, 160]
+# the kinds both sides must agree on (copies are not: onnxruntime splits and merges Slices and Concats,
+# MNN adds Raster copies around its MatMuls, which no graph node stands for)
+KINDS = {
+    "onnxruntime": ("gemm", "matmul", "norm", "softmax", "elementwise"),
+    "mnn": ("gemm", "norm", "softmax", "elementwise"),
+}
+
+
+@pytest.fixture(scope="module")
+def profiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list]:
+    folder = tmp_path_factory.mktemp("fusions")
+    names = json.dumps([resolve_model(m).name for m in MODELS])
+    probes = "".join(
+        f'[[probe]]\nkind = "profile"\nmodels = {names}\n'
+        f'params = {{ threads = 1, runs = 5, warmup = 1, runtime = "{rt}" }}\n'
+        for rt in KINDS
+    )
+    probes += (
+        f'[[probe]]\nkind = "profile"\nmodels = ["{REC}"]\n'
+        f"params = {{ threads = 1, runs = 3, warmup = 1, shapes = {{ x = {REC_SHAPE} }} }}\n"
+    )
+    models = [*MODELS, str(ocr_models()[REC])]
+    suite = folder / "fusions.toml"
+    suite.write_text(f'name = "fusions"\ndevices = ["local"]\nmodels = {json.dumps(models)}\n\n{probes}')
+    res = edgebench("run", suite, "--store", folder / "s.db", cwd=folder)
+    assert res.returncode == 0, res.stderr[-3000:]
+    with Store(folder / "s.db") as s:
+        runs = profiled_runs(s.records())
+    assert len(runs) == len(MODELS) * len(KINDS) + 1, [(r.model, r.runtime) for r in runs]
+    return {rt: [r for r in runs if r.runtime == rt] for rt in KINDS}
+
+
+def kinds_of(kernels, runtime: str) -> Counter:
+    # a Cast the recognizer runs on its shape values is a `shape` kernel on the graph side (the analysis
+    # knows those values), an elementwise one in onnxruntime's profile
+    return Counter(k.kind for k in kernels if k.kind in KINDS[runtime] and k.op_type != "Cast")
+
+
+@pytest.mark.parametrize("runtime", list(KINDS))
+def test_graph_kernels_are_the_kernels_the_runtime_runs(profiles: dict[str, list], runtime: str) -> None:
+    paths = {resolve_model(m).name: resolve_model(m).path for m in MODELS} | {REC: ocr_models()[REC]}
+    for run in profiles[runtime]:
+        cost = analyze(Path(paths[run.model]), {k: list(v) for k, v in json.loads(run.shapes).items()})
+        graph = graph_kernels(cost, runtime, nchwc_block=1)
+        profiled = kinds_of([k for k, _ in run.kernels], runtime)
+        print(runtime, run.model, dict(profiled), sorted(k.op_type for k, _ in run.kernels))
+        assert kinds_of(graph, runtime) == profiled, (run.model, sorted(k.op_type for k, _ in run.kernels))
+    if runtime == "onnxruntime":
+        ops = Counter(k.op_type for r in profiles[runtime] for k, _ in r.kernels)
+        # the fusions this predicts happened: the encoder's two SkipLayerNorms and the sample's, the
+        # recognizer's five LayerNorms and seven QuickGelus
+        assert (ops["SkipLayerNormalization"], ops["LayerNormalization"], ops["QuickGelu"]) == (3, 5, 7), ops
