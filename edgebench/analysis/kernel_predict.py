@@ -138,9 +138,18 @@ def memory_curve(records: Iterable[Record], device: str, threads: int | None) ->
     levels, curve, run = hierarchy_at(mine)
     if not curve:
         return MemoryCurve()
-    return MemoryCurve(
-        tuple((float(s), float(g)) for s, g in curve), run, levels[0].threads if levels else None
-    )
+    sizes = [float(s) for s, _ in curve]
+    gbps = non_increasing([float(g) for _, g in curve])
+    return MemoryCurve(tuple(zip(sizes, gbps, strict=True)), run, levels[0].threads if levels else None)
+
+
+def non_increasing(gbps: Sequence[float]) -> list[float]:
+    """The closest curve (least squares) that never rises with working-set size: a larger working set
+    cannot stream faster from a slower level, so where a sweep's figure rises with size that is a trial
+    slowed by other work at the smaller size (or a lucky one at the larger), and the two are pooled."""
+    from scipy.optimize import isotonic_regression
+
+    return [float(g) for g in isotonic_regression(np.asarray(gbps, float), increasing=False).x]
 
 
 Context = tuple[float, float, float]  # the model's weight bytes, activation traffic, working set
@@ -182,19 +191,29 @@ def _context(kernels: Sequence[Kernel]) -> Context:
     return weights, float(sum(k.bytes for k in kernels)), weights + peak
 
 
-_ORT_CONV_OPS = {"Conv", "FusedConv", "NhwcFusedConv"}
+# onnxruntime ops that run their kind's work at a cost of their own, both in its profiles and as
+# kernels.graph_kernels names them: its 1x1 Conv against its Gemm/MatMul (MNN runs both as one kernel), its
+# SkipLayerNormalization (the residual Add inside) against a LayerNormalization
+_ORT_OP_FAMILY = {"Conv": 1.0, "FusedConv": 1.0, "NhwcFusedConv": 1.0, "SkipLayerNormalization": 2.0}
+
+
+def fit_key(k: Kernel, runtime: str | None) -> str:
+    """What a kernel's linear costs are fitted per: its kind, or its kind and op where the runtime runs
+    that op at a cost of its own (a kind's fit serves the op where it has too few kernels)."""
+    family = _ORT_OP_FAMILY.get(k.op_type, 0.0) if runtime != "mnn" else 0.0
+    return f"{k.kind}/{k.op_type}" if family >= 2 else k.kind
 
 
 def _shape_row(k: Kernel, linear_ms: float, context: Context, runtime: str | None) -> list[float]:
     """What the non-linear correction sees: the kind (one-hot), the work and bytes, the shape (channels,
     positions, multiply-adds per output: kernel size and depthwise-ness), the model's weights (cache
-    residency) and the linear estimate itself, all on log scales; for onnxruntime also whether a GEMM
-    runs as a convolution (its 1x1 Conv and its Gemm/MatMul are different kernels; MNN runs both as one)."""
+    residency) and the linear estimate itself, all on log scales; for onnxruntime also which of its own
+    op families runs the work (`_ORT_OP_FAMILY`)."""
     onehot = [0.0] * len(KINDS)
     onehot[_KIND_CODE.get(k.kind, len(KINDS) - 1)] = 1.0
     logs = [math.log1p(v) for v in (k.flops, k.bytes, k.weight_bytes, *k.geometry, *context[:2])]
-    conv_op = 1.0 if runtime != "mnn" and k.op_type in _ORT_CONV_OPS else 0.0
-    return [*onehot, *logs, conv_op, math.log(max(linear_ms, MIN_FLOOR_MS))]
+    family = _ORT_OP_FAMILY.get(k.op_type, 0.0) if runtime != "mnn" else 0.0
+    return [*onehot, *logs, family, math.log(max(linear_ms, MIN_FLOOR_MS))]
 
 
 def profiler_cost_ms(runs: Sequence[ProfiledRun]) -> float:
@@ -240,7 +259,7 @@ class KernelCalibration:
     memory: MemoryCurve = MemoryCurve()
 
     def linear_ms(self, k: Kernel, context: Context) -> float:
-        coef = self.per_kind.get(k.kind, self.pooled)
+        coef = self.per_kind.get(fit_key(k, self.runtime), self.per_kind.get(k.kind, self.pooled))
         return float(np.dot(coef, _row(k, context, self.memory)))
 
     def kernel_ms(self, k: Kernel, context: Context | None = None) -> float:
@@ -303,7 +322,7 @@ def calibrate(
     for run in runs:
         context = _context([k for k, _ in run.kernels])
         for k, ms in run.kernels:
-            rows, ys = by_kind[k.kind]
+            rows, ys = by_kind[fit_key(k, run.runtime)]
             rows.append(_row(k, context, memory))
             ys.append(ms)
     all_rows = [row for rows, _ in by_kind.values() for row in rows]
@@ -348,9 +367,12 @@ def cross_validate(
     graphs: Mapping[tuple[str, str], Sequence[Kernel]],
     memory: MemoryCurve = MemoryCurve(),
 ) -> list[HeldOut]:
-    """Leave one model out (at every shape it was profiled at); predict each of its shapes from its graph."""
+    """Leave one model out (at every shape it was profiled at); predict each of its shapes from its graph.
+    Kernel samples are calibration data: always trained on, never held out."""
+    from ..models.kernel_samples import is_kernel_sample
+
     out = []
-    for model in sorted({r.model for r in runs}):
+    for model in sorted({r.model for r in runs if not is_kernel_sample(r.model)}):
         train = [r for r in runs if r.model != model]
         if len({r.model for r in train}) < MIN_MODELS - 1:
             continue
@@ -419,6 +441,14 @@ def predict(
     return KernelPrediction(p50, p50 * bounds[0], p50 * bounds[1], len(held), coverage)
 
 
+def _sample_path(model: str) -> str | None:
+    """A kernel sample's graph, rebuilt from its stored name (samples are generated, never user files)."""
+    from ..models.kernel_samples import sample_key, sample_model
+
+    key = sample_key(model)
+    return str(sample_model(key)[1]) if key else None
+
+
 class TargetPredictor:
     """Kernel-level predictions on every target that has profiles of enough models.
 
@@ -465,7 +495,7 @@ class TargetPredictor:
         block = self.blocks.get(device, 1) if (runtime or "onnxruntime") == "onnxruntime" else 1
         key = (model, shapes, runtime, block)
         if key not in self._graphs:
-            path = self.sources.get(model)
+            path = self.sources.get(model) or _sample_path(model)
             self._graphs[key] = None
             if path is not None and str(path).lower().endswith(".onnx"):
                 from .cost import analyze, load_model
@@ -505,8 +535,14 @@ class TargetPredictor:
         pred = predict(runs, self._graphs_of(target), kernels, self.coverage, held=held, memory=memory)
         if pred is None:
             return None
-        threads = runs[0].threads
-        method = f"{METHOD}, {len({r.model for r in runs})} profiled models at {threads or 'default'} threads"
+        from ..models.kernel_samples import is_kernel_sample
+
+        names = {r.model for r in runs}
+        samples = sum(1 for m in names if is_kernel_sample(m))
+        profiled = f"{len(names) - samples} profiled models" + (
+            f" and {samples} kernel samples" if samples else ""
+        )
+        method = f"{METHOD}, {profiled} at {runs[0].threads or 'default'} threads"
         return replace(pred, method=method)
 
 

@@ -1,8 +1,8 @@
 """The per-op profiles the kernel predictor's integration tests share: the built-ins, PP-OCR's det/rec/cls
 from the rapidocr wheel at two input sizes each and silero-vad from its wheel (its If-free export, one
-frame as it streams), profiled by one `edgebench run` of `profile` jobs on `local` (one thread) per
-runtime and test session, with the memory hierarchy swept at that thread count (the tests only read the
-store)."""
+frame as it streams), with the kernel samples of `suites/calibrate.toml`, profiled by one `edgebench run`
+of `profile` jobs on `local` (one thread) per runtime and test session, with the memory hierarchy swept
+at that thread count (the tests only read the store)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from edgebench.models.builtin import BUILTINS, builtin_model
+from edgebench.models.kernel_samples import CALIBRATION, parse_sample, sample_model
 from edgebench.testing.cli import edgebench
 
 # The reference p50 is the profile job's plain runs: at 5 of them it read up to 1.9x the p50 of 30 on this
@@ -58,13 +59,17 @@ def loo_suite(runtime: str, folder: Path) -> tuple[Path, dict[str, Path]]:
     sources: dict[str, Path] = {name: builtin_model(name) for name in BUILTINS}
     sources.update(ocr_models())
     sources.update(wheel_models("silero_vad", "data", SILERO))
+    sources.update(sample_model(key) for key in CALIBRATION)
     probes = [_probe([n for n in BUILTINS if n not in BUILTIN_SHAPES], runtime)]
     probes += [_probe([n], runtime, s) for n, s in BUILTIN_SHAPES.items()]
     probes += [_probe([n], runtime, {"x": dims}) for n in OCR for dims in OCR[n]]
     probes += [_probe([n], runtime, shapes) for n, shapes in SILERO.items()]
+    # the kernel samples calibrate every kernel kind over sizes no model covers alone (never held out)
+    probes.append(_probe([parse_sample(k).name for k in CALIBRATION], runtime))
     # the memory hierarchy at the profiles' thread count: each kernel's bytes are charged at its level
     probes.append(f'[[probe]]\nkind = "bandwidth"\nparams = {{ {SWEEP} }}\n')
     models = [f"builtin:{n}" for n in BUILTINS] + [str(p) for n, p in sources.items() if n not in BUILTINS]
+    models += [f"builtin:{k}" for k in CALIBRATION]
     text = f'name = "loo-{runtime}"\ndevices = ["local"]\nmodels = {json.dumps(models)}\n\n'
     path = folder / f"loo-{runtime}.toml"
     path.write_text(text + "\n".join(probes))
