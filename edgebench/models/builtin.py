@@ -3,7 +3,6 @@ always gives the same bytes (and the same content hash)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import ModelError
-from .cache import models_cache_dir
+from .cache import generated_once
 
 OPSET = 17
 BUILTIN_REVISION = 1  # bump when a builder changes, so caches regenerate
@@ -249,11 +248,4 @@ def builtin_model(name: str, cache_dir: Path | None = None) -> Path:
     if name not in BUILTINS:
         known = ", ".join([*sorted(BUILTINS), "decoder:layers=L,hidden=H,heads=A,vocab=V,ffn=F,dtype=D"])
         raise ModelError(f"unknown built-in model '{name}' (known: {known})")
-    folder = cache_dir or models_cache_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.r{BUILTIN_REVISION}.onnx"
-    if not path.exists():
-        tmp = path.with_name(f".{name}.{os.getpid()}.onnx")
-        onnx.save(BUILTINS[name](), tmp)
-        os.replace(tmp, path)
-    return path
+    return generated_once(cache_dir, f"{name}.r{BUILTIN_REVISION}.onnx", BUILTINS[name])

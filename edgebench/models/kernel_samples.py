@@ -14,7 +14,6 @@ the predictor fits on samples but never holds one out as a model to predict.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import ModelError
-from .cache import models_cache_dir
+from .cache import generated_once
 
 SAMPLE_PREFIX = "kernel-"
 SAMPLE_REVISION = 2  # bump when a builder changes, so caches regenerate
@@ -285,14 +284,7 @@ def sample_key(name: str) -> str | None:
 def sample_model(key: str, cache_dir: Path | None = None) -> tuple[str, Path]:
     """(identity, path) of the sample `key` ("kernel:OP,..."), written once into the cache."""
     sample = parse_sample(key)
-    folder = cache_dir or models_cache_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{sample.name}.r{SAMPLE_REVISION}.onnx"
-    if not path.exists():
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        onnx.save(sample.build(), tmp)
-        os.replace(tmp, path)
-    return sample.name, path
+    return sample.name, generated_once(cache_dir, f"{sample.name}.r{SAMPLE_REVISION}.onnx", sample.build)
 
 
 # The default grid, a handful per kind over sizes from L1/L2-resident to DRAM-sized (weights of 0.1 to
