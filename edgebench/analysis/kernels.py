@@ -491,7 +491,6 @@ def graph_kernels(cost: ModelCost, runtime: str = "onnxruntime", nchwc_block: in
         fused.update(_erf_gelus(nodes, consumers, producer, hidden))
     if runtime == "onnxruntime":
         fused.update(_quick_gelus(nodes, producer, hidden))
-    if runtime == "onnxruntime":
         fused.update(_skip_layer_norms(nodes, consumers, producer, absorbed))
         absorbed.update(_matmul_scales(nodes, consumers, producer))
     out = [
@@ -831,12 +830,14 @@ def _fuses_bias(head: NodeCost, runtime: str, static: bool) -> bool:
     after a product of two activations it stays a kernel of its own."""
     if head.op_type != "MatMul":
         return True
+    out = head.output_shapes[0] if head.output_shapes else None
+    if out is not None and len(out) == 2:
+        return True
     const = list(head.constant_inputs) + [False] * 2
     w = head.input_shapes[1] if len(head.input_shapes) > 1 else None
-    out = head.output_shapes[0] if head.output_shapes else None
     if not const[1] or w is None or len(w) != 2 or out is None:
         return False
-    return len(out) == 2 or runtime != "onnxruntime" or static
+    return runtime != "onnxruntime" or static
 
 
 def _fuses_activation(head: NodeCost, act: NodeCost, runtime: str) -> bool:
