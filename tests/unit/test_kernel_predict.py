@@ -594,3 +594,15 @@ def test_the_memory_curve_is_the_devices_sweep_at_no_more_threads_than_the_profi
     assert kp.memory_curve(records, "pc", 2).run_id == "two"  # the most threads up to the profiles'
     assert kp.memory_curve(records, "board", 4).points == ((MIB, 7.0),)
     assert kp.memory_curve(records, "phone", 1) == kp.MemoryCurve()  # never swept: plain bytes
+
+
+def test_the_sweep_is_made_non_increasing_before_bytes_are_charged_at_it() -> None:
+    """A figure rising with working-set size is a disturbed trial: pooled with its neighbour (least squares),
+    a curve that already falls is left as it is."""
+    assert kp.non_increasing([30.0, 20.0, 8.0]) == [30.0, 20.0, 8.0]
+    assert kp.non_increasing([30.0, 20.0, 5.0, 9.0]) == pytest.approx([30.0, 20.0, 7.0, 7.0])
+    curve = kp.memory_curve(
+        list(sweep("one", "pc", 1, [(MIB, 30.0), (32 * MIB, 5.0), (128 * MIB, 9.0)])), "pc", 1
+    )
+    assert [s for s, _ in curve.points] == [MIB, 32 * MIB, 128 * MIB]
+    assert [g for _, g in curve.points] == pytest.approx([30.0, 7.0, 7.0])
