@@ -178,22 +178,59 @@ def run_profile(task: dict) -> tuple[dict, list[str]]:
         "inputs": describe(feeds),
     }
     plain = session.prepare(feeds)
+    beside = _speed_references(task, warnings)
     try:
         if runtime == "mnn":
-            latencies, result["mnn"] = _mnn_callback_profile(session, plain, warmup, runs)
+            latencies, result["mnn"] = _mnn_callback_profile(session, plain, warmup, runs, beside)
         else:
-            latencies, result["ort"] = _ort_profile(task, plain, feeds, warmup, runs)
+            latencies, result["ort"] = _ort_profile(task, plain, feeds, warmup, runs, beside)
     except TaskError:
         raise
     except Exception as exc:  # noqa: BLE001 - the runtime's own errors carry the reason
         raise TaskError("model", f"inference failed while profiling: {_first_line(exc)}") from None
     result["latencies_ms"] = latencies
+    if beside is not None:
+        result["speed_references_ms"] = beside.times
     result["self_check"] = check_outputs(session.runtime, session, plain, feeds, pristine)
     return result, warnings
 
 
-def _alternate(plain: Any, instrumented: Any, warmup: int, runs: int) -> list[float]:
+class SpeedReferences:
+    """Fixed models timed once per round beside a profiled model's plain runs: how fast the device ran
+    while the model was measured, so profiles taken at different moments can be put on one scale."""
+
+    def __init__(self, steps: dict[str, Any]) -> None:
+        self.steps = steps
+        self.times: dict[str, list[float]] = {path: [] for path in steps}
+
+    def __call__(self, timed: bool = True) -> None:
+        clock = time.perf_counter_ns
+        for path, step in self.steps.items():
+            refresher(step)()
+            t0 = clock()
+            step()
+            if timed:
+                self.times[path].append((clock() - t0) / 1e6)
+
+
+def _speed_references(task: dict, warnings: list[str]) -> SpeedReferences | None:
+    """The task's speed references opened in its runtime at its threads (None when it names none)."""
+    paths = task.get("speed_references") or []
+    if not paths:
+        return None
+    steps = {}
+    for path in paths:
+        session = _open(task, path)
+        feeds = make_inputs(session.inputs, {}, int(task.get("seed", 0)), None, warnings)
+        steps[path] = session.prepare(feeds)
+    return SpeedReferences(steps)
+
+
+def _alternate(
+    plain: Any, instrumented: Any, warmup: int, runs: int, beside: SpeedReferences | None = None
+) -> list[float]:
     """Warm both up, then alternate one plain (timed) and one instrumented run; returns the plain times.
+    `beside`, where given, is timed once per round too (after the plain run, outside its timer).
 
     Each run is preceded by its step's refresh (outside the timer): the inputs are the inputs every time.
     """
@@ -203,6 +240,8 @@ def _alternate(plain: Any, instrumented: Any, warmup: int, runs: int) -> list[fl
         plain()
         refresh_instrumented()
         instrumented()
+        if beside is not None:
+            beside(timed=False)
     clock = time.perf_counter_ns
     samples = []
     for _ in range(runs):
@@ -212,18 +251,25 @@ def _alternate(plain: Any, instrumented: Any, warmup: int, runs: int) -> list[fl
         t0 = clock()
         plain()
         samples.append((clock() - t0) / 1e6)
+        if beside is not None:
+            beside()
     return samples
 
 
 def _ort_profile(
-    task: dict, plain: Any, feeds: dict[str, Any], warmup: int, runs: int
+    task: dict,
+    plain: Any,
+    feeds: dict[str, Any],
+    warmup: int,
+    runs: int,
+    beside: SpeedReferences | None = None,
 ) -> tuple[list[float], dict[str, Any]]:
     """Plain runs and profiled runs (a second session); returns plain latencies and the gzipped traces."""
     folder = task["profile_dir"]
     os.makedirs(folder, exist_ok=True)
     token = task.get("token", str(os.getpid()))
     profiled = _open(task, profile_prefix=os.path.join(folder, f"ort-{token}"))
-    latencies = _alternate(plain, profiled.prepare(feeds), warmup, runs)
+    latencies = _alternate(plain, profiled.prepare(feeds), warmup, runs, beside)
     out: dict[str, Any] = {"trace": _gzip(profiled.end_profiling(), folder), "warmup": warmup, "runs": runs}
     calibration = task.get("calibration_model")
     if calibration:
@@ -257,7 +303,7 @@ def _gzip(path: str, folder: str) -> str:
 
 
 def _mnn_callback_profile(
-    session: Any, plain: Any, warmup: int, runs: int
+    session: Any, plain: Any, warmup: int, runs: int, beside: SpeedReferences | None = None
 ) -> tuple[list[float], dict[str, Any]]:
     """Per-op wall times from MNN's begin/end callbacks, per run, with plain runs alternated.
 
@@ -289,7 +335,7 @@ def _mnn_callback_profile(
         counts.append(len(keys) - before)
 
     shapes = _mnn_op_tensors(interp, sess, plain)
-    latencies = _alternate(plain, instrumented, warmup, runs)
+    latencies = _alternate(plain, instrumented, warmup, runs, beside)
     if not keys:
         raise TaskError("model", "MNN ran no ops with callbacks (empty model?)")
     t = np.asarray(stamps, dtype=np.int64).reshape(-1, 2)

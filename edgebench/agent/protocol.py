@@ -114,6 +114,7 @@ class ProfileTask(ModelTask):
     warmup: int = 3
     profile_dir: str = ""
     calibration_model: str | None = None
+    speed_references: list[str] = field(default_factory=list)  # fixed models timed beside the plain runs
     token: str = ""
 
 

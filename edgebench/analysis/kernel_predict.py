@@ -64,6 +64,8 @@ class ProfiledRun:
     shapes: str  # canonical JSON of the input shapes
     latency_ms: float
     kernels: tuple[tuple[Kernel, float], ...]
+    # (reference identity, p50 ms) of the fixed kernels timed beside the plain runs (`speed_reference_ms`)
+    speeds: tuple[tuple[str, float], ...] = ()
 
     @property
     def target(self) -> tuple[str, str | None, int | None]:
@@ -76,7 +78,7 @@ def profiled_runs(records: Iterable[Record]) -> list[ProfiledRun]:
     for r in records:
         if r.probe != "profile" or r.model is None or r.value is None:
             continue
-        if r.metric not in ("op_time_ms", "latency_ms"):
+        if r.metric not in ("op_time_ms", "latency_ms", "speed_reference_ms"):
             continue
         shapes = json.dumps(r.params.get("shapes") or r.annotations.get("input_shapes") or {}, sort_keys=True)
         groups[(r.device, r.runtime, r.params.get("threads"), r.model, shapes, r.run_id)].append(r)
@@ -92,9 +94,38 @@ def profiled_runs(records: Iterable[Record]) -> list[ProfiledRun]:
     ):
         p50 = [r.value for r in recs if r.metric == "latency_ms" and r.params.get("stat") == "p50"]
         kernels = tuple((_record_kernel(r), float(r.value)) for r in recs if r.metric == "op_time_ms")
+        speeds = tuple(
+            sorted(
+                (str(r.params.get("reference")), float(r.value))
+                for r in recs
+                if r.metric == "speed_reference_ms" and r.value > 0
+            )
+        )
         if p50 and kernels and p50[0] > 0:
-            out.append(ProfiledRun(device, runtime, threads, model, shapes, float(p50[0]), kernels))
+            out.append(ProfiledRun(device, runtime, threads, model, shapes, float(p50[0]), kernels, speeds))
     return out
+
+
+def speed_factors(runs: Sequence[ProfiledRun]) -> list[float]:
+    """How slow the device ran during each profile against its usual: per speed reference, the time beside
+    that run over the reference's median over all the runs, the geometric mean over the references (1.0
+    for a run without any: older profiles, or a reference timed beside too few runs to have a median)."""
+    timed: dict[str, list[float]] = defaultdict(list)
+    for r in runs:
+        for ref, ms in r.speeds:
+            timed[ref].append(ms)
+    usual = {ref: float(np.median(v)) for ref, v in timed.items() if len(v) >= MIN_MODELS}
+    factors = []
+    for r in runs:
+        logs = [math.log(ms / usual[ref]) for ref, ms in r.speeds if ref in usual]
+        factors.append(math.exp(float(np.mean(logs))) if logs else 1.0)
+    return factors
+
+
+def at_usual_speed(run: ProfiledRun, factor: float) -> ProfiledRun:
+    """The run's latency and kernel times as they would have been at the device's usual speed."""
+    kernels = tuple((k, ms / factor) for k, ms in run.kernels)
+    return replace(run, latency_ms=run.latency_ms / factor, kernels=kernels)
 
 
 def _record_kernel(r: Record) -> Kernel:
@@ -351,15 +382,23 @@ def calibrate(
 
 @dataclass(frozen=True)
 class HeldOut:
-    """One profiled model predicted from its graph by a calibration that never saw it."""
+    """One profiled model predicted from its graph by a calibration that never saw it: `predicted_ms` at
+    the device's usual speed (as a new model is predicted), `speed` how slow the device ran beside this
+    model's own profile (its speed references against their usual, 1.0 without them)."""
 
     run: ProfiledRun
     predicted_ms: float
+    speed: float = 1.0
 
     @property
     def ratio(self) -> float:
-        """measured / predicted."""
+        """measured / predicted at the usual speed: what a new model's interval must cover."""
         return self.run.latency_ms / self.predicted_ms
+
+    @property
+    def predicted_at_speed_ms(self) -> float:
+        """The prediction at the speed the device ran while this model was measured."""
+        return self.predicted_ms * self.speed
 
 
 def cross_validate(
@@ -368,23 +407,26 @@ def cross_validate(
     memory: MemoryCurve = MemoryCurve(),
 ) -> list[HeldOut]:
     """Leave one model out (at every shape it was profiled at); predict each of its shapes from its graph.
-    Kernel samples are calibration data: always trained on, never held out."""
+    Kernel samples are calibration data: always trained on, never held out. Calibrations are fitted on
+    the profiles put at the device's usual speed (`speed_factors`)."""
     from ..models.kernel_samples import is_kernel_sample
 
+    factors = speed_factors(runs)
+    usual = [at_usual_speed(r, f) for r, f in zip(runs, factors, strict=True)]
     out = []
     for model in sorted({r.model for r in runs if not is_kernel_sample(r.model)}):
-        train = [r for r in runs if r.model != model]
+        train = [r for r in usual if r.model != model]
         if len({r.model for r in train}) < MIN_MODELS - 1:
             continue
         cal = calibrate(train, graphs, memory)
         if cal is None:
             continue
-        for run in runs:
+        for run, factor in zip(runs, factors, strict=True):
             kernels = graphs.get((run.model, run.shapes))
             if run.model == model and kernels is not None:
                 pred = cal.latency_ms(kernels)
                 if pred > 0:
-                    out.append(HeldOut(run, pred))
+                    out.append(HeldOut(run, pred, factor))
     return out
 
 
@@ -424,11 +466,14 @@ def predict(
     held: Sequence[HeldOut] | None = None,
     memory: MemoryCurve = MemoryCurve(),
 ) -> KernelPrediction | None:
-    """p50 latency of a model (its graph `kernels`) on the target the `runs` were profiled on, with an
-    interval from the target's leave-one-model-out residuals (`held`, computed when not given)."""
+    """p50 latency of a model (its graph `kernels`) on the target the `runs` were profiled on, at the
+    device's usual speed, with an interval from the target's leave-one-model-out residuals against the
+    measurements as taken (`held`, computed when not given): a new model is measured at whatever speed
+    the device runs then."""
     if len({r.model for r in runs}) < MIN_MODELS:
         return None
-    cal = calibrate(runs, graphs, memory)
+    usual = [at_usual_speed(r, f) for r, f in zip(runs, speed_factors(runs), strict=True)]
+    cal = calibrate(usual, graphs, memory)
     if cal is None:
         return None
     p50 = cal.latency_ms(kernels)
@@ -560,4 +605,5 @@ __all__ = [
     "predict",
     "profiled_runs",
     "profiler_cost_ms",
+    "speed_factors",
 ]

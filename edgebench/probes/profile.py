@@ -14,7 +14,8 @@ from every op, and reported (`profiler_overhead_us`).
 
 Records: `op_time_ms` (params node, op_type; mean per inference), `op_type_time_ms` (per op type),
 `op_time_total_ms`, `latency_ms` (stat mean/p50, plain runs without instrumentation), `op_time_coverage`
-(sum of op times / p50 latency) and `profiler_overhead_us`.
+(sum of op times / p50 latency), `profiler_overhead_us` and `speed_reference_ms` (p50 of each fixed
+reference kernel timed beside the plain runs, param `reference`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ from .common import job_timeout, push_model_and_inputs, shape_lists
 from .numerics import pull, remote_tmp_dir, remove_remote, runtime_for, scratch_dir
 from .registry import ProfileParams
 
+# Fixed kernels timed once per round beside the plain runs (`speed_reference_ms`): a compute-bound GEMM
+# that lives in cache and a GEMV that streams its 16 MiB of weights from memory. On a shared host one
+# model's p50 moved 20-40% from one process to the next while these moved with it; the predictor puts
+# profiles taken at different moments on one scale with them.
+SPEED_REFERENCES = ("kernel:gemm,m=256,k=256,n=256", "kernel:gemm,m=1,k=2048,n=2048")
 CALIBRATION_NODES = 200
 CALIBRATION_REVISION = 1
 COVERAGE_BAND = (0.7, 1.3)
@@ -185,6 +191,21 @@ def calibration_model() -> Path:
     return path
 
 
+def speed_reference_files(runtime: str) -> dict[str, Path]:
+    """identity -> the file `runtime` loads, for every speed reference."""
+    from ..models.kernel_samples import sample_model
+
+    files = {}
+    for key in SPEED_REFERENCES:
+        identity, path = sample_model(key)
+        if runtime == "mnn":
+            from ..models.convert import onnx_to_mnn
+
+            path = onnx_to_mnn(path)
+        files[identity] = path
+    return files
+
+
 def profile_task(
     params: ProfileParams,
     runtime: str,
@@ -192,6 +213,7 @@ def profile_task(
     remote_inputs: str | None,
     profile_dir: str,
     calibration: str | None,
+    speed_references: list[str] | None = None,
 ) -> ProfileTask:
     return ProfileTask(
         runtime=runtime,
@@ -205,6 +227,7 @@ def profile_task(
         warmup=params.warmup,
         profile_dir=profile_dir,
         calibration_model=calibration,
+        speed_references=list(speed_references or []),
         token=secrets.token_hex(6),
     )
 
@@ -223,13 +246,42 @@ def run_profile(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     calibration = None
     if runtime == "onnxruntime":
         calibration = device.ensure_files([calibration_model()], timeout)[0]
-    task = profile_task(params, runtime, remote_model, remote_inputs, remote_tmp_dir(device), calibration)
+    references = speed_reference_files(runtime)
+    remote_references = device.ensure_files(list(references.values()), timeout)
+    task = profile_task(
+        params, runtime, remote_model, remote_inputs, remote_tmp_dir(device), calibration, remote_references
+    )
     reply = device.run_agent(task, timeout)
     if runtime == "mnn":
         profile = mnn_profile(reply.result["mnn"])
     else:
         profile = _pull_ort_profile(device, reply, timeout)
-    return profile_records(ctx, reply, profile)
+    out = profile_records(ctx, reply, profile)
+    named = dict(zip(remote_references, references, strict=True))
+    out.records.extend(speed_reference_records(ctx, reply.result.get("speed_references_ms") or {}, named))
+    return out
+
+
+def speed_reference_records(
+    ctx: RecordContext, times: dict[str, list[float]], identities: dict[str, str]
+) -> list[Any]:
+    """`speed_reference_ms` (p50, param `reference`: the reference's identity) per reference timed."""
+    out = []
+    for remote, samples in times.items():
+        values = [float(v) for v in samples if float(v) > 0]
+        if values and remote in identities:
+            p50 = float(np.median(values))
+            out.append(
+                ctx.record(
+                    "speed_reference_ms",
+                    p50,
+                    "ms",
+                    {"runs": len(values)},
+                    stat="p50",
+                    reference=identities[remote],
+                )
+            )
+    return out
 
 
 # ---- onnxruntime -------------------------------------------------------------------------------------

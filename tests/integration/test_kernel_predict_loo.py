@@ -20,6 +20,8 @@ import pytest
 
 from edgebench.analysis.kernel_predict import HeldOut, TargetPredictor
 from edgebench.models.builtin import BUILTINS
+from edgebench.models.kernel_samples import sample_model
+from edgebench.probes.profile import SPEED_REFERENCES
 from edgebench.results.store import Store
 from tests.integration.kernel_profiles import OCR, SILERO
 
@@ -41,7 +43,20 @@ def held_out_of(store: Path, sources: dict[str, Path], runtime: str) -> list[Hel
     # the kernels' bytes are charged at the bandwidths the suite's sweep measured at the profiles' threads
     memory = predictor.memory[("local", runtime)]
     assert memory.points and memory.threads == 1, memory
+    check_speed_references(predictor.runs[("local", runtime)])
     return predictor.held_out(("local", runtime))
+
+
+def check_speed_references(runs: list) -> None:
+    """Every profile carries both speed references; the cached GEMM's, timed beside every profile, agrees
+    with the same GEMM profiled as a model of its own (a calibration sample) in the same store."""
+    identities = sorted(sample_model(key)[0] for key in SPEED_REFERENCES)
+    assert all(sorted(ref for ref, _ in r.speeds) == identities for r in runs), "a profile lacks a reference"
+    gemm = sample_model(SPEED_REFERENCES[0])[0]
+    beside = float(np.median([ms for r in runs for ref, ms in r.speeds if ref == gemm]))
+    as_model = next(r.latency_ms for r in runs if r.model == gemm)
+    print(f"speed reference {gemm}: median {beside:.3f} ms beside the profiles, {as_model:.3f} ms as a model")
+    assert 0.67 <= beside / as_model <= 1.5, (beside, as_model)
 
 
 @pytest.fixture(scope="module", params=["onnxruntime", "mnn"])
@@ -66,6 +81,14 @@ def test_leave_one_model_out_share_within_10_percent(held_out: list[HeldOut]) ->
         f"{runtime}: {share:.0%} of {len(errors)} held-out p50 predictions within +-10% "
         f"(target {TARGET_SHARE:.0%}), median abs error {median:.1%}"
     )
+    # the same predictions at the speed the device ran beside each model's own profile (its references)
+    at_speed = np.array([h.predicted_at_speed_ms / h.run.latency_ms - 1 for h in held_out])
+    print(
+        f"{runtime} at the speed measured beside each: {np.mean(np.abs(at_speed) <= 0.1):.0%} within +-10%, "
+        f"median abs error {np.median(np.abs(at_speed)):.1%} (speed factors "
+        f"{min(h.speed for h in held_out):.2f}..{max(h.speed for h in held_out):.2f})"
+    )
     # every model at both its sizes was held out and predicted
     assert len(held_out) == len(BUILTINS) + 2 * len(OCR) + len(SILERO)
     assert np.all(np.isfinite(errors)) and median <= FLOOR_MEDIAN_ERROR, (share, median)
+    assert np.all(np.isfinite(at_speed)) and np.median(np.abs(at_speed)) <= FLOOR_MEDIAN_ERROR

@@ -19,6 +19,7 @@ import onnx
 import pytest
 
 from edgebench.models.builtin import build_mlp
+from edgebench.probes.profile import SPEED_REFERENCES
 from edgebench.testing.cli import edgebench
 
 pytestmark = pytest.mark.integration
@@ -195,6 +196,9 @@ def test_accuracy_profile_and_sensitivity_on_every_transport(
             total = sum(r["value"] for r in ops)
             if 0.7 <= total / latency <= 1.3:
                 break
+        # the speed references, pushed through the transport and timed beside the plain runs
+        refs = {r["params"]["reference"]: r["value"] for r in records if r["metric"] == "speed_reference_ms"}
+        assert len(refs) == len(SPEED_REFERENCES) and all(v > 0 for v in refs.values()), (runtime, refs)
         assert 0.4 <= total / latency <= 2.5, (runtime, total, latency)
         assert 0.7 <= total / latency <= 1.3 or "per-op times add up to" in res.stderr, (
             runtime,

@@ -86,6 +86,49 @@ def test_a_new_model_gets_an_interval_that_holds_it(runs: list[kp.ProfiledRun]) 
     assert few is not None and few.low_ms is None
 
 
+def slowed(run: kp.ProfiledRun, factor: float, timed: bool = True) -> kp.ProfiledRun:
+    """The run as a device `factor` times slower than usual measured it, with its speed references
+    (a GEMM of 0.5 ms and a GEMV of 1.7 ms at the usual speed) timed beside it, or not."""
+    kernels = tuple((k, ms * factor) for k, ms in run.kernels)
+    speeds = (("gemm", 0.5 * factor), ("gemv", 1.7 * factor)) if timed else ()
+    return replace(run, latency_ms=run.latency_ms * factor, kernels=kernels, speeds=speeds)
+
+
+def test_profiles_taken_at_different_speeds_are_put_on_one_scale(runs: list[kp.ProfiledRun]) -> None:
+    """Each profile's speed references against their median over the profiles give how slow the device ran
+    beside it; calibrated on the profiles at the usual speed, each held-out model is predicted at the
+    speed its own references saw within the profiler's scatter, where the raw profiles miss by 10-40%."""
+    factors = np.random.default_rng(3).uniform(0.7, 1.4, len(runs))
+    factors /= np.exp(np.median(np.log(factors)))  # the median profile ran at the usual speed
+    disturbed = [slowed(r, f) for r, f in zip(runs, factors, strict=True)]
+    assert kp.speed_factors(disturbed) == pytest.approx(list(factors), rel=1e-3)
+    held = kp.cross_validate(disturbed, graphs_of(disturbed))
+    assert len(held) == len(runs)
+    by_model = {r.model: f for r, f in zip(runs, factors, strict=True)}
+    assert all(h.speed == pytest.approx(by_model[h.run.model], rel=1e-3) for h in held)
+    at_speed = [abs(h.predicted_at_speed_ms / h.run.latency_ms - 1) for h in held]
+    assert max(at_speed) < 0.1, at_speed
+    # the prediction itself is at the usual speed (what a new model gets); its error is the disturbance
+    usual = [abs(h.predicted_ms * by_model[h.run.model] / h.run.latency_ms - 1) for h in held]
+    assert max(usual) < 0.1
+    blind = kp.cross_validate(
+        [slowed(r, f, timed=False) for r, f in zip(runs, factors, strict=True)], graphs_of(runs)
+    )
+    assert max(abs(1 / h.ratio - 1) for h in blind) > 0.2
+    cal = kp.calibrate([kp.at_usual_speed(r, f) for r, f in zip(disturbed, factors, strict=True)])
+    assert cal is not None and cal.per_kind["gemm"][0] == pytest.approx(GEMM_MS_PER_GFLOP, rel=0.1)
+
+
+def test_a_profile_without_speed_references_counts_as_usual_speed(runs: list[kp.ProfiledRun]) -> None:
+    """Older profiles (no references) and a reference timed beside too few profiles for a median: 1.0."""
+    mixed = [slowed(r, 1.3) for r in runs[:2]] + runs[2:]
+    assert kp.speed_factors(mixed) == [1.0] * len(runs)
+    assert kp.speed_factors([slowed(r, 1.3) for r in runs[:3]] + runs[3:])[:3] == pytest.approx([1.0] * 3)
+    # three at twice the usual, four at it: the usual is the median, the four's speed
+    timed = [slowed(r, 2.0) for r in runs[:3]] + [slowed(r, 1.0) for r in runs[3:7]] + runs[7:]
+    assert kp.speed_factors(timed) == pytest.approx([2.0] * 3 + [1.0] * (len(runs) - 3))
+
+
 PROFILER_MS = 0.08  # the synthetic profiler's cost per kernel (onnxruntime's is about a microsecond)
 
 
