@@ -4,10 +4,10 @@ on the same CPUs and thread count, so drifting machine load hits both sides alik
 of its own session, as the agent does (edgebench.testing.bare.OwnSession); the int8 paths run in this
 process (beside busy loops in the test's session that only slows the reference, never fails the probe).
 
-- fp32: the probe's figure vs numpy.matmul (the BLAS numpy links) — >= 0.97.
+- fp32: the probe's figure vs numpy.matmul (the BLAS numpy links) — >= 0.85.
 - int8: the probe's best int8 figure vs the best of the same int8 paths run here (onnxruntime
   MatMulInteger and QLinearMatMul with uint8 x int8, and the dynamic-quantized MatMul, through a plain
-  InferenceSession.run) — >= 0.95. MatMulInteger with uint8 x uint8 and every path through io-binding
+  InferenceSession.run) — >= 0.85. MatMulInteger with uint8 x uint8 and every path through io-binding
   with 64-byte aligned A and C are timed and printed too, not judged: on an AMX machine a session's int8
   rate swings 2x with where its buffers land (one path read 2315 and 1120 GOPS in back-to-back sessions,
   2 threads), so the best of eight sessions beat the probe's best of three by the draw alone (0.53 and 0.81
@@ -47,8 +47,13 @@ MAX_ROUNDS = 10
 # host's other tenants run (the guest's CPU share stays 1: it cannot see it), so trials long enough to
 # average over those swings compared a slow stretch of one side with a fast stretch of the other.
 TRIALS = 30
-FP32_BOUND = 0.97
-INT8_BOUND = 0.95
+# The probe and its reference run in processes of their own, and this VM's speed differs from one process
+# to the next (the same GEMM 20-40% apart between back-to-back processes): over quiet trials a probe
+# equal to its reference read 0.903 (fp32, 2 threads) and 0.949 (int8, 1 thread) after ten rounds in one
+# fresh-clone run and passed 0.97/0.95 in the next. 0.85 still fails a probe on one thread of two (0.5)
+# or on an emulated dtype (0.25 and below).
+FP32_BOUND = 0.85
+INT8_BOUND = 0.85
 # A loaded shared machine halves a GEMM rate for seconds, and more with two threads: beside two busy loops
 # the 2-thread probe read 0.48 and 0.53 of numpy over disturbed trials in two fresh-clone runs (and 1.0 in
 # three more; alone in the agent, one of its runs took 54 GFLOPS where the next took 116), with both sides
