@@ -235,14 +235,30 @@ def fit_key(k: Kernel, runtime: str | None) -> str:
     return f"{k.kind}/{k.op_type}" if family >= 2 else k.kind
 
 
-def _shape_row(k: Kernel, linear_ms: float, context: Context, runtime: str | None) -> list[float]:
+def repeats_before(kernels: Sequence[Kernel]) -> list[int]:
+    """For each kernel, how many kernels of the same work (op, FLOPs, bytes, weights) came before it in
+    its model: the same kernel run again runs warm (its code and scratch just used), 5-25% faster on
+    onnxruntime here, up to 4x for small convolutions, while a kernel sample runs every kernel once."""
+    seen: dict[tuple, int] = defaultdict(int)
+    out = []
+    for k in kernels:
+        key = (k.op_type, k.kind, k.flops, k.bytes, k.weight_bytes)
+        out.append(seen[key])
+        seen[key] += 1
+    return out
+
+
+def _shape_row(
+    k: Kernel, linear_ms: float, context: Context, runtime: str | None, repeat: int = 0
+) -> list[float]:
     """What the non-linear correction sees: the kind (one-hot), the work and bytes, the shape (channels,
     positions, multiply-adds per output: kernel size and depthwise-ness), the model's weights (cache
-    residency) and the linear estimate itself, all on log scales; for onnxruntime also which of its own
-    op families runs the work (`_ORT_OP_FAMILY`)."""
+    residency), how many kernels of the same work ran before it in the model (`repeats_before`) and the
+    linear estimate itself, all on log scales; for onnxruntime also which of its own op families runs the
+    work (`_ORT_OP_FAMILY`)."""
     onehot = [0.0] * len(KINDS)
     onehot[_KIND_CODE.get(k.kind, len(KINDS) - 1)] = 1.0
-    logs = [math.log1p(v) for v in (k.flops, k.bytes, k.weight_bytes, *k.geometry, *context[:2])]
+    logs = [math.log1p(v) for v in (k.flops, k.bytes, k.weight_bytes, *k.geometry, *context[:2], repeat)]
     family = _ORT_OP_FAMILY.get(k.op_type, 0.0) if runtime != "mnn" else 0.0
     return [*onehot, *logs, family, math.log(max(linear_ms, MIN_FLOOR_MS))]
 
@@ -309,8 +325,12 @@ class KernelCalibration:
         linear = [self.linear_ms(k, context) for k in kernels]
         if self.correction is None or not kernels:
             return linear
+        repeats = repeats_before(kernels)
         rows = np.asarray(
-            [_shape_row(k, ms, context, self.runtime) for k, ms in zip(kernels, linear, strict=True)]
+            [
+                _shape_row(k, ms, context, self.runtime, n)
+                for k, ms, n in zip(kernels, linear, repeats, strict=True)
+            ]
         )
         factor = np.exp(self.correction.predict(rows))
         return [float(max(ms, MIN_FLOOR_MS) * f) for ms, f in zip(linear, factor, strict=True)]
@@ -329,11 +349,11 @@ def _fit_correction(runs: Sequence[ProfiledRun], partial: KernelCalibration) -> 
     for run in runs:
         kernels = [k for k, _ in run.kernels]
         context = _context(kernels)
-        for k, ms in run.kernels:
+        for (k, ms), repeat in zip(run.kernels, repeats_before(kernels), strict=True):
             if ms <= 0:
                 continue
             linear = partial.linear_ms(k, context)
-            rows.append(_shape_row(k, linear, context, partial.runtime))
+            rows.append(_shape_row(k, linear, context, partial.runtime, repeat))
             target.append(math.log(ms / max(linear, MIN_FLOOR_MS)))
     if len(rows) < 20:
         return None
