@@ -37,6 +37,42 @@ def test_each_reference_is_timed_once_per_measured_round_and_not_in_the_warm_up(
         assert 0.2 <= float(np.median(times)) / bare <= 5.0, (path, times, bare)
 
 
+class Evicting:
+    """A plain run whose model evicts what the reference had cached: the reference's next call is slow."""
+
+    def __init__(self) -> None:
+        self.evicted = False
+
+    def __call__(self) -> None:
+        self.evicted = True
+
+
+class Cacheable:
+    """A reference that takes 20 ms when the model just run evicted it, and no time when warm."""
+
+    def __init__(self, model: Evicting) -> None:
+        self.model, self.calls = model, 0
+
+    def __call__(self) -> None:
+        self.calls += 1
+        if self.model.evicted:
+            self.model.evicted = False
+            time.sleep(0.02)
+
+
+def test_each_reference_is_timed_warm_not_as_the_model_left_the_caches() -> None:
+    """The reference's time says how fast the device runs, not how much of the caches the model used:
+    it runs once untimed after each plain run, then is timed."""
+    from edgebench.agent.numerics import SpeedReferences
+
+    plain = Evicting()
+    reference = Cacheable(plain)
+    beside = SpeedReferences({"gemm": reference})
+    _alternate(plain, Counted(), warmup=1, runs=4, beside=beside)
+    assert len(beside.times["gemm"]) == 4 and reference.calls == 2 * 5
+    assert max(beside.times["gemm"]) < 10.0, beside.times
+
+
 def bare_ms(path: str, runs: int = 5) -> float:
     """The median of a plain InferenceSession.run loop over the model, one thread, random inputs."""
     import onnxruntime as ort
