@@ -718,3 +718,96 @@ def test_the_sweep_is_made_non_increasing_before_bytes_are_charged_at_it() -> No
     )
     assert [s for s, _ in curve.points] == [MIB, 32 * MIB, 128 * MIB]
     assert [g for _, g in curve.points] == pytest.approx([30.0, 7.0, 7.0])
+
+
+def odd_channels_model():
+    """Conv 3->8 (reads NCHW), Conv 8->24 (few input channels: plain input), depthwise 24, Conv 24->40
+    (a blocked input): channel counts no NCHWc block of 8 or 16 divides."""
+    inits: list = []
+    nodes = []
+    prev = "x"
+    for i, (cin, cout, group) in enumerate([(3, 8, 1), (8, 24, 1), (24, 24, 24), (24, 40, 1)]):
+        _conv_node(inits, prev, cin, cout, f"c{i}", group)
+        nodes.append(
+            helper.make_node(
+                "Conv", [prev, f"c{i}_w"], [f"c{i}"], name=f"c{i}", pads=[1, 1, 1, 1], group=group
+            )
+        )
+        prev = f"c{i}"
+    graph = helper.make_graph(
+        nodes,
+        "odd",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 20, 20])],
+        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [1, 40, 20, 20])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def ort_profiled_kernels(path, feeds: dict, folder) -> list[Kernel]:
+    """The kernels of one inference as the profile probe reads them from onnxruntime's own profile."""
+    import json
+
+    import onnxruntime as ort
+
+    from edgebench.probes.profile import ProfilerOverhead, ort_profile
+
+    opts = ort.SessionOptions()
+    opts.enable_profiling = True
+    opts.profile_file_prefix = str(folder / "ort")
+    opts.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    session.run(None, feeds)
+    with open(session.end_profiling()) as fh:
+        events = json.load(fh)
+    ops = ort_profile(events, 1, ProfilerOverhead(0.0, 0.0)).ops
+    return [
+        profile_kernel(
+            o.op_type,
+            o.inputs,
+            o.outputs,
+            parameter_bytes=o.parameter_bytes,
+            activation_bytes=o.activation_bytes,
+            name=o.node,
+        )
+        for o in ops
+    ]
+
+
+@pytest.mark.parametrize("which", ["odd_channels", "ppocr_cls"])
+def test_nchwc_convolutions_are_counted_at_the_channels_onnxruntime_pads_them_to(
+    tmp_path, which: str
+) -> None:
+    """The reference: the convolutions of onnxruntime's own profile, whose NCHWc kernels run (and report)
+    their channels padded up to the block (PP-OCR's classifier: its first 3x3, 8 channels out, ran with
+    16 and twice its graph's FLOPs). The graph's convolutions get the same FLOPs and weights."""
+    import onnx
+
+    from edgebench.agent.info import fingerprint
+    from edgebench.analysis.cost import load_model
+
+    if which == "odd_channels":
+        path = tmp_path / "odd.onnx"
+        onnx.save(odd_channels_model(), path)
+        x = np.ones((1, 3, 20, 20), np.float32)
+    else:
+        path = wheel_cls_model()
+        x = np.ones((1, 3, 48, 192), np.float32)
+    block = nchwc_block(fingerprint())
+    if block == 1:
+        pytest.skip("this machine runs no NCHWc kernels")
+    convs = ("conv", "conv_dw", "gemm")
+
+    def features(kernels: list[Kernel]) -> list[tuple[float, float]]:
+        return sorted((k.flops, round(k.weight_bytes / 4)) for k in kernels if k.kind in convs and k.flops)
+
+    ran = features(ort_profiled_kernels(path, {"x": x}, tmp_path))
+    cost = analyze(load_model(str(path)), {"x": list(x.shape)})
+    predicted = features(graph_kernels(cost, nchwc_block=block))
+    assert [f for f, _ in predicted] == [f for f, _ in ran]
+    # weights: padded with the channels (the bias too; a profile may count a packed weight's own padding)
+    assert all(abs(w - v) <= 0.05 * v + 64 for (_, w), (_, v) in zip(predicted, ran, strict=True))
+    plain = features(graph_kernels(cost, nchwc_block=1))
+    assert sum(f for f, _ in plain) < sum(f for f, _ in predicted)  # the padding is real work
