@@ -116,7 +116,10 @@ def test_sweep_respects_budget_and_memory() -> None:
 def test_measure_calibrates_calls_per_trial() -> None:
     policy = agent_mm.MatmulPolicy(trials=3, warmup_seconds=0.01, min_trial_seconds=0.02)
     trials, cpu, calls, warm = agent_mm.measure(lambda: time.sleep(0.002), policy)
-    assert len(trials) == 3 == len(cpu) and calls >= 5 and warm >= 1
+    assert len(trials) == 3 == len(cpu) and warm >= 1
+    # calls grow until a trial lasts min_trial_seconds: 10 of 2 ms on a quiet host, 2 where a busy one
+    # made each 2 ms sleep last 12 ms
+    assert calls >= 2 and calls * max(trials) >= 0.9 * 20.0, (calls, trials)
     assert all(1.5 < t < 50 for t in trials)  # per-call ms
     assert all(c < t / 2 for c, t in zip(cpu, trials, strict=True))  # sleeping is not CPU time
     _, busy_cpu, _, _ = agent_mm.measure(lambda: sum(range(20000)), policy)
