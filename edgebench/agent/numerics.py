@@ -165,6 +165,7 @@ def run_profile(task: dict) -> tuple[dict, list[str]]:
     affinity, _ = import_then_pin(task)
     runtime = task.get("runtime", "onnxruntime")
     warmup, runs = int(task.get("warmup", 3)), max(1, int(task.get("runs", 20)))
+    min_seconds = float(task.get("min_seconds", 0.0))
     session = _open(task)
     feeds = _inputs(task, session, warnings)
     pristine = pristine_copy(feeds)
@@ -180,24 +181,35 @@ def run_profile(task: dict) -> tuple[dict, list[str]]:
     plain = session.prepare(feeds)
     beside = _speed_references(task, warnings)
     try:
+        if beside is not None:
+            beside.block()
         if runtime == "mnn":
-            latencies, result["mnn"] = _mnn_callback_profile(session, plain, warmup, runs, beside)
+            latencies, result["mnn"] = _mnn_callback_profile(session, plain, warmup, runs, min_seconds)
         else:
-            latencies, result["ort"] = _ort_profile(task, plain, feeds, warmup, runs, beside)
+            latencies, result["ort"] = _ort_profile(task, plain, feeds, warmup, runs, min_seconds)
+        if beside is not None:
+            beside.block()
     except TaskError:
         raise
     except Exception as exc:  # noqa: BLE001 - the runtime's own errors carry the reason
         raise TaskError("model", f"inference failed while profiling: {_first_line(exc)}") from None
     result["latencies_ms"] = latencies
+    result["runs"] = len(latencies)
     if beside is not None:
         result["speed_references_ms"] = beside.times
     result["self_check"] = check_outputs(session.runtime, session, plain, feeds, pristine)
     return result, warnings
 
 
+REFERENCE_ROUNDS = 10  # timed rounds of the speed references right before and right after a profile
+
+
 class SpeedReferences:
-    """Fixed models timed once per round beside a profiled model's plain runs: how fast the device ran
-    while the model was measured, so profiles taken at different moments can be put on one scale."""
+    """Fixed models timed in a block right before and one right after a profiled model's rounds: how fast
+    the device ran while the model was measured, so profiles taken at different moments can be put on one
+    scale. Never between the model's runs: after the 16 MiB GEMV a 0.046 ms model read 0.081 ms even with
+    one untimed run between (0.059 ms with three), so a reference inside the rounds slows what it should
+    only observe."""
 
     def __init__(self, steps: dict[str, Any]) -> None:
         self.steps = steps
@@ -218,6 +230,10 @@ class SpeedReferences:
             if timed:
                 self.times[path].append((clock() - t0) / 1e6)
 
+    def block(self, rounds: int = REFERENCE_ROUNDS) -> None:
+        for _ in range(rounds):
+            self()
+
 
 def _speed_references(task: dict, warnings: list[str]) -> SpeedReferences | None:
     """The task's speed references opened in its runtime at its threads (None when it names none)."""
@@ -232,11 +248,19 @@ def _speed_references(task: dict, warnings: list[str]) -> SpeedReferences | None
     return SpeedReferences(steps)
 
 
+MAX_ROUNDS = 2000  # what `min_seconds` may stretch a profile to: traces stay tens of MB at most
+
+
 def _alternate(
-    plain: Any, instrumented: Any, warmup: int, runs: int, beside: SpeedReferences | None = None
+    plain: Any, instrumented: Any, warmup: int, runs: int, min_seconds: float = 0.0
 ) -> list[float]:
-    """Warm both up, then alternate one plain (timed) and one instrumented run; returns the plain times.
-    `beside`, where given, is timed once per round too (after the plain run, outside its timer).
+    """Warm both up, then alternate one instrumented and one plain (timed) run; returns the plain times.
+
+    At least `runs` rounds, and more until the measured rounds have lasted `min_seconds` (up to
+    MAX_ROUNDS): a shared device's speed moves from one fraction of a second to the next (20 runs of a
+    0.02 ms kernel, 0.4 ms in all, read anywhere in a 2x band over ten seconds here, while the median over
+    those ten seconds came back within 5% in a new process), so a p50 stands for the device only when its
+    runs are spread over a window that long.
 
     Each run is preceded by its step's refresh (outside the timer): the inputs are the inputs every time.
     """
@@ -246,19 +270,18 @@ def _alternate(
         plain()
         refresh_instrumented()
         instrumented()
-        if beside is not None:
-            beside(timed=False)
     clock = time.perf_counter_ns
-    samples = []
-    for _ in range(runs):
+    samples: list[float] = []
+    start = clock()
+    while len(samples) < runs or (
+        clock() - start < min_seconds * 1e9 and len(samples) < max(runs, MAX_ROUNDS)
+    ):
         refresh_instrumented()
         instrumented()
         refresh_plain()
         t0 = clock()
         plain()
         samples.append((clock() - t0) / 1e6)
-        if beside is not None:
-            beside()
     return samples
 
 
@@ -268,15 +291,16 @@ def _ort_profile(
     feeds: dict[str, Any],
     warmup: int,
     runs: int,
-    beside: SpeedReferences | None = None,
+    min_seconds: float = 0.0,
 ) -> tuple[list[float], dict[str, Any]]:
     """Plain runs and profiled runs (a second session); returns plain latencies and the gzipped traces."""
     folder = task["profile_dir"]
     os.makedirs(folder, exist_ok=True)
     token = task.get("token", str(os.getpid()))
     profiled = _open(task, profile_prefix=os.path.join(folder, f"ort-{token}"))
-    latencies = _alternate(plain, profiled.prepare(feeds), warmup, runs, beside)
-    out: dict[str, Any] = {"trace": _gzip(profiled.end_profiling(), folder), "warmup": warmup, "runs": runs}
+    latencies = _alternate(plain, profiled.prepare(feeds), warmup, runs, min_seconds)
+    trace = _gzip(profiled.end_profiling(), folder)
+    out: dict[str, Any] = {"trace": trace, "warmup": warmup, "runs": len(latencies)}
     calibration = task.get("calibration_model")
     if calibration:
         out["calibration"] = _ort_calibration(task, calibration, folder, token, warmup, runs)
@@ -309,7 +333,11 @@ def _gzip(path: str, folder: str) -> str:
 
 
 def _mnn_callback_profile(
-    session: Any, plain: Any, warmup: int, runs: int, beside: SpeedReferences | None = None
+    session: Any,
+    plain: Any,
+    warmup: int,
+    runs: int,
+    min_seconds: float = 0.0,
 ) -> tuple[list[float], dict[str, Any]]:
     """Per-op wall times from MNN's begin/end callbacks, per run, with plain runs alternated.
 
@@ -341,7 +369,7 @@ def _mnn_callback_profile(
         counts.append(len(keys) - before)
 
     shapes = _mnn_op_tensors(interp, sess, plain)
-    latencies = _alternate(plain, instrumented, warmup, runs, beside)
+    latencies = _alternate(plain, instrumented, warmup, runs, min_seconds)
     if not keys:
         raise TaskError("model", "MNN ran no ops with callbacks (empty model?)")
     t = np.asarray(stamps, dtype=np.int64).reshape(-1, 2)

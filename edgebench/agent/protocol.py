@@ -112,6 +112,7 @@ class ProfileTask(ModelTask):
     KIND = "profile"
     runs: int = 20
     warmup: int = 3
+    min_seconds: float = 0.0  # and more runs until the measured ones have lasted this long
     profile_dir: str = ""
     calibration_model: str | None = None
     speed_references: list[str] = field(default_factory=list)  # fixed models timed beside the plain runs

@@ -225,6 +225,7 @@ def profile_task(
         affinity=list(params.affinity) if params.affinity else None,
         runs=params.runs,
         warmup=params.warmup,
+        min_seconds=params.min_seconds,
         profile_dir=profile_dir,
         calibration_model=calibration,
         speed_references=list(speed_references or []),
@@ -298,7 +299,7 @@ def _pull_ort_profile(device: Device, reply: AgentReply, timeout: float) -> OpPr
             remove_remote(device, [ort.get("trace", ""), cal.get("trace", "")], timeout)
     overhead = ProfilerOverhead(0.0, 0.0)
     if cal_trace is not None:
-        overhead = ort_overhead(cal_trace, cal["plain_ms"], int(ort["runs"]))
+        overhead = ort_overhead(cal_trace, cal["plain_ms"], len(cal["plain_ms"]))
     return ort_profile(trace, int(ort["runs"]), overhead)
 
 

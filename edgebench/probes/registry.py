@@ -462,6 +462,9 @@ class ProfileParams(ProbeParams):
     seed: int = _seed()
     runs: int = param(20, PO, "int", "Profiled runs.", minimum=1)
     warmup: int = param(3, PO, "int", "Warm-up runs before profiling.", minimum=0)
+    min_seconds: float = param(
+        1.0, PO, "float", "And more runs until they have lasted this long.", unit="s", minimum=0
+    )
 
 
 @dataclass(frozen=True)
