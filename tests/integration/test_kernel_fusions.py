@@ -42,14 +42,15 @@ KINDS = {
 def profiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list]:
     folder = tmp_path_factory.mktemp("fusions")
     names = json.dumps([resolve_model(m).name for m in MODELS])
+    # kernel counts are checked, not times: as few runs as make a profile, no time window
     probes = "".join(
         f'[[probe]]\nkind = "profile"\nmodels = {names}\n'
-        f'params = {{ threads = 1, runs = 5, warmup = 1, runtime = "{rt}" }}\n'
+        f'params = {{ threads = 1, runs = 5, warmup = 1, min_seconds = 0.0, runtime = "{rt}" }}\n'
         for rt in KINDS
     )
     probes += (
         f'[[probe]]\nkind = "profile"\nmodels = ["{REC}"]\n'
-        f"params = {{ threads = 1, runs = 3, warmup = 1, shapes = {{ x = {REC_SHAPE} }} }}\n"
+        f"params = {{ threads = 1, runs = 3, warmup = 1, min_seconds = 0.0, shapes = {{ x = {REC_SHAPE} }} }}\n"
     )
     models = [*MODELS, str(ocr_models()[REC])]
     suite = folder / "fusions.toml"
