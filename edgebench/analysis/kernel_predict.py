@@ -64,7 +64,7 @@ class ProfiledRun:
     shapes: str  # canonical JSON of the input shapes
     latency_ms: float
     kernels: tuple[tuple[Kernel, float], ...]
-    # (reference identity, p50 ms) of the fixed kernels timed beside the plain runs (`speed_reference_ms`)
+    # (reference identity, p50 ms) of the fixed kernels timed around the plain runs (`speed_reference_ms`)
     speeds: tuple[tuple[str, float], ...] = ()
 
     @property

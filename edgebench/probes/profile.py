@@ -15,7 +15,7 @@ from every op, and reported (`profiler_overhead_us`).
 Records: `op_time_ms` (params node, op_type; mean per inference), `op_type_time_ms` (per op type),
 `op_time_total_ms`, `latency_ms` (stat mean/p50, plain runs without instrumentation), `op_time_coverage`
 (sum of op times / p50 latency), `profiler_overhead_us` and `speed_reference_ms` (p50 of each fixed
-reference kernel timed beside the plain runs, param `reference`).
+reference kernel timed around the plain runs, param `reference`).
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ from .common import job_timeout, push_model_and_inputs, shape_lists
 from .numerics import pull, remote_tmp_dir, remove_remote, runtime_for, scratch_dir
 from .registry import ProfileParams
 
-# Fixed kernels timed once per round beside the plain runs (`speed_reference_ms`): a compute-bound GEMM
-# that lives in cache and a GEMV that streams its 16 MiB of weights from memory. On a shared host one
+# Fixed kernels timed in a block right before and one right after the model's rounds (`speed_reference_ms`;
+# never between its runs, whose caches they would evict): a compute-bound GEMM that lives in cache and a
+# GEMV that streams its 16 MiB of weights from memory. On a shared host one
 # model's p50 moved 20-40% from one process to the next while these moved with it; the predictor puts
 # profiles taken at different moments on one scale with them.
 SPEED_REFERENCES = ("kernel:gemm,m=256,k=256,n=256", "kernel:gemm,m=1,k=2048,n=2048")

@@ -196,7 +196,7 @@ def test_accuracy_profile_and_sensitivity_on_every_transport(
             total = sum(r["value"] for r in ops)
             if 0.7 <= total / latency <= 1.3:
                 break
-        # the speed references, pushed through the transport and timed beside the plain runs
+        # the speed references, pushed through the transport and timed around the plain runs
         refs = {r["params"]["reference"]: r["value"] for r in records if r["metric"] == "speed_reference_ms"}
         assert len(refs) == len(SPEED_REFERENCES) and all(v > 0 for v in refs.values()), (runtime, refs)
         assert 0.4 <= total / latency <= 2.5, (runtime, total, latency)
