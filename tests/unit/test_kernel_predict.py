@@ -335,8 +335,8 @@ def reorder_model():
     return model
 
 
-def ort_reorders(path, feeds: dict, folder) -> list[str]:
-    """The layout kernels onnxruntime ran in one inference, from its own profile."""
+def ort_profile_events(path, feeds: dict, folder) -> list[dict]:
+    """onnxruntime's own profile of one inference on one thread (its trace events)."""
     import json
 
     import onnxruntime as ort
@@ -348,10 +348,14 @@ def ort_reorders(path, feeds: dict, folder) -> list[str]:
     session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     session.run(None, feeds)
     with open(session.end_profiling()) as fh:
-        events = json.load(fh)
+        return json.load(fh)
+
+
+def ort_reorders(path, feeds: dict, folder) -> list[str]:
+    """The layout kernels onnxruntime ran in one inference, from its own profile."""
     return sorted(
         e["args"]["op_name"]
-        for e in events
+        for e in ort_profile_events(path, feeds, folder)
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and "Reorder" in e["args"]["op_name"]
     )
 
@@ -366,25 +370,31 @@ def wheel_cls_model():
     return Path(list(spec.submodule_search_locations)[0], "models", "ch_ppocr_mobile_v2.0_cls_infer.onnx")
 
 
+def layout_subject(which: str, folder):
+    """(model file, input) of a layout test: a synthetic graph saved in `folder`, or the wheel's PP-OCR cls."""
+    import onnx
+
+    builders = {
+        "synthetic": (reorder_model, 32),
+        "blocks": (block_model, 16),
+        "odd_channels": (odd_channels_model, 20),
+    }
+    if which not in builders:
+        return wheel_cls_model(), np.ones((1, 3, 48, 192), np.float32)
+    build, side = builders[which]
+    path = folder / f"{which}.onnx"
+    onnx.save(build(), path)
+    return path, np.ones((1, 3, side, side), np.float32)
+
+
 @pytest.mark.parametrize("which", ["synthetic", "blocks", "ppocr_cls"])
 def test_layout_reorders_predicted_from_the_graph_are_those_onnxruntime_runs(tmp_path, which: str) -> None:
     """The reference: onnxruntime's own profile names the ReorderInput/Output kernels it ran (PP-OCR's
     classifier: 59 of them around its hard-swishes and squeeze-excitations)."""
-    import onnx
 
     from edgebench.analysis.cost import load_model
 
-    if which == "synthetic":
-        path = tmp_path / "reorders.onnx"
-        onnx.save(reorder_model(), path)
-        x = np.ones((1, 3, 32, 32), np.float32)
-    elif which == "blocks":
-        path = tmp_path / "blocks.onnx"
-        onnx.save(block_model(), path)
-        x = np.ones((1, 3, 16, 16), np.float32)
-    else:
-        path = wheel_cls_model()
-        x = np.ones((1, 3, 48, 192), np.float32)
+    path, x = layout_subject(which, tmp_path)
     from edgebench.agent.info import fingerprint
 
     ran = ort_reorders(path, {"x": x}, tmp_path)
@@ -748,21 +758,9 @@ def odd_channels_model():
 
 def ort_profiled_kernels(path, feeds: dict, folder) -> list[Kernel]:
     """The kernels of one inference as the profile probe reads them from onnxruntime's own profile."""
-    import json
-
-    import onnxruntime as ort
-
     from edgebench.probes.profile import ProfilerOverhead, ort_profile
 
-    opts = ort.SessionOptions()
-    opts.enable_profiling = True
-    opts.profile_file_prefix = str(folder / "ort")
-    opts.intra_op_num_threads = 1
-    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-    session.run(None, feeds)
-    with open(session.end_profiling()) as fh:
-        events = json.load(fh)
-    ops = ort_profile(events, 1, ProfilerOverhead(0.0, 0.0)).ops
+    ops = ort_profile(ort_profile_events(path, feeds, folder), 1, ProfilerOverhead(0.0, 0.0)).ops
     return [
         profile_kernel(
             o.op_type,
@@ -783,18 +781,11 @@ def test_nchwc_convolutions_are_counted_at_the_channels_onnxruntime_pads_them_to
     """The reference: the convolutions of onnxruntime's own profile, whose NCHWc kernels run (and report)
     their channels padded up to the block (PP-OCR's classifier: its first 3x3, 8 channels out, ran with
     16 and twice its graph's FLOPs). The graph's convolutions get the same FLOPs and weights."""
-    import onnx
 
     from edgebench.agent.info import fingerprint
     from edgebench.analysis.cost import load_model
 
-    if which == "odd_channels":
-        path = tmp_path / "odd.onnx"
-        onnx.save(odd_channels_model(), path)
-        x = np.ones((1, 3, 20, 20), np.float32)
-    else:
-        path = wheel_cls_model()
-        x = np.ones((1, 3, 48, 192), np.float32)
+    path, x = layout_subject(which, tmp_path)
     block = nchwc_block(fingerprint())
     if block == 1:
         pytest.skip("this machine runs no NCHWc kernels")
