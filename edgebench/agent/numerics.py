@@ -16,11 +16,9 @@ Standard library plus numpy and the runtime only; both imported lazily.
 from __future__ import annotations
 
 import gzip
-import math
 import os
 import shutil
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from .bench import import_then_pin
@@ -197,7 +195,6 @@ def run_profile(task: dict) -> tuple[dict, list[str]]:
         raise TaskError("model", f"inference failed while profiling: {_first_line(exc)}") from None
     result["latencies_ms"] = latencies
     result["runs"] = len(latencies)
-    result["alternated"] = min(runs, len(latencies))  # the first ones, each after an instrumented run
     if beside is not None:
         result["speed_references_ms"] = beside.times
     result["self_check"] = check_outputs(session.runtime, session, plain, feeds, pristine)
@@ -254,25 +251,16 @@ def _speed_references(task: dict, warnings: list[str]) -> SpeedReferences | None
 MAX_ROUNDS = 2000  # what `min_seconds` may stretch a profile to: traces stay tens of MB at most
 
 
-@dataclass
-class Rounds:
-    """What `_alternate` measured: the plain runs' times and how many instrumented runs were measured."""
+def _alternate(
+    plain: Any, instrumented: Any, warmup: int, runs: int, min_seconds: float = 0.0
+) -> list[float]:
+    """Warm both up, then alternate one instrumented and one plain (timed) run; returns the plain times.
 
-    plain_ms: list[float]
-    instrumented: int
-
-
-def _alternate(plain: Any, instrumented: Any, warmup: int, runs: int, min_seconds: float = 0.0) -> Rounds:
-    """Warm both up, then alternate one instrumented and one plain (timed) run, `runs` rounds.
-
-    Then plain runs go on until the measured ones have lasted `min_seconds` (up to MAX_ROUNDS), one in
-    every so many of them after an instrumented run again, spread so that at most `runs` more instrumented
-    runs fall over the rest of the window (a profiler's trace grows with every instrumented run: a fast
-    model of a thousand kernels would write hundreds of MB in a second of them). A shared device's speed
-    moves from one fraction of a second to the next (20 runs of a 0.02 ms kernel, 0.4 ms in all, read
-    anywhere in a 2x band over ten seconds here, while the median over those ten seconds came back within
-    5% in a new process), so a p50 stands for the device only when its runs are spread over a window that
-    long, and the instrumented runs meet the same load when they are spread over it too.
+    At least `runs` rounds, and more until the measured rounds have lasted `min_seconds` (up to
+    MAX_ROUNDS): a shared device's speed moves from one fraction of a second to the next (20 runs of a
+    0.02 ms kernel, 0.4 ms in all, read anywhere in a 2x band over ten seconds here, while the median over
+    those ten seconds came back within 5% in a new process), so a p50 stands for the device only when its
+    runs are spread over a window that long.
 
     Each run is preceded by its step's refresh (outside the timer): the inputs are the inputs every time.
     """
@@ -284,24 +272,17 @@ def _alternate(plain: Any, instrumented: Any, warmup: int, runs: int, min_second
         instrumented()
     clock = time.perf_counter_ns
     samples: list[float] = []
-    measured, every = 0, 1
     start = clock()
     while len(samples) < runs or (
         clock() - start < min_seconds * 1e9 and len(samples) < max(runs, MAX_ROUNDS)
     ):
-        if len(samples) == runs:  # past `runs`: spread at most `runs` more over what is left of the window
-            plain_ns = max(sorted(samples)[len(samples) // 2] * 1e6, 1e3)
-            left = (min_seconds * 1e9 - (clock() - start)) / plain_ns
-            every = max(1, math.ceil(left / max(runs, 1)))
-        if len(samples) < runs or (len(samples) - runs) % every == 0:
-            refresh_instrumented()
-            instrumented()
-            measured += 1
+        refresh_instrumented()
+        instrumented()
         refresh_plain()
         t0 = clock()
         plain()
         samples.append((clock() - t0) / 1e6)
-    return Rounds(samples, measured)
+    return samples
 
 
 def _ort_profile(
@@ -317,13 +298,13 @@ def _ort_profile(
     os.makedirs(folder, exist_ok=True)
     token = task.get("token", str(os.getpid()))
     profiled = _open(task, profile_prefix=os.path.join(folder, f"ort-{token}"))
-    rounds = _alternate(plain, profiled.prepare(feeds), warmup, runs, min_seconds)
+    latencies = _alternate(plain, profiled.prepare(feeds), warmup, runs, min_seconds)
     trace = _gzip(profiled.end_profiling(), folder)
-    out: dict[str, Any] = {"trace": trace, "warmup": warmup, "runs": rounds.instrumented}
+    out: dict[str, Any] = {"trace": trace, "warmup": warmup, "runs": len(latencies)}
     calibration = task.get("calibration_model")
     if calibration:
         out["calibration"] = _ort_calibration(task, calibration, folder, token, warmup, runs)
-    return rounds.plain_ms, out
+    return latencies, out
 
 
 def _ort_calibration(
@@ -338,7 +319,7 @@ def _ort_calibration(
         for i in plain.inputs
     }
     profiled = _open(task, path, profile_prefix=os.path.join(folder, f"cal-{token}"))
-    plain_ms = _alternate(plain.prepare(feeds), profiled.prepare(feeds), warmup, runs).plain_ms
+    plain_ms = _alternate(plain.prepare(feeds), profiled.prepare(feeds), warmup, runs)
     return {"trace": _gzip(profiled.end_profiling(), folder), "plain_ms": plain_ms}
 
 
@@ -388,7 +369,7 @@ def _mnn_callback_profile(
         counts.append(len(keys) - before)
 
     shapes = _mnn_op_tensors(interp, sess, plain)
-    latencies = _alternate(plain, instrumented, warmup, runs, min_seconds).plain_ms
+    latencies = _alternate(plain, instrumented, warmup, runs, min_seconds)
     if not keys:
         raise TaskError("model", "MNN ran no ops with callbacks (empty model?)")
     t = np.asarray(stamps, dtype=np.int64).reshape(-1, 2)

@@ -94,22 +94,17 @@ def test_the_references_never_run_between_the_models_runs(tmp_path: Path) -> Non
 
 
 def test_a_profile_runs_until_its_rounds_have_lasted_min_seconds() -> None:
-    """More plain runs than `runs` until `min_seconds` have passed, never more than MAX_ROUNDS; the
-    instrumented runs at most twice `runs`, spread over the window (the profiler's trace stays bounded)."""
+    """More rounds than `runs` until `min_seconds` have passed, never more than MAX_ROUNDS."""
     from edgebench.agent.numerics import MAX_ROUNDS
 
     def step() -> None:
         time.sleep(0.002)
 
-    instrumented = Counted()
     start = time.perf_counter()
-    rounds = _alternate(step, instrumented, warmup=1, runs=3, min_seconds=0.1)
-    assert time.perf_counter() - start >= 0.1 and 3 < len(rounds.plain_ms) <= 0.1 / 0.002 + 1
-    assert 3 < rounds.instrumented <= 2 * 3 + 1 and instrumented.calls == rounds.instrumented + 1
-    many = _alternate(Counted(), Counted(), warmup=0, runs=3, min_seconds=60.0)
-    assert len(many.plain_ms) == MAX_ROUNDS and many.instrumented <= 2 * 3 + 1
-    few = _alternate(Counted(), Counted(), warmup=0, runs=5)
-    assert len(few.plain_ms) == few.instrumented == 5
+    latencies = _alternate(step, Counted(), warmup=0, runs=3, min_seconds=0.1)
+    assert time.perf_counter() - start >= 0.1 and 3 < len(latencies) <= 0.1 / 0.002 + 1
+    assert len(_alternate(Counted(), Counted(), warmup=0, runs=3, min_seconds=60.0)) == MAX_ROUNDS
+    assert len(_alternate(Counted(), Counted(), warmup=0, runs=5)) == 5
 
 
 def bare_ms(path: str, runs: int = 5) -> float:
