@@ -215,7 +215,7 @@ class SpeedReferences:
         self.steps = steps
         self.times: dict[str, list[float]] = {path: [] for path in steps}
 
-    def __call__(self, timed: bool = True) -> None:
+    def __call__(self) -> None:
         clock = time.perf_counter_ns
         for path, step in self.steps.items():
             refresh = refresher(step)
@@ -227,8 +227,7 @@ class SpeedReferences:
             refresh()
             t0 = clock()
             step()
-            if timed:
-                self.times[path].append((clock() - t0) / 1e6)
+            self.times[path].append((clock() - t0) / 1e6)
 
     def block(self, rounds: int = REFERENCE_ROUNDS) -> None:
         for _ in range(rounds):

@@ -115,7 +115,7 @@ class ProfileTask(ModelTask):
     min_seconds: float = 0.0  # and more runs until the measured ones have lasted this long
     profile_dir: str = ""
     calibration_model: str | None = None
-    speed_references: list[str] = field(default_factory=list)  # fixed models timed beside the plain runs
+    speed_references: list[str] = field(default_factory=list)  # fixed models timed around the plain runs
     token: str = ""
 
 
