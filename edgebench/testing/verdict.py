@@ -30,12 +30,16 @@ CORROBORATED = 3
 
 @dataclass
 class Side:
-    """Every trial of one side: (value, CPU share); larger values are better."""
+    """Every trial of one side: (value, CPU share, whether the rest of the machine was idle meanwhile);
+    larger values are better."""
 
-    trials: list[tuple[float, float]] = field(default_factory=list)
+    trials: list[tuple[float, float, bool]] = field(default_factory=list)
 
-    def add(self, value: float, share: float) -> None:
-        self.trials.append((value, share))
+    def add(self, value: float, share: float, machine_quiet: bool = True) -> None:
+        """`machine_quiet` False (other processes took the machine meanwhile, `OthersWatch`) makes the
+        trial disturbed whatever its own share: a runtime's pool that spins while its other thread waits
+        for a CPU reads busy (2-thread int8 GEMMs beside two busy loops: share 0.97 at 40% of the rate)."""
+        self.trials.append((value, share, machine_quiet))
 
     def best(self, quiet: bool) -> float:
         """The best trial: what the side does when nothing disturbs it (load only ever slows it)."""
@@ -50,10 +54,13 @@ class Side:
         return self._ranked(quiet, 1)[1]
 
     def quiet_trials(self) -> int:
-        return sum(1 for _, share in self.trials if is_quiet(share))
+        return sum(1 for _, share, machine in self.trials if machine and is_quiet(share))
 
     def _ranked(self, quiet: bool, rank: int) -> tuple[float, float]:
-        trials = sorted((t for t in self.trials if is_quiet(t[1]) or not quiet), reverse=True)
+        trials = sorted(
+            ((v, share) for v, share, machine in self.trials if not quiet or (machine and is_quiet(share))),
+            reverse=True,
+        )
         return trials[min(len(trials), rank) - 1] if trials else (0.0, 0.0)
 
 

@@ -87,6 +87,18 @@ def test_a_side_with_fewer_than_three_quiet_trials_is_not_judged_as_quiet() -> N
     assert verdict.basis.startswith("disturbed") and verdict.outcome == "pass"
 
 
+def test_trials_taken_while_other_work_ran_are_never_quiet_whatever_their_own_share() -> None:
+    # Beside two busy loops: the probe's spinning 2-thread pool read share 0.97 at 40% of the rate, while
+    # the reference caught a stretch with both CPUs; judged "over quiet trials" that failed a sound probe.
+    probe, reference = Side(), Side()
+    for _ in range(3):
+        probe.add(0.35, 0.97, machine_quiet=False)
+        reference.add(0.80, 1.01, machine_quiet=False)
+    verdict = judge("int8 threads=2", probe, reference, bound=0.85, broken=0.4)
+    assert verdict.basis.startswith("disturbed") and verdict.outcome == "skip", verdict.reason
+    assert probe.quiet_trials() == 0 and probe.best(quiet=False) == 0.35
+
+
 def test_others_watch_sees_a_process_it_does_not_own_and_not_its_own_waited_children() -> None:
     import subprocess
     import sys
