@@ -36,7 +36,7 @@ from typing import Any
 
 from . import onnxwrite as ox
 from .main import TaskError
-from .timing import process_cpu_ns
+from .timing import OtherWork, process_cpu_ns
 
 DTYPES = ("fp32", "fp16", "bf16", "int8")
 DEFAULT_DTYPES = ("fp32", "fp16", "int8")
@@ -713,7 +713,8 @@ class Run:
             evidence = getattr(self.backend, "precision_evidence", None)
             if evidence and not kernel.emulated:
                 kernel.emulated = evidence(dtype, worst)
-            trials, cpu, calls, warm = measure(kernel.step, self.policy)
+            with OtherWork() as others:
+                trials, cpu, calls, warm = measure(kernel.step, self.policy)
             _, _, checksum, _ = verify(kernel, m, n, tolerance(dtype, op), self.seed)
         finally:
             kernel.close()
@@ -732,6 +733,8 @@ class Run:
                 "warmup_calls": warm,
                 "trial_ms": trials,
                 "trial_cpu_ms": cpu,
+                "others_cpus": others.others_cpus,
+                "cpus_watched": len(others.cpus),
                 "checksum": checksum,
                 "verified": detail,
             }

@@ -281,14 +281,17 @@ def ceilings_at(
 def _shares(
     records: Sequence[Record], where: dict[str, dict[str, Any]], runs: dict[str, str]
 ) -> dict[str, float]:
-    """The CPU share (annotation) of the record behind each dtype's peak."""
+    """The CPU share of the record behind each dtype's peak: its best trial's own share, or less where other
+    processes left its threads less of the CPUs idle (annotations; a spinning pool reads full either way)."""
     out = {}
     for r in records:
         dtype = str(r.params.get("dtype", "fp32"))
-        share = r.annotations.get("cpu_share")
-        if r.metric == "effective_tops" and r.run_id == runs.get(dtype) and r.params == where.get(dtype):
-            if isinstance(share, int | float):
-                out[dtype] = float(share)
+        if r.metric != "effective_tops" or r.run_id != runs.get(dtype) or r.params != where.get(dtype):
+            continue
+        shares = [r.annotations.get(k) for k in ("cpu_share", "idle_cpu_share")]
+        known = [float(v) for v in shares if isinstance(v, int | float)]
+        if known:
+            out[dtype] = min(known)
     return out
 
 

@@ -26,6 +26,9 @@ from .knobs import device_cpus, thread_counts
 from .registry import DTYPES, MATMUL_BACKENDS, MatmulParams
 
 BUSY_SHARE = 0.7  # a best trial with less CPU than this share of its threads ran on a busy device
+# Other processes on the measured CPUs left fewer idle than this share of its threads: a busy device, even
+# where the runtime's own share reads full (its pool spins while a thread waits for a CPU).
+FREE_SHARE = 0.85
 # What each backend is as a `runtime` in the records.
 RUNTIME_OF = {"numpy": "numpy", "onnxruntime": "onnxruntime", "mnn": "mnn"}
 
@@ -95,6 +98,7 @@ def backend_records(ctx: RecordContext, result: dict[str, Any], warnings: list[s
         return out
     bctx = dataclasses.replace(ctx, runtime=RUNTIME_OF.get(backend, backend))
     busy: list[tuple[float, str]] = []
+    crowded: list[tuple[float, str]] = []
     for skip in result.get("skipped", []):
         what = f"{skip['dtype']} {skip['op']}" if skip.get("op") else skip["dtype"]
         out.warnings.append(f"{backend}: {what} not measured: {skip['reason']}")
@@ -108,6 +112,12 @@ def backend_records(ctx: RecordContext, result: dict[str, Any], warnings: list[s
         if share is not None:
             notes["cpu_share"] = round(share, 3)
         m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
+        what = f"{r['op']} {r['dtype']} {m}x{n}x{k} threads={r['threads']}"
+        others = other_work(r)
+        if others is not None:
+            notes["others_cpus"], notes["idle_cpu_share"] = round(others[0], 2), round(others[1], 3)
+            if others[1] < FREE_SHARE:
+                crowded.append((others[0], what))
         best, median = tops(m, n, k, min(trials)), tops(m, n, k, statistics.median(trials))
         out.records.append(bctx.record("effective_tops", best, "TOPS", notes, **params, stat="best"))
         out.records.append(bctx.record("effective_tops", median, "TOPS", notes, **params, stat="median"))
@@ -115,7 +125,7 @@ def backend_records(ctx: RecordContext, result: dict[str, Any], warnings: list[s
         if share is not None:
             out.samples.append(bctx.samples("trial_cpu_ms", "ms", cpu, **params))
             if share < BUSY_SHARE:
-                busy.append((share, f"{r['op']} {r['dtype']} {m}x{n}x{k} threads={r['threads']}"))
+                busy.append((share, what))
     if busy:
         worst = min(busy)
         out.warnings.append(
@@ -123,7 +133,24 @@ def backend_records(ctx: RecordContext, result: dict[str, Any], warnings: list[s
             f"CPUs it asked for (worst: {worst[1]}, {worst[0]:.0%}): the device was busy, so those figures "
             "understate it; re-run on a quiet device"
         )
+    if crowded:
+        worst = max(crowded)
+        out.warnings.append(
+            f"{backend}: in {len(crowded)} configuration(s) other processes kept CPUs it ran on busy (worst: "
+            f"{worst[1]}, {worst[0]:.2f} CPUs' worth): the device was busy, so those figures understate it; "
+            "re-run on a quiet device"
+        )
     return out
+
+
+def other_work(r: dict[str, Any]) -> tuple[float, float] | None:
+    """(CPUs' worth of other processes on the measured CPUs, share of its threads they left idle), from
+    the agent's /proc/stat watch; None where the device could not tell."""
+    others, watched = r.get("others_cpus"), r.get("cpus_watched")
+    if not isinstance(others, int | float) or not isinstance(watched, int) or watched < 1:
+        return None
+    threads = max(int(r["threads"]), 1)
+    return float(others), min(1.0, max(0.0, watched - float(others)) / threads)
 
 
 def cpu_share(wall_ms: list[float], cpu_ms: list[float], threads: int) -> float:

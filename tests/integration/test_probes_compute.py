@@ -4,7 +4,10 @@ through the real CLI process; bad input is one line and exit 2, and loses nothin
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -52,6 +55,38 @@ def test_matmul_every_backend_and_dtype(workdir: Path) -> None:
         samples = st.samples(probe="matmul")
         assert {s.metric for s in samples} == {"trial_ms", "trial_cpu_ms"}
         assert all(len(s.values) == 2 for s in samples)  # every trial kept
+
+
+def test_matmul_on_a_cpu_another_process_keeps_busy_says_so(workdir: Path) -> None:
+    """A process spinning on the CPU the probe is pinned to: the onnxruntime GEMM's own CPU share cannot
+    show it (a pool spins while it waits), the agent's watch of that CPU's counters does, and the figure
+    is flagged. The reference is the spinner's own CPU time over the probe's run, from its /proc entry."""
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(spinner.pid, {cpu})
+        params = {"backend": "onnxruntime", "dtype": "int8", "ops": ["MatMulInteger"], "threads": 1,
+                  "affinity": [cpu], "sizes": [256], "skinny": False}  # fmt: skip
+        t0, before = time.monotonic(), cpu_seconds(spinner.pid)
+        shot = run_now(builtin_local(), [Job("local", "matmul", params=params)], workdir / "s.db", "matmul")
+        theirs = (cpu_seconds(spinner.pid) - before) / (time.monotonic() - t0)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    shot.raise_first_error()
+    best = next(r for r in shot.records if r.metric == "effective_tops" and r.params.get("stat") == "best")
+    assert theirs > 0.2  # the spinner had its share of the CPU meanwhile
+    assert best.annotations["others_cpus"] >= 0.3 and best.annotations["idle_cpu_share"] <= 0.7, (
+        best.annotations
+    )
+    said = " ".join(shot.outcomes[0].warnings)
+    assert "other processes kept CPUs it ran on busy" in said and "re-run on a quiet device" in said
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_bandwidth_for_each_thread_count(workdir: Path) -> None:

@@ -118,3 +118,19 @@ def test_the_report_frame_gives_every_configuration_a_floor_and_a_note() -> None
     notes = dict(zip(fl["model"], fl["note"], strict=True))
     assert notes["mlp"] == "the floor holds" and notes["conv"].startswith("beats the compute floor by 40%")
     assert list(fl["level"]) == ["LLC", "LLC"]  # 5 MB is past L2 (3 MB), 31 MB inside LLC (40 MB)
+
+
+def test_a_peak_measured_beside_other_work_counts_as_measured_on_a_busy_device() -> None:
+    # The runtime's own share reads full (its pool spins); the CPUs' counters left its threads half idle.
+    ctx = RecordContext("a", "dev", "matmul")
+    crowded = ctx.record(
+        "effective_tops", 0.4, "TOPS", {"cpu_share": 1.02, "others_cpus": 1.0, "idle_cpu_share": 0.5},
+        dtype="fp32", threads=2, stat="best",
+    )  # fmt: skip
+    got = ceilings_at([crowded, *SWEEP], "dev", threads=2)
+    assert got is not None and got.peak_shares == {"fp32": 0.5}
+    alone = ctx.record(
+        "effective_tops", 0.4, "TOPS", {"cpu_share": 0.97}, dtype="fp32", threads=2, stat="best"
+    )
+    got = ceilings_at([alone, *SWEEP], "dev", threads=2)
+    assert got is not None and got.peak_shares == {"fp32": 0.97}

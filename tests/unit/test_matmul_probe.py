@@ -391,3 +391,34 @@ def test_params_parse_and_reject_bad_values() -> None:
         MatmulParams.parse({"threads": "two"})
     with pytest.raises(ParamError, match="GEMM shape"):
         MatmulParams.parse({"skinny": ["1x2"]})
+
+
+@pytest.mark.parametrize(
+    "others,watched,threads,warned",
+    [
+        (1.0, 2, 2, True),  # two busy loops' worth on two CPUs: a 2-thread GEMM had one CPU, not two
+        (0.1, 2, 2, False),  # kernel threads, a shell: noise
+        (1.0, 2, 1, False),  # one CPU left idle for its one thread
+        (None, 2, 2, False),  # the device could not tell (no /proc/stat): no claim either way
+    ],
+)
+def test_other_work_on_the_measured_cpus_is_annotated_and_warned_even_at_a_full_cpu_share(
+    others: float | None, watched: int, threads: int, warned: bool
+) -> None:
+    result = agent_result()
+    # the spinning pool's share reads full: only the CPUs' own counters see the other work
+    result["results"] = [
+        {
+            **result["results"][0],
+            "threads": threads,
+            "trial_cpu_ms": [2.0 * threads, 1.0 * threads, 4.0 * threads],
+            "others_cpus": others,
+            "cpus_watched": watched,
+        }
+    ]
+    out = backend_records(ctx(), result, [])
+    said = [w for w in out.warnings if "other processes kept CPUs it ran on busy" in w]
+    assert bool(said) is warned, out.warnings
+    assert not any("the device was busy" in w and "under 70%" in w for w in out.warnings)
+    best = next(r for r in out.records if r.params.get("stat") == "best")
+    assert best.annotations.get("others_cpus") == others
