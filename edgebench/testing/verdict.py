@@ -49,6 +49,11 @@ class Side:
         """The best figure at least CORROBORATED trials reached (the best when there are fewer)."""
         return self._ranked(quiet, CORROBORATED)[0]
 
+    def median(self) -> float:
+        """The median over every trial: the rate a side sustains under the load it met."""
+        values = sorted(v for v, _, _ in self.trials)
+        return values[len(values) // 2] if values else 0.0
+
     def best_share(self, quiet: bool) -> float:
         """The CPU share of the best trial."""
         return self._ranked(quiet, 1)[1]
@@ -90,13 +95,17 @@ def compare(probe: Side, reference: Side, steady: bool = True) -> tuple[float, b
 def judge(
     name: str, probe: Side, reference: Side, bound: float, broken: float, steady: bool = True
 ) -> Verdict:
-    """The verdict on probe / reference >= bound; under `broken` the probe is broken whatever the load."""
+    """The verdict on probe / reference >= bound; under `broken` the probe is broken whatever the load.
+    Over disturbed trials, broken also needs the medians' ratio under `broken`: beside two busy loops the
+    reference in one process caught stretches with both CPUs (int8 2 threads: 844 GOPS, three trials) that
+    the probe, another process, never did (423 at best), while their medians agreed (about 300 each)."""
     ratio, quiet = compare(probe, reference, steady)
     basis = "quiet trials" if quiet else "disturbed trials only (the machine was never quiet)"
     text = f"{name}: ratio {ratio:.3f} over {basis} (bound {bound}, broken under {broken})"
     if ratio >= bound:
         return Verdict("pass", ratio, basis, text)
-    if ratio < broken:
+    typical = probe.median() / max(reference.median(), 1e-12)
+    if ratio < broken and (quiet or typical < broken):
         return Verdict("fail", ratio, basis, f"{text}: the probe is broken")
     if quiet:
         return Verdict("fail", ratio, basis, f"{text}: short on a quiet machine")

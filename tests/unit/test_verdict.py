@@ -99,6 +99,21 @@ def test_trials_taken_while_other_work_ran_are_never_quiet_whatever_their_own_sh
     assert probe.quiet_trials() == 0 and probe.best(quiet=False) == 0.35
 
 
+def test_over_disturbed_trials_a_probe_is_broken_only_when_its_median_is_too() -> None:
+    # Beside two busy loops: the reference caught stretches with both CPUs, the probe never did; their
+    # medians agreed. A probe 4x slower throughout is broken all the same.
+    reference = Side()
+    for v in (0.84, 0.83, 0.82, *[0.30] * 27):
+        reference.add(v, 1.0, machine_quiet=False)
+    sound, slow = Side(), Side()
+    for v in (0.31, *[0.30] * 29):
+        sound.add(v, 1.0, machine_quiet=False)
+        slow.add(v / 4, 1.0, machine_quiet=False)
+    assert judge("sound", sound, reference, bound=0.85, broken=0.4).outcome == "skip"
+    verdict = judge("slow", slow, reference, bound=0.85, broken=0.4)
+    assert verdict.outcome == "fail" and "broken" in verdict.reason
+
+
 def test_others_watch_sees_a_process_it_does_not_own_and_not_its_own_waited_children() -> None:
     import subprocess
     import sys
