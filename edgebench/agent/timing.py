@@ -160,9 +160,9 @@ class OtherWork:
     MIN_SECONDS = 0.25  # /proc/stat counts in ticks (10 ms): shorter stretches are mostly rounding
 
     def __init__(self, cpus: list[int] | None = None) -> None:
-        self.cpus = (
-            sorted(cpus if cpus else os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        )
+        if not cpus and hasattr(os, "sched_getaffinity"):
+            cpus = sorted(os.sched_getaffinity(0))
+        self.cpus = sorted(cpus or [])
         self.others_cpus: float | None = None
 
     def __enter__(self) -> OtherWork:
