@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -58,35 +57,32 @@ def test_matmul_every_backend_and_dtype(workdir: Path) -> None:
 
 
 def test_matmul_on_a_cpu_another_process_keeps_busy_says_so(workdir: Path) -> None:
-    """A process spinning on the CPU the probe is pinned to: the onnxruntime GEMM's own CPU share cannot
-    show it (a pool spins while it waits), the agent's watch of that CPU's counters does, and the figure
-    is flagged. The reference is the spinner's own CPU time over the probe's run, from its /proc entry."""
+    """A process spinning on the CPU the probe is pinned to: the agent's watch of that CPU's counters sees
+    it, and the figure is flagged when it left the probe's thread under 85% of the CPU. The reference is
+    exact accounting: the spinner keeps that one CPU full, so what the agent used of it (its trials' own
+    CPU time) and what the watch says others used add up to one CPU (how the scheduler splits it varies:
+    beside two more busy loops the agent got 0.81 of it and the spinner 0.26)."""
     cpu = sorted(os.sched_getaffinity(0))[-1]
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         os.sched_setaffinity(spinner.pid, {cpu})
         params = {"backend": "onnxruntime", "dtype": "int8", "ops": ["MatMulInteger"], "threads": 1,
                   "affinity": [cpu], "sizes": [256], "skinny": False}  # fmt: skip
-        t0, before = time.monotonic(), cpu_seconds(spinner.pid)
         shot = run_now(builtin_local(), [Job("local", "matmul", params=params)], workdir / "s.db", "matmul")
-        theirs = (cpu_seconds(spinner.pid) - before) / (time.monotonic() - t0)
     finally:
         spinner.kill()
         spinner.wait()
     shot.raise_first_error()
     best = next(r for r in shot.records if r.metric == "effective_tops" and r.params.get("stat") == "best")
-    assert theirs > 0.2  # the spinner had its share of the CPU meanwhile
-    assert best.annotations["others_cpus"] >= 0.3 and best.annotations["idle_cpu_share"] <= 0.7, (
-        best.annotations
-    )
+    notes = best.annotations
+    samples = {s.metric: s.values for s in shot.outcomes[0].samples}
+    own = sum(samples["trial_cpu_ms"]) / sum(samples["trial_ms"])
+    assert notes["others_cpus"] >= 0.1, notes  # the spinner had some of the CPU, whoever was favoured
+    assert 0.8 <= own + notes["others_cpus"] <= 1.2, (own, notes)  # neither counted twice, nothing lost
+    assert notes["idle_cpu_share"] == pytest.approx(1.0 - notes["others_cpus"], abs=0.01)
     said = " ".join(shot.outcomes[0].warnings)
-    assert "other processes kept CPUs it ran on busy" in said and "re-run on a quiet device" in said
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    warned = "other processes kept CPUs it ran on busy" in said and "re-run on a quiet device" in said
+    assert warned == (notes["idle_cpu_share"] < 0.85), (notes, said)
 
 
 def test_bandwidth_for_each_thread_count(workdir: Path) -> None:
