@@ -128,10 +128,10 @@ def process_cpu_ns() -> int:
     return total or time.process_time_ns()
 
 
-def busy_cpu_seconds(cpus: list[int]) -> float | None:
-    """Busy seconds (all but idle and iowait) of the given CPUs since boot, from /proc/stat; None where it
-    cannot be read (not Linux, or an app sandbox that hides it)."""
-    wanted = {f"cpu{c}" for c in cpus}
+def busy_cpu_seconds(cpus: list[int] | None) -> float | None:
+    """Busy seconds (all but idle and iowait) of the given CPUs since boot (None: every CPU, the summary
+    line), from /proc/stat; None where it cannot be read (not Linux, or an app sandbox that hides it)."""
+    wanted = {"cpu"} if cpus is None else {f"cpu{c}" for c in cpus}
     if not wanted:
         return None
     total, seen = 0, 0

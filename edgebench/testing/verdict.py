@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from edgebench.agent.timing import busy_cpu_seconds
 from edgebench.analysis.stats import corroborated_ratio
 
 QUIET_SHARE = 0.85
@@ -191,11 +192,11 @@ def band_verdict(
 
 
 def _busy_cpu_seconds() -> float:
-    """CPU seconds every process of the machine has used (/proc/stat: all but idle and iowait)."""
-    with open("/proc/stat") as fh:
-        fields = [int(v) for v in fh.readline().split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds every process of the machine has used (the agent's own /proc/stat reader)."""
+    busy = busy_cpu_seconds(None)
+    if busy is None:
+        raise OSError("/proc/stat cannot be read")
+    return busy
 
 
 def _own_cpu_seconds() -> float:
