@@ -393,6 +393,29 @@ class TaskLost(LabError):
     """The task vanished with its worker (Dask cancelled it); it may be submitted again."""
 
 
+def quiet_orphaned_gather_waits(loop: asyncio.AbstractEventLoop) -> None:
+    """Keep the client's loop from printing a traceback for each gather wait it orphaned.
+
+    distributed's gather watches each key in a task of its own; when the gather ends early (its task was
+    cancelled or lost with a worker, or the client closes), those tasks end in AllExit with nobody to
+    read it, and asyncio logs "Task exception was never retrieved" with a traceback on the controller's
+    stderr. That is the expected end of a wait nobody needs; anything else still reaches the handler
+    the loop had."""
+    from distributed.client import AllExit
+
+    previous = loop.get_exception_handler()
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if isinstance(context.get("exception"), AllExit):
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handle)
+
+
 class ClusterExecutor:
     """The controller's connection to the cluster; makes one ClusterSession per device."""
 
@@ -417,6 +440,7 @@ class ClusterExecutor:
             self.client = Client(address, timeout=f"{connect_timeout_s}s", set_as_default=False)
         except Exception as exc:  # noqa: BLE001 - OSError, TimeoutError, ValueError (bad address) ...
             raise LabError(f"cannot reach the Dask scheduler at {address}: {one_line(exc)}") from None
+        quiet_orphaned_gather_waits(self.client.loop.asyncio_loop)
         self._hashes = HashCache()
         self._lock = threading.Lock()
         self._gone_since: dict[str, float] = {}
