@@ -49,7 +49,7 @@ import numpy as np
 from ..records import Record
 from .kernels import KINDS, Kernel, profile_kernel
 
-METHOD = "per-op-kind calibration (profile) + per-inference overhead"
+METHOD = "per-op-kind calibration (profile), in-model scale + per-inference overhead"
 MIN_KIND_KERNELS = 4  # fewer profiled kernels of a kind: it shares the pooled fit
 MIN_MODELS = 3  # profiled models (by name) a target needs before it predicts
 _SCALE = (1e9,)  # GFLOPs: a column comparable to the others (ms) for the solver

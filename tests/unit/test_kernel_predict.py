@@ -187,10 +187,12 @@ def test_the_scale_and_overhead_are_recovered_from_models_of_every_size() -> Non
     sums = np.geomspace(0.02, 80.0, 12)
     s, c = kp.fit_scale_and_overhead(sums, 1.15 * sums + OVERHEAD_MS)
     assert 1.12 <= s <= 1.15 and c == pytest.approx(OVERHEAD_MS, abs=0.005)
-    # models all of a size: the pull to 1 keeps s from trading off against c
-    flat = np.full(6, 3.0) * np.random.default_rng(0).uniform(0.97, 1.03, 6)
-    s, c = kp.fit_scale_and_overhead(flat, flat + OVERHEAD_MS)
-    assert s == pytest.approx(1.0, abs=0.02) and c == pytest.approx(OVERHEAD_MS, abs=0.05)
+    # models all of a size, with 5% noise: the pull to 1 keeps s from trading off against c (without
+    # that row s read 0.22 and c 2.4 ms: a 0.1 ms model would be predicted at 2.4 ms)
+    rng = np.random.default_rng(0)
+    flat = np.full(6, 3.0) * rng.uniform(0.97, 1.03, 6)
+    s, c = kp.fit_scale_and_overhead(flat, (flat + OVERHEAD_MS) * rng.uniform(0.95, 1.05, 6))
+    assert s == pytest.approx(1.0, abs=0.05) and c < 0.2
 
 
 def model_with_repeats(rng: np.random.Generator, name: str) -> kp.ProfiledRun:
