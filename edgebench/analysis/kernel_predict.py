@@ -97,7 +97,10 @@ def profiled_runs(records: Iterable[Record]) -> list[ProfiledRun]:
         newest.items(), key=lambda kv: str(kv[0])
     ):
         p50 = [r.value for r in recs if r.metric == "latency_ms" and r.params.get("stat") == "p50"]
-        kernels = tuple((_record_kernel(r), float(r.value)) for r in recs if r.metric == "op_time_ms")
+        ops = [r for r in recs if r.metric == "op_time_ms"]
+        if all(isinstance(r.annotations.get("order"), int) for r in ops):  # as they ran (older: as stored)
+            ops.sort(key=lambda r: r.annotations["order"])
+        kernels = tuple((_record_kernel(r), float(r.value)) for r in ops)
         speeds = tuple(
             sorted(
                 (str(r.params.get("reference")), float(r.value))

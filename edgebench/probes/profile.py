@@ -467,9 +467,14 @@ def profile_records(ctx: RecordContext, reply: AgentReply, profile: OpProfile) -
     out.records.append(ctx.record("latency_ms", s.mean, "ms", stat="mean"))
     out.records.append(ctx.record("latency_ms", s.percentiles["p50"], "ms", stat="p50"))
     out.samples.append(ctx.samples("latency_ms", "ms", latencies))
+    # records go out slowest first; `order` keeps where each op ran in the inference (its neighbours and
+    # the repeats before it are features of its cost)
+    order = {id(op): i for i, op in enumerate(profile.ops)}
     ops = sorted(profile.ops, key=lambda o: o.ms, reverse=True)
     for op in ops:
-        notes: dict[str, Any] = {"calls": op.calls} if op.calls != 1 else {}
+        notes: dict[str, Any] = {"order": order[id(op)]}
+        if op.calls != 1:
+            notes["calls"] = op.calls
         if op.inputs or op.outputs:
             notes["inputs"] = [[t, list(d)] for t, d in op.inputs]
             notes["outputs"] = [[t, list(d)] for t, d in op.outputs]

@@ -3,11 +3,13 @@ correction), MNN callback results, robust aggregation, and the records a profile
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pytest
 
+from edgebench.analysis.kernel_predict import profiled_runs
 from edgebench.lab.device import AgentReply
 from edgebench.probes.profile import (
     OpKey,
@@ -133,3 +135,27 @@ def test_profile_records_and_coverage() -> None:
     assert not out.warnings
     slow = profile_records(ctx, AgentReply({"latencies_ms": [1.0] * 5}, []), profile)
     assert any("add up to 16%" in w for w in slow.warnings)
+
+
+def test_op_records_keep_the_order_the_ops_ran_in() -> None:
+    """Records go out slowest first; the kernel predictor reads them back in the order the ops ran, so a
+    kernel's repeats and neighbours in a profile are those it has in its graph."""
+    ran = [("stem", "Convolution", 0.010), ("body", "Convolution", 0.080), ("act", "UnaryOp", 0.005)]
+    result = {
+        "ops": [{"node": n, "op_type": t, "calls": 1.0} for n, t, _ in ran],
+        "per_run_ms": [[ms for _, _, ms in ran]] * 6,
+        "overhead_ms": 0.0,
+        "runs": 6,
+    }
+    ctx = RecordContext("r", "local", "profile", "m", "mnn", {"threads": 1})
+    out = profile_records(ctx, AgentReply({"latencies_ms": [0.1] * 5}, []), mnn_profile(result))
+    ops = [r for r in out.records if r.metric == "op_time_ms"]
+    assert [r.params["node"] for r in ops] == ["body", "stem", "act"]  # slowest first
+    assert [r.annotations["order"] for r in ops] == [1, 0, 2]
+    (run,) = profiled_runs(out.records)
+    assert [ms for _, ms in run.kernels] == pytest.approx([0.010, 0.080, 0.005])
+    older = [
+        replace(r, annotations={k: v for k, v in r.annotations.items() if k != "order"}) for r in out.records
+    ]
+    (run,) = profiled_runs(older)  # stores from before the order: as stored
+    assert [ms for _, ms in run.kernels] == pytest.approx([0.080, 0.010, 0.005])
