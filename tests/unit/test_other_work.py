@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +73,13 @@ def test_a_stretch_too_short_for_the_ticks_or_an_unreadable_cpu_says_nothing() -
 @pytest.mark.parametrize("cpus", [None, [0]])
 def test_it_watches_the_cpus_it_may_run_on_unless_told(cpus: list[int] | None) -> None:
     assert OtherWork(cpus).cpus == (cpus or sorted(os.sched_getaffinity(0)))
+
+
+def test_the_whole_machine_is_the_sum_of_its_cpus() -> None:
+    """None reads /proc/stat's summary line: the sum of every CPU's line (read back to back: a few ticks
+    apart at most)."""
+    lines = Path("/proc/stat").read_text().splitlines()
+    every = [int(line.split()[0][3:]) for line in lines if line[:3] == "cpu" and line[3].isdigit()]
+    whole, summed = busy_cpu_seconds(None), busy_cpu_seconds(every)
+    assert whole is not None and summed is not None and whole > 0
+    assert abs(whole - summed) < 0.1 * len(every), (whole, summed)
