@@ -1308,6 +1308,7 @@ def assess(
     if kernel is not None:
         result.kernel_cv = _kernel_cv(kernel, devices)
         result.kernel_coverage = kernel.coverage
+        result.warnings += unsteady_speed_warnings(kernel.speed_spans(), devices)
     measured_on = defaultdict(set)
     for t in targets.values():
         for m in t.obs:
@@ -1748,6 +1749,26 @@ def _kernel_cv(kernel: Any, devices: Sequence[str] | None) -> list[KernelCvPoint
             out.append(
                 KernelCvPoint(r.device, r.runtime, r.model, r.shapes, r.threads, r.latency_ms, h.predicted_ms)
             )
+    return out
+
+
+def unsteady_speed_warnings(
+    spans: Mapping[tuple[str, str | None], tuple[float, float]], devices: Sequence[str] | None = None
+) -> list[str]:
+    """A warning per target whose speed, as its profiles' speed references saw it, moved across more than
+    the +-10% asked of a held-out prediction: its share within +-10% measures the device as much as the
+    predictor (the intervals, from the same residuals, cover it)."""
+    out = []
+    for (device, runtime), (low, high) in sorted(spans.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        if (devices and device not in devices) or high / low <= (1 + WITHIN) / (1 - WITHIN):
+            continue
+        out.append(
+            f"{device}/{runtime or 'default'}: the device's speed moved while it was profiled (speed "
+            f"references at x{low:.2f}-x{high:.2f} of their median over the middle 80% of the profiles), "
+            f"more than the +-{WITHIN:.0%} a prediction is judged by: kernel predictions' held-out shares "
+            "measure the device as much as the predictor; profile on a quieter device for a sharper "
+            "calibration"
+        )
     return out
 
 

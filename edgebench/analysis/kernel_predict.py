@@ -52,6 +52,7 @@ from .kernels import KINDS, Kernel, profile_kernel
 METHOD = "per-op-kind calibration (profile), in-model scale + per-inference overhead"
 MIN_KIND_KERNELS = 4  # fewer profiled kernels of a kind: it shares the pooled fit
 MIN_MODELS = 3  # profiled models (by name) a target needs before it predicts
+MIN_SPAN_RUNS = 10  # profiles with speed references before their spread is told (`speed_span`)
 _SCALE = (1e9,)  # GFLOPs: a column comparable to the others (ms) for the solver
 SCALE_PRIOR = 1.0  # the in-model scale's pull to 1, in models (`fit_scale_and_overhead`)
 PROFILED_SHARE_KEPT = 0.2  # a kernel keeps at least this share of its profiled time, the profiler's off
@@ -117,16 +118,33 @@ def speed_factors(runs: Sequence[ProfiledRun]) -> list[float]:
     """How slow the device ran during each profile against its usual: per speed reference, the time beside
     that run over the reference's median over all the runs, the geometric mean over the references (1.0
     for a run without any: older profiles, or a reference timed beside too few runs to have a median)."""
+    return [1.0 if f is None else f for f in _reference_factors(runs)]
+
+
+def _reference_factors(runs: Sequence[ProfiledRun]) -> list[float | None]:
+    """`speed_factors`, None for a run no reference with a median was timed beside."""
     timed: dict[str, list[float]] = defaultdict(list)
     for r in runs:
         for ref, ms in r.speeds:
             timed[ref].append(ms)
     usual = {ref: float(np.median(v)) for ref, v in timed.items() if len(v) >= MIN_MODELS}
-    factors = []
+    factors: list[float | None] = []
     for r in runs:
         logs = [math.log(ms / usual[ref]) for ref, ms in r.speeds if ref in usual]
-        factors.append(math.exp(float(np.mean(logs))) if logs else 1.0)
+        factors.append(math.exp(float(np.mean(logs))) if logs else None)
     return factors
+
+
+def speed_span(runs: Sequence[ProfiledRun], share: float = 0.8) -> tuple[float, float] | None:
+    """How far the device's speed moved over its profiles: the quantiles bounding the middle `share` of
+    the speed factors of the runs timed beside references (None with fewer than MIN_SPAN_RUNS of them).
+    A span wider than the accuracy asked of a prediction is the device's, not the predictor's."""
+    factors = [f for f in _reference_factors(runs) if f is not None]
+    if len(factors) < MIN_SPAN_RUNS:
+        return None
+    tail = (1 - share) / 2
+    low, high = np.quantile(factors, [tail, 1 - tail])
+    return float(low), float(high)
 
 
 def at_usual_speed(run: ProfiledRun, factor: float) -> ProfiledRun:
@@ -605,6 +623,11 @@ class TargetPredictor:
             )
         return self._held[target]
 
+    def speed_spans(self) -> dict[tuple[str, str | None], tuple[float, float]]:
+        """Each target's `speed_span` over the profiles it predicts from (targets without one left out)."""
+        spans = {target: speed_span(runs) for target, runs in self.runs.items()}
+        return {target: span for target, span in spans.items() if span is not None}
+
     def predict(
         self, device: str, runtime: str | None, model: str, shapes: Mapping[str, Sequence[int]] | None
     ) -> KernelPrediction | None:
@@ -647,4 +670,5 @@ __all__ = [
     "profiled_runs",
     "profiler_cost_ms",
     "speed_factors",
+    "speed_span",
 ]

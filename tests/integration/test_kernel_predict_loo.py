@@ -44,6 +44,9 @@ def held_out_of(store: Path, sources: dict[str, Path], runtime: str) -> list[Hel
     memory = predictor.memory[("local", runtime)]
     assert memory.points and memory.threads == 1, memory
     check_speed_references(predictor.runs[("local", runtime)])
+    span = predictor.speed_spans()[("local", runtime)]  # every profile timed its references beside it
+    print(f"{runtime}: the device's speed over the profiles (middle 80%): x{span[0]:.2f}-x{span[1]:.2f}")
+    assert span[0] <= 1.0 <= span[1]
     return predictor.held_out(("local", runtime))
 
 

@@ -21,6 +21,7 @@ from edgebench.analysis.fit import (
     _Target,
     decide,
     make_budget,
+    unsteady_speed_warnings,
 )
 from edgebench.analysis.kernels import Kernel, graph_kernels, nchwc_block, profile_kernel
 from edgebench.records import Record, RecordContext
@@ -127,6 +128,22 @@ def test_a_profile_without_speed_references_counts_as_usual_speed(runs: list[kp.
     # three at twice the usual, four at it: the usual is the median, the four's speed
     timed = [slowed(r, 2.0) for r in runs[:3]] + [slowed(r, 1.0) for r in runs[3:7]] + runs[7:]
     assert kp.speed_factors(timed) == pytest.approx([2.0] * 3 + [1.0] * (len(runs) - 3))
+
+
+def test_how_far_the_device_speed_moved_is_told_and_warned_of(runs: list[kp.ProfiledRun]) -> None:
+    """The span of the device's speed over its profiles is the middle 80% of their speed factors (the
+    references' times against their median); a span wider than +-10% gets the target a warning."""
+    factors = np.linspace(0.8, 1.25, len(runs))
+    disturbed = [slowed(r, f) for r, f in zip(runs, factors, strict=True)]
+    expected = np.quantile(factors / np.median(factors), [0.1, 0.9])
+    assert kp.speed_span(disturbed) == pytest.approx(tuple(expected), rel=1e-9)
+    assert kp.speed_span(disturbed[:9] + runs[9:]) is None  # too few profiles timed beside references
+    steady = [slowed(r, f) for r, f in zip(runs, np.linspace(0.95, 1.05, len(runs)), strict=True)]
+    spans = {("phone", "mnn"): kp.speed_span(disturbed), ("board", "onnxruntime"): kp.speed_span(steady)}
+    (warning,) = unsteady_speed_warnings(spans)
+    low, high = expected
+    assert warning.startswith("phone/mnn: ") and f"x{low:.2f}-x{high:.2f}" in warning
+    assert unsteady_speed_warnings(spans, devices=["board"]) == []
 
 
 PROFILER_MS = 0.08  # the synthetic profiler's cost per kernel (onnxruntime's is about a microsecond)
