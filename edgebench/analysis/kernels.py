@@ -243,12 +243,22 @@ class Kernel:
         return self.flops, self.bytes, self.weight_bytes
 
 
-def _geometry(flops: float, x: Sequence[int] | None, out: Sequence[int] | None) -> tuple[float, ...]:
+def _channels(op_type: str, dims: Sequence[int]) -> int:
+    """A tensor's channels: axis 1 of a convolution's N, C, ... tensors at any rank (a 1-D convolution's
+    [N, C, L] too), of any other 4-D (NCHW) tensor, else the last axis (a GEMM's features)."""
+    if len(dims) == 4 or (len(dims) >= 3 and op_type in _CONV | _DW | _DECONV):
+        return int(dims[1])
+    return int(dims[-1])
+
+
+def _geometry(
+    flops: float, x: Sequence[int] | None, out: Sequence[int] | None, op_type: str = ""
+) -> tuple[float, ...]:
     if not out:
         return (0.0, 0.0, 0.0, 0.0)
     out_n = float(_numel(out))
-    cout = float(out[1] if len(out) == 4 else out[-1]) if len(out) else 1.0
-    cin = float(x[1] if x and len(x) == 4 else (x[-1] if x else 0))
+    cout = float(_channels(op_type, out)) if len(out) else 1.0
+    cin = float(_channels(op_type, x)) if x else 0.0
     positions = out_n / max(1.0, cout)
     return (cin, cout, positions, flops / 2.0 / max(1.0, out_n))
 
@@ -307,15 +317,14 @@ def describe(
     x = inputs[0][1] if inputs else None
     kind, flops = _kind_and_flops(op_type, inputs, out, out_n, x, const, attrs, runtime_macs)
     if not weight_bytes and runtime_macs and kind in ("conv", "conv_dw", "gemm", "gemv", "deconv") and out:
-        channels = out[1] if len(out) == 4 else out[-1]
-        positions = out_n / max(1, channels)  # each weight is used once per output position
+        positions = out_n / max(1, _channels(op_type, out))  # each weight is used once per output position
         weight_bytes = 4.0 * runtime_macs / max(1.0, positions)
     if kind == "deconv" and not (len(inputs) > 1 and inputs[1][1] and len(inputs[1][1]) == 4):
         implied = _deconv_weight(x, out, attrs)  # a profile that left the packed weights out
         weight_bytes = max(weight_bytes, 4.0 * _numel(implied)) if implied else weight_bytes
     if kind == "recurrent":
         weight_bytes = max(weight_bytes, _recurrent_cost(op_type, x, out, attrs)[1])
-    geometry = _geometry(flops, x, out)
+    geometry = _geometry(flops, x, out, op_type)
     return Kernel(kind, flops, float(activation_bytes), float(weight_bytes), name, op_type, geometry)
 
 
@@ -897,7 +906,7 @@ def _node_kernel(n: NodeCost, kind: str | None = None) -> Kernel:
     if n.op_type in _GEMM | _CONV | _DECONV and n.flops:
         x = n.input_shapes[0] if n.input_shapes else None
         out = n.output_shapes[0] if n.output_shapes else None
-        k = replace(k, flops=float(n.flops), geometry=_geometry(float(n.flops), x, out))
+        k = replace(k, flops=float(n.flops), geometry=_geometry(float(n.flops), x, out, n.op_type))
     if kind is not None:
         k = Kernel(kind, 0.0, 0.0, 0.0, n.name, n.op_type)
     return k
@@ -935,8 +944,7 @@ def _implied_weight_bytes(k: Kernel, out: Sequence[int] | None) -> float:
     position (a GEMM's rows, a convolution's pixels), so weights = FLOPs / 2 / positions."""
     if k.kind not in ("gemm", "gemv", "conv", "conv_dw") or not out or not k.flops:
         return 0.0
-    channels = out[1] if len(out) == 4 else out[-1]
-    positions = _numel(out) / max(1, channels)
+    positions = _numel(out) / max(1, _channels(k.op_type, out))
     if k.kind == "conv_dw":
         return 4.0 * k.flops / 2.0 / max(1.0, positions) if positions else 0.0
     return 4.0 * k.flops / 2.0 / max(1.0, positions)

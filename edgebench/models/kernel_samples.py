@@ -84,6 +84,22 @@ def conv(
     return _graph("conv", [node, relu], [1, c, hw, hw], [1, o, ho, ho], inits)
 
 
+def conv1d(
+    rng: np.random.Generator,
+    c: int,
+    o: int,
+    l: int,  # noqa: E741 - the length, as its key names it
+    k: int = 3,
+    s: int = 1,
+) -> onnx.ModelProto:
+    """A 1-D convolution over l steps (padded by k // 2 each side) with bias and ReLU: what a streaming
+    audio model runs on its few frames (an STFT as a convolution, its encoder's convolutions)."""
+    node = helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k], pads=[k // 2] * 2, strides=[s])
+    relu = helper.make_node("Relu", ["c"], ["y"])
+    inits = [_weights(rng, c * k, (o, c, k)), _f32("b", np.zeros(o))]
+    return _graph("conv1d", [node, relu], [1, c, l], [1, o, _out(l, k, s)], inits)
+
+
 def dwconv(rng: np.random.Generator, c: int, hw: int, k: int = 3, s: int = 1) -> onnx.ModelProto:
     """A depthwise k x k convolution with bias and ReLU."""
     return conv(rng, c, c, hw, k, s, c)
@@ -195,6 +211,7 @@ def transpose(rng: np.random.Generator, c: int, hw: int) -> onnx.ModelProto:
 BUILDERS: dict[str, Callable[..., onnx.ModelProto]] = {
     "gemm": gemm,
     "conv": conv,
+    "conv1d": conv1d,
     "dwconv": dwconv,
     "deconv": deconv,
     "attention": attention,
@@ -300,6 +317,11 @@ CALIBRATION: tuple[str, ...] = (
     "kernel:conv,c=32,o=64,hw=56,s=2",
     *(f"kernel:conv,c={c},o={o},hw={hw},k=1" for c, o, hw in [(32, 64, 56), (64, 128, 28), (128, 256, 14)]),
     "kernel:conv,c=256,o=512,hw=7,k=1",
+    # a streaming audio model's: an STFT as a convolution, then convolutions over its few frames (GEMV-like)
+    "kernel:conv1d,c=1,o=258,l=640,k=256,s=128",
+    *(f"kernel:conv1d,c={c},o={o},l={n}" for c, o, n in [(129, 128, 4), (64, 128, 2), (256, 256, 6)]),
+    "kernel:conv1d,c=128,o=64,l=4,s=2",
+    "kernel:conv1d,c=80,o=256,l=32,k=5",
     *(f"kernel:dwconv,c={c},hw={hw}" for c, hw in [(32, 112), (64, 56), (128, 28), (256, 14), (512, 7)]),
     "kernel:dwconv,c=64,hw=56,s=2",
     "kernel:dwconv,c=64,hw=40,k=5",

@@ -325,6 +325,9 @@ def test_a_dense_convolution_of_few_positions_is_a_gemv_on_both_sides(length: in
     mnn = profile_kernel("Convolution", [x], [y], runtime_flops=128 * length * 129 * 3)
     assert g.kind == ort.kind == mnn.kind == kind
     assert g.flops == pytest.approx(ort.flops) and g.flops == pytest.approx(mnn.flops, rel=0.01)
+    # its shape features: channels in and out on axis 1 as in any convolution, positions along its length
+    assert g.geometry[:3] == ort.geometry[:3] == mnn.geometry[:3] == (129.0, 128.0, float(length))
+    assert mnn.weight_bytes == pytest.approx(g.weight_bytes, rel=0.01)  # implied from MNN's MACs
 
 
 def _conv_node(b: list, x: str, cin: int, cout: int, name: str, group: int = 1) -> str:

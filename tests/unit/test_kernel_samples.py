@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # the kinds each op samples, as kernels.graph_kernels names them (the ones a profile is fitted per)
 SAMPLED_KINDS = {
     "conv": {"conv", "gemm", "gemv"},  # a 1x1 convolution is a GEMM (a GEMV over few positions)
+    "conv1d": {"conv", "gemv"},  # over few frames each weight serves a few multiply-adds: a GEMV
     "dwconv": {"conv_dw"},
     "deconv": {"deconv"},
     "attention": {"matmul", "softmax", "copy"},  # the transpose of its keys is a copy
@@ -74,6 +75,22 @@ def test_a_gemv_sample_computes_relu_of_x_w_plus_b(tmp_path: Path) -> None:
     x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
     y = session(path).run(None, {"x": x})[0]
     np.testing.assert_allclose(y, np.maximum(x @ inits["w"] + inits["b"], 0), rtol=1e-5, atol=1e-5)
+
+
+def test_a_conv1d_sample_computes_relu_of_its_strided_padded_convolution(tmp_path: Path) -> None:
+    import onnx
+    from onnx import numpy_helper
+
+    _, path = sample_model("kernel:conv1d,c=3,o=5,l=20,k=4,s=3", tmp_path)
+    inits = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
+    w, b = inits["w"], inits["b"]
+    x = np.random.default_rng(1).standard_normal((1, 3, 20)).astype(np.float32)
+    y = session(path).run(None, {"x": x})[0]
+    padded = np.pad(x[0], ((0, 0), (2, 2)))  # k // 2 each side
+    steps = (20 + 4 - 4) // 3 + 1
+    ref = np.stack([np.einsum("ock,ck->o", w, padded[:, 3 * t : 3 * t + 4]) + b for t in range(steps)], -1)
+    assert y.shape == (1, 5, steps)
+    np.testing.assert_allclose(y[0], np.maximum(ref, 0), rtol=1e-5, atol=1e-5)
 
 
 def test_the_same_key_gives_the_same_bytes(tmp_path: Path) -> None:
