@@ -503,11 +503,12 @@ def graph_kernels(cost: ModelCost, runtime: str = "onnxruntime", nchwc_block: in
         fused.update(_skip_layer_norms(nodes, consumers, producer, absorbed))
         absorbed.update(_matmul_scales(nodes, consumers, producer))
     block = nchwc_block if runtime == "onnxruntime" else 1
-    out = [
-        fused.get(n.name) or _node_kernel(nchwc_padded(n, block))
-        for n in nodes
-        if n.name not in absorbed and n.name not in hidden
-    ]
+    steps = {n.name: _mnn_lstm_step(n) for n in nodes if n.op_type == "LSTM"} if runtime == "mnn" else {}
+    out = []
+    for n in nodes:
+        if n.name in absorbed or n.name in hidden:
+            continue
+        out += steps.get(n.name) or [fused.get(n.name) or _node_kernel(nchwc_padded(n, block))]
     if runtime == "mnn":  # MNN runs a HardSigmoid as a scale, a shift and a ReLU6: three kernels
         out += [_node_kernel(n) for n in nodes if n.op_type == "HardSigmoid" for _ in range(2)]
     if runtime == "onnxruntime":
@@ -523,6 +524,38 @@ def graph_kernels(cost: ModelCost, runtime: str = "onnxruntime", nchwc_block: in
         ]
     out += [_node_kernel(n, kind="shape") for n in cost.meta_nodes if n.op_type in _SHAPE or runtime == ""]
     return out
+
+
+def _mnn_lstm_step(n: NodeCost) -> list[Kernel] | None:
+    """The 23 ops MNN runs a one-step, one-direction LSTM as (None for any other LSTM): the input's and the
+    state's projections onto all four gates, each a GEMV (a 1x1 convolution) between copies into its
+    layout, their sum, then the gates' element-wise work (5 unary and 4 binary ops) between 9 more copies
+    that slice the gates and lay out the state. A streaming model steps so; its profile shows these ops."""
+    x, w = (n.input_shapes + (None, None))[:2]  # X [steps, batch, input], W [directions, 4 x hidden, input]
+    if not x or not w or len(x) != 3 or len(w) != 3 or x[0] != 1 or w[0] != 1:
+        return None
+    batch, size, h = int(x[1]), int(x[2]), int(w[1]) // 4
+    elem = {"fp16": "float16", "bf16": "float16", "fp64": "double"}.get(n.dtype, "float")
+
+    def t(channels: int, c_out: int = 0) -> Tensor:
+        return elem, (c_out, channels, 1, 1) if c_out else (batch, channels, 1, 1)
+
+    def op(op_type: str, ins: list[Tensor], out: Tensor, weights: Sequence[bool] = ()) -> Kernel:
+        return describe(op_type, ins, [out], weights=weights, name=n.name)
+
+    def projection(width: int) -> list[Kernel]:
+        gates = op(
+            "Convolution", [t(width), t(width, 4 * h), (elem, (4 * h,))], t(4 * h), (False, True, True)
+        )
+        return [op("Raster", [t(width)], t(width)), gates]
+
+    kernels = [*projection(size), *projection(h), op("BinaryOp", [t(4 * h), t(4 * h)], t(4 * h))]
+    kernels += [op("Raster", [t(4 * h)], t(h)) for _ in range(4)] + [
+        op("Raster", [t(h)], t(h)) for _ in range(5)
+    ]
+    kernels += [op("UnaryOp", [t(h)], t(h)) for _ in range(5)]
+    kernels += [op("BinaryOp", [t(h), t(h)], t(h)) for _ in range(4)]
+    return kernels
 
 
 def _hard_swish_parts(

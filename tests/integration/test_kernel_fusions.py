@@ -5,7 +5,8 @@ jobs on local), counted per kind against `kernels.graph_kernels`.
 What the fusions are: onnxruntime runs a residual Add and its LayerNormalization as one
 SkipLayerNormalization, a MatMul of constant weights and its bias as one Gemm (reshaping more than two
 dimensions around it), a MatMul and the scalar scale after it as one FusedMatMul; MNN runs an exported
-erf-GELU (five nodes) as one unary op. A predictor that counted the nodes instead charges a kernel per node.
+erf-GELU (five nodes) as one unary op, and an LSTM step as its parts (two GEMVs, the gates' element-wise
+ops). A predictor that counted the nodes instead charges a kernel per node.
 """
 
 from __future__ import annotations
@@ -26,15 +27,20 @@ from tests.integration.kernel_profiles import ocr_models
 
 pytestmark = pytest.mark.integration
 
-MODELS = ["builtin:encoder", "builtin:kernel:skipnorm,s=64,d=256", "builtin:kernel:gelu,s=64,d=256"]
+MODELS = [
+    "builtin:encoder",
+    "builtin:kernel:skipnorm,s=64,d=256",
+    "builtin:kernel:gelu,s=64,d=256",
+    "builtin:kernel:lstm,i=64,h=96",
+]
 # PP-OCRv4's recognizer on onnxruntime: LayerNorms exported as their parts, sigmoid GELUs, and MatMuls whose
 # bias stays an Add (the model's shapes are dynamic, so onnxruntime cannot reshape them into a Gemm)
 REC, REC_SHAPE = "ch_PP-OCRv4_rec_infer", [1, 3, 48, 160]
 # the kinds both sides must agree on (copies are not: onnxruntime splits and merges Slices and Concats,
 # MNN adds Raster copies around its MatMuls, which no graph node stands for)
 KINDS = {
-    "onnxruntime": ("gemm", "matmul", "norm", "softmax", "elementwise"),
-    "mnn": ("gemm", "norm", "softmax", "elementwise"),
+    "onnxruntime": ("gemm", "gemv", "matmul", "norm", "softmax", "elementwise", "recurrent"),
+    "mnn": ("gemm", "gemv", "norm", "softmax", "elementwise", "recurrent"),
 }
 
 

@@ -515,6 +515,38 @@ def test_the_predictor_takes_each_device_block_from_its_fingerprint() -> None:
     assert predictor.blocks == {"pc": 8, "pi": 1}
 
 
+@pytest.mark.parametrize(
+    ("steps", "direction", "parts"), [(1, "forward", 23), (4, "forward", 1), (1, "bidirectional", 1)]
+)
+def test_mnn_runs_one_lstm_step_as_its_parts(steps: int, direction: str, parts: int) -> None:
+    """One forward LSTM step: MNN runs two GEMVs (the input's and the state's projections onto the four
+    gates, each weight read once) and the gates' element-wise ops between copies; onnxruntime one LSTM
+    kernel. Longer sequences (MNN's While loop) and two directions stay one recurrent kernel."""
+    dirs, size, h = (2 if direction == "bidirectional" else 1), 40, 24
+    inits = [
+        numpy_helper.from_array(np.zeros((dirs, 4 * h, size), np.float32), "w"),
+        numpy_helper.from_array(np.zeros((dirs, 4 * h, h), np.float32), "r"),
+    ]
+    node = helper.make_node("LSTM", ["x", "w", "r"], ["seq", "y"], hidden_size=h, direction=direction)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, 1, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [dirs, 1, h])],
+        inits,
+    )
+    cost = analyze(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    mnn, ort = graph_kernels(cost, "mnn"), graph_kernels(cost, "onnxruntime")
+    assert [k.kind for k in ort] == ["recurrent"] and len(mnn) == parts
+    if parts == 1:
+        assert [k.kind for k in mnn] == ["recurrent"]
+        return
+    gemvs = [k for k in mnn if k.kind == "gemv"]
+    assert [k.weight_bytes for k in gemvs] == [4 * (4 * h * size + 4 * h), 4 * (4 * h * h + 4 * h)]
+    assert [k.flops for k in gemvs] == [2 * 4 * h * size, 2 * 4 * h * h]
+    assert sum(k.kind == "elementwise" for k in mnn) == 10 and sum(k.kind == "copy" for k in mnn) == 11
+
+
 @pytest.mark.parametrize("div_last", [True, False])
 def test_mnn_runs_an_exported_hard_swish_as_one_kernel_and_a_hard_sigmoid_as_three(div_last: bool) -> None:
     """x * clip(x + 3, 0, 6) / 6 as paddle2onnx exports it (PP-OCR: Add, Clip, Mul, Div) or with the Div
