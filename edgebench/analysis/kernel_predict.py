@@ -255,9 +255,14 @@ _ORT_OP_FAMILY = {"Conv": 1.0, "FusedConv": 1.0, "NhwcFusedConv": 1.0, "SkipLaye
 
 def fit_key(k: Kernel, runtime: str | None) -> str:
     """What a kernel's linear costs are fitted per: its kind, or its kind and op where the runtime runs
-    that op at a cost of its own (a kind's fit serves the op where it has too few kernels)."""
+    that op at a cost of its own (a kind's fit serves the op where it has too few kernels). onnxruntime's
+    convolutions over a few positions run as GEMVs with an unfold and a call's fixed cost that its
+    MatMul GEMVs, streaming their weights, do not have: on one fit the convolutions' fixed and activation
+    costs went to every small MatMul GEMV (tinymlp's 0.5 MiB layers predicted at 20 us, run in 10 us)."""
     family = _ORT_OP_FAMILY.get(k.op_type, 0.0) if runtime != "mnn" else 0.0
-    return f"{k.kind}/{k.op_type}" if family >= 2 else k.kind
+    if family >= 2 or (family == 1 and k.kind == "gemv"):
+        return f"{k.kind}/{'Conv' if family == 1 else k.op_type}"
+    return k.kind
 
 
 def repeats_before(kernels: Sequence[Kernel]) -> list[int]:

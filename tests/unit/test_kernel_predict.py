@@ -146,6 +146,29 @@ def test_how_far_the_device_speed_moved_is_told_and_warned_of(runs: list[kp.Prof
     assert unsteady_speed_warnings(spans, devices=["board"]) == []
 
 
+def test_onnxruntime_convolution_gemvs_are_fitted_apart_from_its_matmul_gemvs() -> None:
+    """A convolution over a few positions pays an unfold and a fixed cost per call that a MatMul GEMV
+    streaming its weights does not: fitted together, a small MatMul GEMV is charged the convolutions'
+    costs. Fitted apart, each is predicted at its own (MNN runs both as one kernel: one fit)."""
+    rng = np.random.default_rng(5)
+
+    def gemv(op: str) -> tuple[Kernel, float]:
+        weights, act = float(rng.uniform(1e5, 4e6)), float(rng.uniform(2e4, 2e5) if op == "Conv" else 4e3)
+        k = Kernel("gemv", weights / 2, act, weights, op_type=op)
+        return k, weights / 5e7 + (0.004 + act / 1e7 if op == "Conv" else 0.0)  # 50 GB/s; unfold, a call
+
+    runs = []
+    for i in range(10):
+        kernels = tuple(gemv(op) for op in ("Conv", "Conv", "MatMul", "MatMul"))
+        latency = sum(ms for _, ms in kernels)
+        runs.append(kp.ProfiledRun("dev", "onnxruntime", 1, f"m{i}", "{}", latency, kernels))
+    cal = kp.calibrate(runs)
+    assert cal is not None and {"gemv", "gemv/Conv"} <= set(cal.per_kind)
+    small = Kernel("gemv", 2.5e5, 4e3, 5e5, op_type="MatMul")  # 0.5 MB of weights: 10 us
+    assert cal.linear_ms(small, (5e5, 4e3, 5e5)) == pytest.approx(0.01, rel=0.1)
+    assert kp.fit_key(small, "mnn") == kp.fit_key(replace(small, op_type="Convolution"), "mnn") == "gemv"
+
+
 PROFILER_MS = 0.08  # the synthetic profiler's cost per kernel (onnxruntime's is about a microsecond)
 
 
