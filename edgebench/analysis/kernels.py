@@ -550,9 +550,8 @@ def _mnn_lstm_step(n: NodeCost) -> list[Kernel] | None:
         return [op("Raster", [t(width)], t(width)), gates]
 
     kernels = [*projection(size), *projection(h), op("BinaryOp", [t(4 * h), t(4 * h)], t(4 * h))]
-    kernels += [op("Raster", [t(4 * h)], t(h)) for _ in range(4)] + [
-        op("Raster", [t(h)], t(h)) for _ in range(5)
-    ]
+    kernels += [op("Raster", [t(4 * h)], t(h)) for _ in range(4)]  # a gate sliced out
+    kernels += [op("Raster", [t(h)], t(h)) for _ in range(5)]
     kernels += [op("UnaryOp", [t(h)], t(h)) for _ in range(5)]
     kernels += [op("BinaryOp", [t(h), t(h)], t(h)) for _ in range(4)]
     return kernels
