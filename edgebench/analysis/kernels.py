@@ -266,6 +266,11 @@ def _geometry(
 Tensor = tuple[str, tuple[int, ...] | None]  # element type name, dims (None: unknown)
 
 
+def _element_type(dtype: str) -> str:
+    """A graph node's dtype (fp32, fp16 ...) as the element-type names profiles use (float, float16 ...)."""
+    return {"fp16": "float16", "bf16": "float16", "fp64": "double"}.get(dtype, "float")
+
+
 def _numel(dims: Sequence[int] | None) -> int:
     return math.prod(dims) if dims else (1 if dims is not None else 0)
 
@@ -535,7 +540,7 @@ def _mnn_lstm_step(n: NodeCost) -> list[Kernel] | None:
     if not x or not w or len(x) != 3 or len(w) != 3 or x[0] != 1 or w[0] != 1:
         return None
     batch, size, h = int(x[1]), int(x[2]), int(w[1]) // 4
-    elem = {"fp16": "float16", "bf16": "float16", "fp64": "double"}.get(n.dtype, "float")
+    elem = _element_type(n.dtype)
 
     def t(channels: int, c_out: int = 0) -> Tensor:
         return elem, (c_out, channels, 1, 1) if c_out else (batch, channels, 1, 1)
@@ -592,7 +597,7 @@ def _users(nodes: Sequence[NodeCost]) -> dict[str, list[NodeCost]]:
 
 def _fused_kernel(op_type: str, first: NodeCost, inputs: Sequence[int], last: NodeCost, extra=()) -> Kernel:
     """One kernel for a fused chain: `first`'s inputs at `inputs` (and `extra` constants) in, `last`'s out."""
-    elem = {"fp16": "float16", "bf16": "float16", "fp64": "double"}.get(first.dtype, "float")
+    elem = _element_type(first.dtype)
     ins: list[Tensor] = [(elem, first.input_shapes[i]) for i in inputs if i < len(first.input_shapes)]
     ins += [(elem, s) for s in extra]
     outs: list[Tensor] = [(elem, s) for s in last.output_shapes[:1]]
@@ -923,7 +928,7 @@ def _fuses_activation(head: NodeCost, act: NodeCost, runtime: str) -> bool:
 
 
 def _node_kernel(n: NodeCost, kind: str | None = None) -> Kernel:
-    elem = {"fp32": "float", "fp16": "float16", "bf16": "float16", "fp64": "double"}.get(n.dtype, "float")
+    elem = _element_type(n.dtype)
     ins: list[Tensor] = [(elem, s) for s in n.input_shapes]
     outs: list[Tensor] = [(elem, s) for s in n.output_shapes]
     k = describe(
