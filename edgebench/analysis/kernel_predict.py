@@ -4,14 +4,16 @@ In the spirit of nn-Meter: what a model costs on a device is the sum of what its
 the `profile` probe's records (every op's time per inference with the tensors it saw) each kernel gets a
 kind and features (`edgebench.analysis.kernels`); per kind, a kernel's time is fitted as
 
-    ms = a * GFLOPs + b * activation bytes / BW(kernel) + w * weight bytes / BW(model) + d    (NNLS)
+    ms = a * GFLOPs + b * activation bytes / BW(kernel) + (w + e * f) * weight bytes / BW(model) + d
 
 where BW(size) is the bandwidth the device's memory-hierarchy sweep (`probe bandwidth --sweep`, at the
 profiles' thread count) measured at that working-set size: a kernel's activations at the size it reads and
 writes (just written by the kernel before it), its weights at the model's working set (weights + peak
 activations: what the weights share the caches with from one inference to the next). So a model whose
-weights sit in DRAM is charged DRAM speed even when every profiled model fitted in a cache. Without a
-sweep, BW is 1 GB/s everywhere (plain bytes).
+weights sit in DRAM is charged DRAM speed even when every profiled model fitted in a cache; f (0 at the
+fastest level's bandwidth, 1 at memory's) lets a kind reach a smaller share of the sweep's bandwidth from
+memory than from its caches (e >= 0; e is 0 where no profiled model's weights left the caches, so the
+extrapolation above holds). Without a sweep, BW is 1 GB/s everywhere (plain bytes).
 
 (kinds with too few profiled kernels share one fit over all of them), then multiplied by a correction a
 random forest (nn-Meter's regressor) learns on the log ratio of profiled time to that estimate from the
@@ -175,6 +177,16 @@ class MemoryCurve:
         sizes = np.log([max(s, 1.0) for s, _ in self.points])
         return float(np.interp(math.log(max(working_set_bytes, 1.0)), sizes, [g for _, g in self.points]))
 
+    def beyond_caches(self, working_set_bytes: float) -> float:
+        """How far down the hierarchy a working set streams from: 0 at the fastest level's bandwidth, 1 at
+        the slowest's (memory), in between on the curve (0 without a sweep)."""
+        if not self.points:
+            return 0.0
+        fastest, slowest = self.points[0][1], self.points[-1][1]
+        if fastest <= slowest:
+            return 0.0
+        return min(1.0, max(0.0, (fastest - self.gbps(working_set_bytes)) / (fastest - slowest)))
+
 
 def memory_curve(records: Iterable[Record], device: str, threads: int | None) -> MemoryCurve:
     """The latest sweep of `device` at the most threads up to `threads` (any count when None)."""
@@ -211,12 +223,15 @@ WEIGHTED_KINDS = frozenset({"conv", "conv_dw", "deconv", "gemm", "gemv", "matmul
 
 
 def _row(k: Kernel, context: Context, memory: MemoryCurve) -> list[float]:
-    """GFLOPs, then activation and weight bytes as ms at the bandwidth of the level each streams from."""
+    """GFLOPs, then activation and weight bytes as ms at the bandwidth of the level each streams from,
+    and the weights' ms again times how far down the hierarchy they sit (`MemoryCurve.beyond_caches`):
+    a kernel streams its weights from memory at a smaller share of the sweep's bandwidth than from a
+    cache (onnxruntime's GEMVs here: 0.7-0.97 of it in caches, 0.6 from memory)."""
     weights = k.weight_bytes if k.kind in WEIGHTED_KINDS else 0.0
     streamed = k.bytes + k.weight_bytes - weights
     activation_ms = streamed / memory.gbps(k.bytes + k.weight_bytes) / 1e6
     weight_ms = weights / memory.gbps(context[2]) / 1e6
-    return [k.flops / _SCALE[0], activation_ms, weight_ms, 1.0]
+    return [k.flops / _SCALE[0], activation_ms, weight_ms, weight_ms * memory.beyond_caches(context[2]), 1.0]
 
 
 def _fit(rows: Sequence[list[float]], ms: Sequence[float]) -> np.ndarray:

@@ -779,6 +779,34 @@ def test_a_model_whose_weights_live_in_dram_is_charged_dram_speed_though_every_p
     assert plain.latency_ms(kernels) < 0.3 * big.latency_ms  # plain bytes extrapolate cache speed
 
 
+def test_how_far_down_the_hierarchy_a_working_set_sits() -> None:
+    assert CURVE.beyond_caches(1 * MIB) == 0.0 and CURVE.beyond_caches(512 * MIB) == 1.0
+    assert CURVE.beyond_caches(4 * MIB * 2**1.5) == pytest.approx(0.5)  # 55 GB/s: halfway from 100 to 10
+    assert kp.MemoryCurve().beyond_caches(64 * MIB) == 0.0
+
+
+def test_weights_streamed_from_memory_at_a_smaller_share_of_the_sweep_than_from_caches() -> None:
+    """A device whose GEMVs stream their weights at the sweep's bandwidth from caches and at half of it
+    from memory (per byte, twice the sweep's time there): calibrated on both ends, every size is
+    predicted within 10%, the one half-way down the curve too."""
+
+    def gemv(name: str, weight_mib: float) -> kp.ProfiledRun:
+        k = Kernel("gemv", 2 * weight_mib * MIB / 4, 8e3, weight_mib * MIB)
+        per_byte = (1.0 + CURVE.beyond_caches(k.weight_bytes)) / CURVE.gbps(k.weight_bytes)
+        ms = k.weight_bytes * per_byte / 1e6 + 0.002
+        return kp.ProfiledRun("dev", "onnxruntime", 1, name, "{}", ms, ((k, ms),))
+
+    runs = [gemv(f"g{i}", mib) for i, mib in enumerate((0.25, 0.5, 1.0, 2.0, 3.0, 64.0, 128.0, 256.0))]
+    middle = gemv("middle", 11.3)  # half-way down the curve
+    graphs = {(r.model, r.shapes): [k for k, _ in r.kernels] for r in [*runs, middle]}
+    cal = kp.calibrate(runs, graphs, CURVE)
+    assert cal is not None
+    for r in [*runs, middle]:
+        predicted = cal.latency_ms(graphs[(r.model, r.shapes)])
+        assert predicted == pytest.approx(r.latency_ms, rel=0.1), r.model
+    assert cal.per_kind.get("gemv", cal.pooled)[3] > 0  # memory's extra cost per weight ms
+
+
 def sweep(run: str, device: str, threads: int, points: list[tuple[int, float]]) -> list[Record]:
     """A stored sweep: its points and the DRAM level it found (at its last point)."""
     ctx = RecordContext(run, device, "bandwidth")
