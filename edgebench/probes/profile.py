@@ -45,9 +45,9 @@ from .registry import ProfileParams
 
 # Fixed kernels timed in a block right before and one right after the model's rounds (`speed_reference_ms`;
 # never between its runs, whose caches they would evict): a compute-bound GEMM that lives in cache and a
-# GEMV that streams its 16 MiB of weights from memory. On a shared host one
-# model's p50 moved 20-40% from one process to the next while these moved with it; the predictor puts
-# profiles taken at different moments on one scale with them.
+# GEMV that streams its 16 MiB of weights from memory. They tell how steady the device ran over its
+# profiles (`kernel_predict.speed_span`, a `fit` warning); the predictor does not rescale profiles by
+# them, which on a shared host made its held-out predictions worse (docs/report.md).
 SPEED_REFERENCES = ("kernel:gemm,m=256,k=256,n=256", "kernel:gemm,m=1,k=2048,n=2048")
 CALIBRATION_NODES = 200
 CALIBRATION_REVISION = 1
