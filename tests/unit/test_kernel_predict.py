@@ -807,6 +807,28 @@ def test_weights_streamed_from_memory_at_a_smaller_share_of_the_sweep_than_from_
     assert cal.per_kind.get("gemv", cal.pooled)[3] > 0  # memory's extra cost per weight ms
 
 
+def test_one_sample_caught_in_a_slow_moment_does_not_drag_its_kind() -> None:
+    """Ten GEMVs on one law (a fixed cost, their weights at the sweep's bandwidth), one of them timed in
+    a moment the host ran it 3x slow: the kind's fit still puts the other nine within 3% of their times
+    (least squares, dragged by the one, put the bigger ones 6-15% high)."""
+
+    def gemv(name: str, weight_mib: float, slow: float = 1.0) -> kp.ProfiledRun:
+        k = Kernel("gemv", 2 * weight_mib * MIB / 4, 8e3, weight_mib * MIB)
+        ms = slow * (k.weight_bytes / CURVE.gbps(k.weight_bytes) / 1e6 + 0.004)
+        return kp.ProfiledRun("dev", "onnxruntime", 1, name, "{}", ms, ((k, ms),))
+
+    sizes = (0.06, 0.12, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
+    runs = [gemv(f"g{i}", mib) for i, mib in enumerate(sizes)] + [gemv("hiccup", 2.5, slow=3.0)]
+    graphs = {(r.model, r.shapes): [k for k, _ in r.kernels] for r in runs}
+    cal = kp.calibrate(runs, graphs, CURVE)
+    assert cal is not None
+    for r in runs[:-1]:
+        kernels = graphs[(r.model, r.shapes)]
+        fitted = cal.linear_ms(kernels[0], kp._context(kernels))
+        assert fitted == pytest.approx(r.latency_ms, rel=0.03), r.model
+        assert cal.latency_ms(kernels) == pytest.approx(r.latency_ms, rel=0.05), r.model
+
+
 def sweep(run: str, device: str, threads: int, points: list[tuple[int, float]]) -> list[Record]:
     """A stored sweep: its points and the DRAM level it found (at its last point)."""
     ctx = RecordContext(run, device, "bandwidth")
