@@ -513,7 +513,7 @@ def graph_kernels(cost: ModelCost, runtime: str = "onnxruntime", nchwc_block: in
     for n in nodes:
         if n.name in absorbed or n.name in hidden:
             continue
-        out += steps.get(n.name) or [fused.get(n.name) or _node_kernel(nchwc_padded(n, block))]
+        out += steps.get(n.name) or [fused.get(n.name) or _nchwc_node_kernel(n, block)]
     if runtime == "mnn":  # MNN runs a HardSigmoid as a scale, a shift and a ReLU6: three kernels
         out += [_node_kernel(n) for n in nodes if n.op_type == "HardSigmoid" for _ in range(2)]
     if runtime == "onnxruntime":
@@ -825,17 +825,33 @@ def nchwc_reorders(nodes: Sequence[NodeCost], absorbed: dict[str, NodeCost], blo
     return out
 
 
+def _nchwc_node_kernel(n: NodeCost, block: int) -> Kernel:
+    """A node's kernel as onnxruntime runs it: in NCHWc (`nchwc_padded`) where it can, where a depthwise
+    kernel also skips its padded taps (`without_padded_taps`)."""
+    padded = nchwc_padded(n, block)
+    k = _node_kernel(padded)
+    if not runs_nchwc(n, block):
+        return k
+    return without_padded_taps(k, [("float", s) for s in padded.input_shapes], padded.output_shapes[0])
+
+
+def runs_nchwc(n: NodeCost, block: int) -> bool:
+    """Whether onnxruntime runs this convolution in its NCHWc layout at channel block `block`."""
+    if block <= 1 or n.op_type != "Conv" or not n.output_shapes or not n.output_shapes[0]:
+        return False
+    x, w = n.input_shapes[0], n.input_shapes[1] if len(n.input_shapes) > 1 else None
+    return bool(x and w and len(n.output_shapes[0]) == 4) and _nchwc_input(n, set(), [], block) is not None
+
+
 def nchwc_padded(n: NodeCost, block: int) -> NodeCost:
     """A convolution as onnxruntime runs it in NCHWc at channel block `block`: its output channels padded
     up to the block, and its input channels too where it reads a blocked input (a depthwise one always),
     so its work, weights and tensors are those the runtime's kernel does and reports (the first 3x3 of a
     PP-OCR classifier, 8 channels out, ran with 16 and twice its graph's FLOPs). Any other node as it is."""
-    if block <= 1 or n.op_type != "Conv" or not n.output_shapes or not n.output_shapes[0]:
+    if not runs_nchwc(n, block):
         return n
-    wants = _nchwc_input(n, set(), [], block)
+    wants = _nchwc_input(n, set(), [], block) or []
     x, w, out = n.input_shapes[0], n.input_shapes[1], n.output_shapes[0]
-    if wants is None or not x or not w or len(out) != 4:
-        return n
     pad = -(-w[0] // block) * block
     depthwise = int(n.attr("group", 1) or 1) > 1
     cin = pad if depthwise else (-(-w[1] // block) * block if wants[0] else w[1])
@@ -945,8 +961,11 @@ def _node_kernel(n: NodeCost, kind: str | None = None) -> Kernel:
         out = n.output_shapes[0] if n.output_shapes else None
         k = replace(k, flops=float(n.flops), geometry=_geometry(float(n.flops), x, out, n.op_type))
     if kind is not None:
-        k = Kernel(kind, 0.0, 0.0, 0.0, n.name, n.op_type)
+        return Kernel(kind, 0.0, 0.0, 0.0, n.name, n.op_type)
     return k
+
+
+NCHWC_NODE_SUFFIX = "_nchwc"  # how onnxruntime names the nodes its NCHWc transformer made, in its profiles
 
 
 def profile_kernel(
@@ -973,7 +992,9 @@ def profile_kernel(
     implied = _implied_weight_bytes(k, outs[0][1] if outs else None)
     if implied > k.weight_bytes:  # the runtime pre-packed the weights and counts the bias only
         k = replace(k, weight_bytes=implied)
-    return k
+    if not name.endswith(NCHWC_NODE_SUFFIX):
+        return k
+    return without_padded_taps(k, ins, outs[0][1] if outs else None)
 
 
 def _implied_weight_bytes(k: Kernel, out: Sequence[int] | None) -> float:
@@ -985,3 +1006,47 @@ def _implied_weight_bytes(k: Kernel, out: Sequence[int] | None) -> float:
     if k.kind == "conv_dw":
         return 4.0 * k.flops / 2.0 / max(1.0, positions) if positions else 0.0
     return 4.0 * k.flops / 2.0 / max(1.0, positions)
+
+
+def in_bounds_share(x: Sequence[int] | None, out: Sequence[int] | None, window: Sequence[int]) -> float:
+    """The share of a convolution's window taps that land inside its input rather than in the padding,
+    over all outputs: onnxruntime's NCHWc depthwise kernels skip the padded taps, so on a map a few rows
+    high most of a 5x5 window is no work (PP-OCR cls's depthwise layers on 3 rows x 96 ran 2x faster
+    than their window counts said; MNN's ran at the window's count, about 40 GFLOP/s at 2, 3 and 6 rows).
+    Per spatial axis, the stride and the (centred) padding are recovered from the sizes in and out, as a
+    profile gives no attributes: the same rule on both sides."""
+    if not x or not out or len(x) != len(out) or len(window) != len(x) - 2:
+        return 1.0
+    share = 1.0
+    for size_in, size_out, k in zip(x[2:], out[2:], window, strict=True):
+        if size_in <= 0 or size_out <= 0 or k <= 1:
+            continue
+        stride = max(1, round(size_in / size_out))
+        begin = max(0, (size_out - 1) * stride + k - size_in) // 2
+        starts = [o * stride - begin for o in range(size_out)]  # each window's first row, -begin at most
+        taps = sum(max(0, min(k, size_in - first) - max(0, -first)) for first in starts)
+        share *= taps / (size_out * k)
+    return share
+
+
+def _depthwise_window(k: Kernel, inputs: Sequence[Tensor], out: Sequence[int] | None) -> tuple[int, ...]:
+    """A depthwise kernel's window: from its weight's shape where given (graph, onnxruntime), else from its
+    taps per output (MNN's count) when they make a square."""
+    w = inputs[1][1] if len(inputs) > 1 else None
+    if w and out and len(w) == len(out):
+        return tuple(int(d) for d in w[2:])
+    taps = round(k.geometry[3])
+    side = math.isqrt(taps)
+    return (side, side) if out and len(out) == 4 and side * side == taps else ()
+
+
+def without_padded_taps(k: Kernel, inputs: Sequence[Tensor], out: Sequence[int] | None) -> Kernel:
+    """A depthwise kernel's work as the taps it runs (`in_bounds_share`); any other kernel as it is."""
+    if k.kind != "conv_dw" or not inputs:
+        return k
+    x = inputs[0][1]
+    share = in_bounds_share(x, out, _depthwise_window(k, inputs, out))
+    if share >= 1.0:
+        return k
+    flops = k.flops * share
+    return replace(k, flops=flops, geometry=_geometry(flops, x, out, k.op_type))

@@ -23,7 +23,7 @@ from edgebench.analysis.fit import (
     make_budget,
     unsteady_speed_warnings,
 )
-from edgebench.analysis.kernels import Kernel, graph_kernels, nchwc_block, profile_kernel
+from edgebench.analysis.kernels import Kernel, graph_kernels, in_bounds_share, nchwc_block, profile_kernel
 from edgebench.records import Record, RecordContext
 
 GEMM_MS_PER_GFLOP, CONV_MS_PER_GFLOP, DW_MS_PER_MB, OVERHEAD_MS = 8.0, 5.0, 0.05, 0.04
@@ -910,6 +910,27 @@ def ort_profiled_kernels(path, feeds: dict, folder) -> list[Kernel]:
     ]
 
 
+def taps_inside(size_in: tuple[int, int], kernel: int, stride: int, pad: int) -> float:
+    """Ones padded with zeros, summed under each strided window, over the windows' full tap count."""
+    ones = np.pad(np.ones(size_in), pad)
+    windows = np.lib.stride_tricks.sliding_window_view(ones, (kernel, kernel))[::stride, ::stride]
+    return float(windows.sum() / (windows.shape[0] * windows.shape[1] * kernel * kernel))
+
+
+@pytest.mark.parametrize(
+    ("size_in", "kernel", "stride", "pad"),
+    [((3, 96), 5, 1, 2), ((6, 96), 5, 2, 2), ((7, 7), 3, 1, 1), ((112, 112), 3, 2, 1), ((2, 40), 3, 1, 1)],
+)
+def test_the_taps_inside_the_input_are_counted_as_a_padded_window_slid_over_it(
+    size_in: tuple[int, int], kernel: int, stride: int, pad: int
+) -> None:
+    """The reference: ones padded with zeros, summed under every window position (numpy), over the
+    window's full count; `in_bounds_share` has only the sizes in and out and the window."""
+    out = tuple((n + 2 * pad - kernel) // stride + 1 for n in size_in)
+    share = in_bounds_share((1, 8, *size_in), (1, 8, *out), (kernel, kernel))
+    assert share == pytest.approx(taps_inside(size_in, kernel, stride, pad), rel=0.02)
+
+
 @pytest.mark.parametrize("which", ["odd_channels", "ppocr_cls"])
 def test_nchwc_convolutions_are_counted_at_the_channels_onnxruntime_pads_them_to(
     tmp_path, which: str
@@ -936,5 +957,6 @@ def test_nchwc_convolutions_are_counted_at_the_channels_onnxruntime_pads_them_to
     assert [f for f, _ in predicted] == [f for f, _ in ran]
     # weights: padded with the channels (the bias too; a profile may count a packed weight's own padding)
     assert all(abs(w - v) <= 0.05 * v + 64 for (_, w), (_, v) in zip(predicted, ran, strict=True))
-    plain = features(graph_kernels(cost, nchwc_block=1))
-    assert sum(f for f, _ in plain) < sum(f for f, _ in predicted)  # the padding is real work
+    dense = ("conv", "gemm")  # a depthwise kernel also skips its padded taps: fewer FLOPs, not more
+    plain = sum(k.flops for k in graph_kernels(cost, nchwc_block=1) if k.kind in dense)
+    assert plain < sum(k.flops for k in graph_kernels(cost, nchwc_block=block) if k.kind in dense)
