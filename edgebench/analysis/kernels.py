@@ -837,10 +837,9 @@ def _nchwc_node_kernel(n: NodeCost, block: int) -> Kernel:
 
 def runs_nchwc(n: NodeCost, block: int) -> bool:
     """Whether onnxruntime runs this convolution in its NCHWc layout at channel block `block`."""
-    if block <= 1 or n.op_type != "Conv" or not n.output_shapes or not n.output_shapes[0]:
+    if block <= 1 or n.op_type != "Conv" or not n.output_shapes or len(n.output_shapes[0] or ()) != 4:
         return False
-    x, w = n.input_shapes[0], n.input_shapes[1] if len(n.input_shapes) > 1 else None
-    return bool(x and w and len(n.output_shapes[0]) == 4) and _nchwc_input(n, set(), [], block) is not None
+    return _nchwc_input(n, set(), [], block) is not None  # a 4-D input and a constant 4-D weight
 
 
 def nchwc_padded(n: NodeCost, block: int) -> NodeCost:
@@ -1029,15 +1028,10 @@ def in_bounds_share(x: Sequence[int] | None, out: Sequence[int] | None, window: 
     return share
 
 
-def _depthwise_window(k: Kernel, inputs: Sequence[Tensor], out: Sequence[int] | None) -> tuple[int, ...]:
-    """A depthwise kernel's window: from its weight's shape where given (graph, onnxruntime), else from its
-    taps per output (MNN's count) when they make a square."""
+def _depthwise_window(inputs: Sequence[Tensor], out: Sequence[int] | None) -> tuple[int, ...]:
+    """A depthwise kernel's window from its weight's shape (() where the weight is not given)."""
     w = inputs[1][1] if len(inputs) > 1 else None
-    if w and out and len(w) == len(out):
-        return tuple(int(d) for d in w[2:])
-    taps = round(k.geometry[3])
-    side = math.isqrt(taps)
-    return (side, side) if out and len(out) == 4 and side * side == taps else ()
+    return tuple(int(d) for d in w[2:]) if w and out and len(w) == len(out) else ()
 
 
 def without_padded_taps(k: Kernel, inputs: Sequence[Tensor], out: Sequence[int] | None) -> Kernel:
@@ -1045,7 +1039,7 @@ def without_padded_taps(k: Kernel, inputs: Sequence[Tensor], out: Sequence[int] 
     if k.kind != "conv_dw" or not inputs:
         return k
     x = inputs[0][1]
-    share = in_bounds_share(x, out, _depthwise_window(k, inputs, out))
+    share = in_bounds_share(x, out, _depthwise_window(inputs, out))
     if share >= 1.0:
         return k
     flops = k.flops * share
