@@ -919,7 +919,15 @@ def taps_inside(size_in: tuple[int, int], kernel: int, stride: int, pad: int) ->
 
 @pytest.mark.parametrize(
     ("size_in", "kernel", "stride", "pad"),
-    [((3, 96), 5, 1, 2), ((6, 96), 5, 2, 2), ((7, 7), 3, 1, 1), ((112, 112), 3, 2, 1), ((2, 40), 3, 1, 1)],
+    [
+        ((3, 96), 5, 1, 2),
+        ((6, 96), 5, 2, 2),
+        ((7, 7), 3, 1, 1),
+        ((112, 112), 3, 2, 1),
+        ((2, 40), 3, 1, 1),
+        ((5, 9), 5, 2, 2),
+        ((13, 13), 3, 2, 1),
+    ],
 )
 def test_the_taps_inside_the_input_are_counted_as_a_padded_window_slid_over_it(
     size_in: tuple[int, int], kernel: int, stride: int, pad: int
@@ -928,7 +936,44 @@ def test_the_taps_inside_the_input_are_counted_as_a_padded_window_slid_over_it(
     window's full count; `in_bounds_share` has only the sizes in and out and the window."""
     out = tuple((n + 2 * pad - kernel) // stride + 1 for n in size_in)
     share = in_bounds_share((1, 8, *size_in), (1, 8, *out), (kernel, kernel))
-    assert share == pytest.approx(taps_inside(size_in, kernel, stride, pad), rel=0.02)
+    assert share == pytest.approx(taps_inside(size_in, kernel, stride, pad), rel=1e-9)
+
+
+def depthwise_on_three_rows():
+    """A 5x5 depthwise convolution over 16 channels on a map 3 rows high and 96 wide (PP-OCR cls's)."""
+    w = numpy_helper.from_array(np.ones((16, 1, 5, 5), np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="dw", group=16, kernel_shape=[5, 5], pads=[2] * 4)
+    graph = helper.make_graph(
+        [node],
+        "dw",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 3, 96])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 3, 96])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_only_onnxruntimes_nchwc_depthwise_kernels_drop_their_padded_taps() -> None:
+    """The window's full count is 2 x 16 x 3 x 96 x 25 FLOPs; onnxruntime's NCHWc kernel runs the 3/5 x
+    474/480 of it inside the input, on the graph's side and on its profile's (named `_nchwc`); MNN's
+    kernel and onnxruntime's plain one (no NCHWc) run the whole window."""
+    window = 2.0 * 16 * 3 * 96 * 25
+    inside = window * (9 / 15) * (474 / 480)  # rows: 3 of 5 taps each; columns: 6 of 480 in the padding
+    cost = analyze(depthwise_on_three_rows(), {"x": [1, 16, 3, 96]})
+
+    def dw_flops(kernels: list[Kernel]) -> float:
+        return sum(k.flops for k in kernels if k.kind == "conv_dw")
+
+    assert dw_flops(graph_kernels(cost, nchwc_block=16)) == pytest.approx(inside)
+    assert dw_flops(graph_kernels(cost, nchwc_block=1)) == pytest.approx(window)
+    assert dw_flops(graph_kernels(cost, runtime="mnn", nchwc_block=16)) == pytest.approx(window)
+    tensors = [("float", [1, 16, 3, 96]), ("float", [16, 1, 5, 5])]
+    out = [("float", [1, 16, 3, 96])]
+    profiled = profile_kernel("Conv", tensors, out, name="dw_nchwc")
+    assert profiled.kind == "conv_dw" and profiled.flops == pytest.approx(inside)
+    assert profile_kernel("Conv", tensors, out, name="dw").flops == pytest.approx(window)
 
 
 @pytest.mark.parametrize("which", ["odd_channels", "ppocr_cls"])
