@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from ..records import Record
-from .kernels import KINDS, Kernel, profile_kernel
+from .kernels import KINDS, Kernel, mark_gemm_tile_reads, profile_kernel
 
 METHOD = "per-op-kind calibration (profile), in-model scale + per-inference overhead"
 MIN_KIND_KERNELS = 4  # fewer profiled kernels of a kind: it shares the pooled fit
@@ -104,7 +104,7 @@ def profiled_runs(records: Iterable[Record]) -> list[ProfiledRun]:
         ops = [r for r in recs if r.metric == "op_time_ms"]
         if all(isinstance(r.annotations.get("order"), int) for r in ops):  # as they ran (older: as stored)
             ops.sort(key=lambda r: r.annotations["order"])
-        kernels = tuple((_record_kernel(r), float(r.value)) for r in ops)
+        kernels = tuple(zip(_record_kernels(ops, runtime), (float(r.value) for r in ops), strict=True))
         speeds = tuple(
             sorted(
                 (str(r.params.get("reference")), float(r.value))
@@ -148,6 +148,21 @@ def speed_span(runs: Sequence[ProfiledRun], share: float = 0.8) -> tuple[float, 
     tail = (1 - share) / 2
     low, high = np.quantile(factors, [tail, 1 - tail])
     return float(low), float(high)
+
+
+def _record_kernels(ops: Sequence[Record], runtime: str | None) -> list[Kernel]:
+    """A profile's kernels in the order they ran; on MNN, unary ops reading a GEMM's whole tiles marked."""
+    kernels = [_record_kernel(r) for r in ops]
+    if runtime != "mnn":
+        return kernels
+    return mark_gemm_tile_reads(
+        [(k, _dims(r, "inputs"), _dims(r, "outputs")) for k, r in zip(kernels, ops, strict=True)]
+    )
+
+
+def _dims(r: Record, side: str) -> tuple[int, ...] | None:
+    tensors = r.annotations.get(side) or ()
+    return tuple(int(d) for d in tensors[0][1]) if tensors and tensors[0][1] is not None else None
 
 
 def _record_kernel(r: Record) -> Kernel:
@@ -281,7 +296,11 @@ def fit_key(k: Kernel, runtime: str | None) -> str:
     that op at a cost of its own (a kind's fit serves the op where it has too few kernels). onnxruntime's
     convolutions over a few positions run as GEMVs with an unfold and a call's fixed cost that its
     MatMul GEMVs, streaming their weights, do not have: on one fit the convolutions' fixed and activation
-    costs went to every small MatMul GEMV (tinymlp's 0.5 MiB layers predicted at 20 us, run in 10 us)."""
+    costs went to every small MatMul GEMV (tinymlp's 0.5 MiB layers predicted at 20 us, run in 10 us).
+    MNN's unary ops reading a convolution's whole GEMM tiles (`kernels.runs_gemm_tiles`) run on a law of
+    their own: 1.5 ns per element here against 0.22 for the same ops elsewhere."""
+    if k.reads_gemm_tiles:
+        return f"{k.kind}/after-gemm-tiles"
     family = _ORT_OP_FAMILY.get(k.op_type, 0.0) if runtime != "mnn" else 0.0
     if family >= 2 or (family == 1 and k.kind == "gemv"):
         return f"{k.kind}/{'Conv' if family == 1 else k.op_type}"
@@ -380,13 +399,23 @@ class KernelCalibration:
             ]
         )
         factor = np.exp(self.correction.predict(rows))
-        return [float(max(ms, MIN_FLOOR_MS) * f) for ms, f in zip(linear, factor, strict=True)]
+        return [
+            float(max(ms, MIN_FLOOR_MS) * (1.0 if _uncorrected(k) else f))
+            for k, ms, f in zip(kernels, linear, factor, strict=True)
+        ]
 
     def kernels_ms(self, kernels: Iterable[Kernel]) -> float:
         return sum(self.kernels_each_ms(list(kernels)))
 
     def latency_ms(self, kernels: Iterable[Kernel]) -> float:
         return self.scale * self.kernels_ms(kernels) + self.overhead_ms
+
+
+def _uncorrected(k: Kernel) -> bool:
+    """Kernels the correction leaves at their linear estimate: MNN's unary ops after whole GEMM tiles run
+    on one law of their own (1.5 ns per element here, sample to sample), and the forest, trained on the
+    other element-wise ops, lent them their efficiency (PP-OCR cls's ten: +15% over their profiled time)."""
+    return k.reads_gemm_tiles
 
 
 def _fit_correction(runs: Sequence[ProfiledRun], partial: KernelCalibration) -> Any:
@@ -397,7 +426,7 @@ def _fit_correction(runs: Sequence[ProfiledRun], partial: KernelCalibration) -> 
         kernels = [k for k, _ in run.kernels]
         context = _context(kernels)
         for (k, ms), repeat in zip(run.kernels, repeats_before(kernels), strict=True):
-            if ms <= 0:
+            if ms <= 0 or _uncorrected(k):
                 continue
             linear = partial.linear_ms(k, context)
             rows.append(_shape_row(k, linear, context, partial.runtime, repeat))

@@ -223,6 +223,14 @@ _SHAPE = {"Shape", "Size", "ConstantOfShape", "Range", "NonZero", "Fill", "Rank"
 _CONTROL = {"If", "Loop", "Scan", "While"}
 _ACTIVATIONS = {"Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid"}
 _FOLDS_INTO = _CONV | _GEMM | _DECONV  # producers a BatchNormalization or an activation fuses into
+# ONNX ops MNN runs as its UnaryOp (an exported hard-swish too, fused by its converter)
+_MNN_UNARY = {
+    "Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Sigmoid", "Tanh", "Erf", "HardSwish", "Softplus",
+    "Floor", "Ceil", "Round", "Sign", "Sin", "Cos",
+}  # fmt: skip
+# Output positions per tile of MNN's float GEMM on x86 (its eP): a unary op reading the output of a
+# convolution run as a GEMM over a whole number of these tiles runs ~6x slower per element here
+MNN_GEMM_TILE = 24
 
 
 @dataclass(frozen=True)
@@ -238,6 +246,8 @@ class Kernel:
     # channels in, channels out (a GEMM's K and N), output positions (pixels, rows), multiply-adds per
     # output: the shape a kernel's efficiency depends on beyond its totals (kernel size, depthwise, width)
     geometry: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    # an MNN unary op reading what a convolution just wrote as a GEMM over whole tiles (`reads_gemm_tiles`)
+    reads_gemm_tiles: bool = False
 
     def features(self) -> tuple[float, float, float]:
         return self.flops, self.bytes, self.weight_bytes
@@ -497,7 +507,7 @@ def graph_kernels(cost: ModelCost, runtime: str = "onnxruntime", nchwc_block: in
         if n.op_type not in ("BatchNormalization", "Add") and not _fuses_activation(head, n, runtime):
             continue
         absorbed[n.name] = head
-    hidden = _hard_swish_parts(nodes, consumers, producer) if runtime == "mnn" else set()
+    hidden, swish_reads = _hard_swish_parts(nodes, consumers, producer) if runtime == "mnn" else (set(), {})
     adds = {n.name: n.op_type == "Add" for n in nodes}
     fused: dict[str, Kernel] = {}  # node name -> the fused kernel that runs in its place
     fused.update(_layer_norms(nodes, hidden))
@@ -513,7 +523,10 @@ def graph_kernels(cost: ModelCost, runtime: str = "onnxruntime", nchwc_block: in
     for n in nodes:
         if n.name in absorbed or n.name in hidden:
             continue
-        out += steps.get(n.name) or [fused.get(n.name) or _nchwc_node_kernel(n, block)]
+        kernels = steps.get(n.name) or [fused.get(n.name) or _nchwc_node_kernel(n, block)]
+        if runtime == "mnn" and _reads_gemm_tiles(n, swish_reads, producer, absorbed):
+            kernels = [replace(k, reads_gemm_tiles=True) for k in kernels]
+        out += kernels
     if runtime == "mnn":  # MNN runs a HardSigmoid as a scale, a shift and a ReLU6: three kernels
         out += [_node_kernel(n) for n in nodes if n.op_type == "HardSigmoid" for _ in range(2)]
     if runtime == "onnxruntime":
@@ -564,10 +577,13 @@ def _mnn_lstm_step(n: NodeCost) -> list[Kernel] | None:
 
 def _hard_swish_parts(
     nodes: Sequence[NodeCost], consumers: dict[str, int], producer: dict[str, NodeCost]
-) -> set[str]:
+) -> tuple[set[str], dict[str, str]]:
     """The parts of an exported hard-swish, x * clip(x + 3, 0, 6) / 6 (Add, Clip, Mul and Div in either
-    order), but the last: MNN's converter fuses the four into one unary op, kept as the last's kernel."""
+    order), but the last: MNN's converter fuses the four into one unary op, kept as the last's kernel.
+    Also: the last part's node name -> x, the tensor the fused op reads."""
     hidden: set[str] = set()
+    reads: dict[str, str] = {}
+    users = _users(nodes)
     for mul in nodes:
         if mul.op_type != "Mul" or len(mul.inputs) != 2 or any(mul.constant_inputs):
             continue
@@ -575,15 +591,59 @@ def _hard_swish_parts(
             scaled = _chain_back(producer, t, ("Div", "Mul"), ("Clip",), ("Add",))
             clipped = _chain_back(producer, t, ("Clip",), ("Add",))
             if scaled and scaled[-1].inputs[0] == x:
-                parts = scaled  # x * (clip(x + 3) / 6): the Mul is the kernel
+                parts, last = scaled, [mul]  # x * (clip(x + 3) / 6): the Mul is the kernel
             elif clipped and clipped[-1].inputs[0] == x and consumers.get(mul.outputs[0], 0) == 1:
-                parts = [*clipped, mul]  # (x * clip(x + 3)) / 6: the Div after it is the kernel
+                parts, last = [*clipped, mul], users.get(mul.outputs[0], [])  # the Div after it is
             else:
                 continue
             if all(consumers.get(n.outputs[0], 0) == 1 for n in parts if n.outputs):
                 hidden.update(n.name for n in parts)
+                reads.update((n.name, x) for n in last)
                 break
-    return hidden
+    return hidden, reads
+
+
+def runs_gemm_tiles(conv: Kernel, x: Sequence[int] | None, out: Sequence[int] | None) -> bool:
+    """Whether MNN runs a dense convolution as one GEMM over a whole number of `MNN_GEMM_TILE` tiles of
+    output positions: a 1x1 or a strided one (a stride-1 kxk runs its own way) whose batch x height x width
+    divides by the tile. From the sizes alone (a profile has no attributes), as both sides see them."""
+    if conv.op_type not in _CONV or conv.kind not in ("conv", "gemm") or not x or not out or len(x) < 3:
+        return False
+    cin, _, positions, macs_per_output = conv.geometry
+    pointwise = macs_per_output < cin + 1  # a kxk window makes k*k multiply-adds per channel in
+    strided = _numel(x[2:]) >= 2 * _numel(out[2:])
+    return (pointwise or strided) and round(positions) % MNN_GEMM_TILE == 0
+
+
+def _reads_gemm_tiles(
+    n: NodeCost, swish_reads: dict[str, str], producer: dict[str, NodeCost], absorbed: dict[str, NodeCost]
+) -> bool:
+    """Whether a graph node runs as an MNN unary op reading a convolution `runs_gemm_tiles` wrote (what a
+    BatchNormalization or an activation fused into it counts as the convolution's)."""
+    x = swish_reads.get(n.name) or (n.inputs[0] if n.op_type in _MNN_UNARY and n.inputs else None)
+    p = producer.get(x) if x else None
+    head = absorbed.get(p.name, p) if p is not None else None
+    if head is None or head.op_type not in _CONV or not head.input_shapes or not head.output_shapes:
+        return False
+    return runs_gemm_tiles(_node_kernel(head), head.input_shapes[0], head.output_shapes[0])
+
+
+def mark_gemm_tile_reads(
+    kernels: Sequence[tuple[Kernel, Sequence[int] | None, Sequence[int] | None]],
+) -> list[Kernel]:
+    """A profile's kernels as they ran, each with its input and output dims: MNN's unary ops that read what
+    the kernel before them wrote as a GEMM over whole tiles (`runs_gemm_tiles`) marked so."""
+    out = []
+    for i, (k, x, _) in enumerate(kernels):
+        before = kernels[i - 1] if i else None
+        reads = (
+            before is not None
+            and k.op_type == "UnaryOp"
+            and _numel(x) == _numel(before[2])
+            and runs_gemm_tiles(*before)
+        )
+        out.append(replace(k, reads_gemm_tiles=True) if reads else k)
+    return out
 
 
 def _users(nodes: Sequence[NodeCost]) -> dict[str, list[NodeCost]]:

@@ -15,6 +15,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from edgebench.analysis.cost import analyze
@@ -89,3 +90,48 @@ def test_graph_kernels_are_the_kernels_the_runtime_runs(profiles: dict[str, list
         # the fusions this predicts happened: the encoder's two SkipLayerNorms and the sample's, the
         # recognizer's five LayerNorms and seven QuickGelus
         assert (ops["SkipLayerNormalization"], ops["LayerNormalization"], ops["QuickGelu"]) == (3, 5, 7), ops
+
+
+# MNN: a hard-swish after a convolution it ran as a GEMM over whole 24-position tiles (a 1x1 or a strided
+# one: 288, 1152 positions) against after one it did not (81 positions; a stride-1 3x3), and PP-OCR's
+# classifier, whose 1x1 and strided convolutions all end on whole tiles at its 48 x 96 input
+TILED = {
+    "builtin:kernel:convswish,c=16,o=32,h=12,w=24": 1,
+    "builtin:kernel:convswish,c=3,o=16,h=48,w=96,k=3,s=2": 1,
+    "builtin:kernel:convswish,c=16,o=32,h=9,w=9": 0,
+    "builtin:kernel:convswish,c=16,o=32,h=12,w=24,k=3": 0,
+}
+CLS, CLS_SHAPE = "ch_ppocr_mobile_v2.0_cls_infer", [1, 3, 48, 96]
+
+
+def test_mnn_unary_ops_reading_whole_gemm_tiles_are_marked_alike_on_both_sides(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    folder = tmp_path_factory.mktemp("tiles")
+    names = json.dumps([resolve_model(m).name for m in TILED])
+    params = 'threads = 1, runs = 20, warmup = 2, min_seconds = 0.0, runtime = "mnn"'
+    probes = f'[[probe]]\nkind = "profile"\nmodels = {names}\nparams = {{ {params} }}\n'
+    probes += f'[[probe]]\nkind = "profile"\nmodels = ["{CLS}"]\nparams = {{ {params}, shapes = {{ x = {CLS_SHAPE} }} }}\n'
+    suite = folder / "tiles.toml"
+    suite.write_text(
+        f'name = "tiles"\ndevices = ["local"]\nmodels = {json.dumps([*TILED, str(ocr_models()[CLS])])}\n\n{probes}'
+    )
+    res = edgebench("run", suite, "--store", folder / "s.db", cwd=folder)
+    assert res.returncode == 0, res.stderr[-3000:]
+    with Store(folder / "s.db") as s:
+        runs = {r.model: r for r in profiled_runs(s.records())}
+    paths = {resolve_model(m).name: resolve_model(m).path for m in TILED} | {CLS: ocr_models()[CLS]}
+    expected = {resolve_model(m).name: n for m, n in TILED.items()}
+    per_element = {True: [], False: []}  # ns per element of every unary op, by its mark
+    for name, path in paths.items():
+        run = runs[name]
+        cost = analyze(Path(path), {k: list(v) for k, v in json.loads(run.shapes).items()})
+        graph = sum(k.reads_gemm_tiles for k in graph_kernels(cost, "mnn"))
+        profiled = sum(k.reads_gemm_tiles for k, _ in run.kernels)
+        assert graph == profiled == expected.get(name, profiled), (name, graph, profiled)
+        for k, ms in run.kernels:
+            if k.op_type == "UnaryOp":
+                per_element[k.reads_gemm_tiles].append(ms * 1e6 / (k.bytes / 8))
+    assert sum(k.reads_gemm_tiles for k, _ in runs[CLS].kernels) >= 10  # its 1x1 convs' hard-swishes
+    # what the mark is for, printed (it is this host's MNN build's, not asserted elsewhere)
+    print({m: f"{np.median(v):.2f} ns/element over {len(v)}" for m, v in per_element.items() if v})

@@ -1005,3 +1005,80 @@ def test_nchwc_convolutions_are_counted_at_the_channels_onnxruntime_pads_them_to
     dense = ("conv", "gemm")  # a depthwise kernel also skips its padded taps: fewer FLOPs, not more
     plain = sum(k.flops for k in graph_kernels(cost, nchwc_block=1) if k.kind in dense)
     assert plain < sum(k.flops for k in graph_kernels(cost, nchwc_block=block) if k.kind in dense)
+
+
+@pytest.mark.parametrize(
+    ("key", "marked"),
+    [
+        ("kernel:convswish,c=16,o=32,h=12,w=24", True),  # a 1x1 over 288 positions: 12 whole tiles
+        ("kernel:convswish,c=16,o=32,h=9,w=9", False),  # 81 positions: a part tile
+        ("kernel:convswish,c=3,o=16,h=48,w=96,k=3,s=2", True),  # strided: im2col and a GEMM, 1152
+        ("kernel:convswish,c=16,o=32,h=12,w=24,k=3", False),  # a stride-1 3x3 runs its own way
+        ("kernel:convswish,c=16,o=32,h=24,w=24,s=2", True),  # a strided 1x1, 144 positions
+    ],
+)
+def test_an_mnn_unary_op_reading_a_convolutions_whole_gemm_tiles_is_marked_on_both_sides(
+    tmp_path, key: str, marked: bool
+) -> None:
+    """MNN's hard-swish after a 1x1 or strided convolution whose positions are whole 24-position tiles of
+    its GEMM ran ~6x slower per element here (1.5 against 0.22 ns): its kernels are marked, by the graph's
+    producer and by the profile's order alike, and fitted apart (`fit_key`); onnxruntime's never are."""
+    from edgebench.analysis.kernels import mark_gemm_tile_reads
+    from edgebench.models.kernel_samples import sample_model
+
+    _, path = sample_model(key, tmp_path)
+    mnn = graph_kernels(analyze(path), "mnn")
+    assert [k.reads_gemm_tiles for k in mnn if k.kind == "elementwise"] == [marked]
+    assert not any(k.reads_gemm_tiles for k in graph_kernels(analyze(path), "onnxruntime"))
+    # the same two kernels as MNN's profile has them: the convolution, then its unary op
+    conv, swish = [k for k in mnn if k.kind != "view"]
+    x, y = tuple(analyze(path).nodes[0].input_shapes[0]), tuple(analyze(path).nodes[0].output_shapes[0])
+    as_profiled = [
+        (replace(conv, op_type="Convolution"), x, y),
+        (replace(swish, op_type="UnaryOp", reads_gemm_tiles=False), y, y),
+    ]
+    assert [k.reads_gemm_tiles for k in mark_gemm_tile_reads(as_profiled)] == [False, marked]
+    # a unary op after anything else (here a copy of the same size) is never marked
+    after_copy = [(replace(conv, op_type="Raster", kind="copy"), y, y), as_profiled[1]]
+    assert not any(k.reads_gemm_tiles for k in mark_gemm_tile_reads(after_copy))
+    keys = {kp.fit_key(k, "mnn") for k in mark_gemm_tile_reads(as_profiled)}
+    assert ("elementwise/after-gemm-tiles" in keys) == marked
+
+
+def test_unary_ops_after_whole_gemm_tiles_get_a_cost_of_their_own() -> None:
+    """Five marked unary ops at 1.5 ns per element and five of the same sizes unmarked at 0.25: each set
+    is predicted at its own cost (one fit over both would put both 70-200% off)."""
+
+    def unary(name: str, n: int, marked: bool) -> kp.ProfiledRun:
+        k = Kernel("elementwise", n / 2, 8.0 * n, 0.0, name, "UnaryOp", reads_gemm_tiles=marked)
+        ms = n * (1.5e-6 if marked else 0.25e-6)
+        return kp.ProfiledRun("dev", "mnn", 1, name, "{}", ms, ((k, ms),))
+
+    sizes = (4608, 9216, 18432, 36864, 73728)
+    runs = [unary(f"{m}{n}", n, m) for n in sizes for m in (True, False)]
+    cal = kp.calibrate(runs, {(r.model, r.shapes): [k for k, _ in r.kernels] for r in runs})
+    assert cal is not None and "elementwise/after-gemm-tiles" in cal.per_kind
+    for r in runs:
+        k = r.kernels[0][0]
+        assert cal.linear_ms(k, kp._context([k])) == pytest.approx(r.latency_ms, rel=0.05), r.model
+
+
+def test_the_correction_leaves_unary_ops_after_whole_gemm_tiles_at_their_own_law() -> None:
+    """Thirty ordinary element-wise ops, slower per element when small (a pattern for the forest), and five
+    marked ones on a law of their own: a marked op is predicted at its own kind's linear estimate, not
+    lent the ordinary ones' correction."""
+
+    def run(name: str, n: int, marked: bool) -> kp.ProfiledRun:
+        k = Kernel("elementwise", n / 2, 8.0 * n, 0.0, name, "UnaryOp", reads_gemm_tiles=marked)
+        ms = n * 1.5e-6 if marked else n * 0.25e-6 * (1.5 if n < 20000 else 1.0) + 0.002
+        return kp.ProfiledRun("dev", "mnn", 1, name, "{}", ms, ((k, ms),))
+
+    runs = [run(f"u{n}", n, False) for n in np.geomspace(2000, 200000, 30).astype(int)]
+    runs += [run(f"m{n}", n, True) for n in (4608, 9216, 18432, 36864, 73728)]
+    cal = kp.calibrate(runs, {(r.model, r.shapes): [k for k, _ in r.kernels] for r in runs})
+    assert cal is not None and cal.correction is not None
+    for r in runs[-5:]:
+        k = r.kernels[0][0]
+        assert cal.kernel_ms(k) == cal.linear_ms(k, kp._context([k])), r.model
+    small = runs[0].kernels[0][0]  # the ordinary ones keep their correction
+    assert cal.kernel_ms(small) != cal.linear_ms(small, kp._context([small]))
