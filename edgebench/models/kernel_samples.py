@@ -179,6 +179,26 @@ def hardswish(rng: np.random.Generator, c: int, hw: int) -> onnx.ModelProto:
     return _graph("hardswish", nodes, [1, c, hw, hw], [1, c, hw, hw], [])
 
 
+def convswish(
+    rng: np.random.Generator, c: int, o: int, h: int, w: int, k: int = 1, s: int = 1
+) -> onnx.ModelProto:
+    """A k x k convolution over an h x w map, then a hard-swish as mobile backbones export it,
+    x * clip(x + 3, 0, 6) / 6: on MNN the hard-swish's cost depends on how the convolution ran
+    (`analysis.kernels.runs_gemm_tiles`), so the map need not be square."""
+    n_ = helper.make_node
+    node = n_("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k], pads=[k // 2] * 4, strides=[s, s])
+    nodes = [
+        node,
+        n_("Add", ["c", "three"], ["a"]),
+        n_("Clip", ["a", "zero", "six"], ["r"]),
+        n_("Mul", ["c", "r"], ["m"]),
+        n_("Div", ["m", "six"], ["y"]),
+    ]
+    consts = [_f32("three", np.float32(3)), _f32("zero", np.float32(0)), _f32("six", np.float32(6))]
+    consts += [_weights(rng, c * k * k, (o, c, k, k)), _f32("b", np.zeros(o))]
+    return _graph("convswish", nodes, [1, c, h, w], [1, o, _out(h, k, s), _out(w, k, s)], consts)
+
+
 def add(rng: np.random.Generator, c: int, hw: int) -> onnx.ModelProto:
     """A residual add of two activations (here one tensor twice: one read stream, not two)."""
     nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Add", ["x", "s"], ["y"])]
@@ -220,6 +240,7 @@ BUILDERS: dict[str, Callable[..., onnx.ModelProto]] = {
     "skipnorm": skipnorm,
     "gelu": gelu,
     "hardswish": hardswish,
+    "convswish": convswish,
     "add": add,
     "pool": pool,
     "resize": resize,
@@ -317,6 +338,8 @@ CALIBRATION: tuple[str, ...] = (
     "kernel:conv,c=32,o=64,hw=56,s=2",
     *(f"kernel:conv,c={c},o={o},hw={hw},k=1" for c, o, hw in [(32, 64, 56), (64, 128, 28), (128, 256, 14)]),
     "kernel:conv,c=256,o=512,hw=7,k=1",
+    # a squeeze-excitation's 1x1s at one position: a call's fixed cost, not its work (mobile classifiers)
+    *(f"kernel:conv,c={c},o={o},hw=1,k=1" for c, o in [(16, 8), (96, 24), (24, 96), (208, 52)]),
     # a streaming audio model's: an STFT as a convolution, then convolutions over its few frames (GEMV-like)
     "kernel:conv1d,c=1,o=258,l=640,k=256,s=128",
     *(f"kernel:conv1d,c={c},o={o},l={n}" for c, o, n in [(129, 128, 4), (64, 128, 2), (256, 256, 6)]),
@@ -326,6 +349,9 @@ CALIBRATION: tuple[str, ...] = (
     "kernel:dwconv,c=64,hw=56,s=2",
     "kernel:dwconv,c=64,hw=40,k=5",
     "kernel:dwconv,c=128,hw=20,k=5",
+    # the small end, under 1 MFLOP, where a mobile classifier's depthwise layers sit
+    *(f"kernel:dwconv,c={c},hw={hw}" for c, hw in [(16, 24), (32, 12)]),
+    *(f"kernel:dwconv,c={c},hw={hw},k=5" for c, hw in [(96, 12), (208, 10)]),
     *(
         f"kernel:deconv,c={c},o={o},hw={hw}"
         for c, o, hw in [(64, 32, 40), (32, 16, 80), (96, 24, 40), (24, 1, 160)]
@@ -340,6 +366,22 @@ CALIBRATION: tuple[str, ...] = (
     *(f"kernel:skipnorm,s={s},d={d}" for s, d in [(128, 256), (64, 128), (256, 512), (32, 96)]),
     *(f"kernel:gelu,s={s},d={d}" for s, d in [(128, 1024), (64, 256), (32, 512), (256, 256)]),
     *(f"kernel:hardswish,c={c},hw={hw}" for c, hw in [(16, 112), (64, 28), (24, 80), (128, 14)]),
+    # a hard-swish after a convolution run as a GEMM over whole tiles of positions (MNN) and not
+    *(
+        f"kernel:convswish,c={c},o={o},h={h},w={w}"
+        for c, o, h, w in [
+            (16, 32, 12, 24),
+            (32, 64, 6, 24),
+            (8, 16, 24, 48),
+            (64, 128, 3, 48),
+            (48, 96, 12, 12),
+        ]
+    ),
+    "kernel:convswish,c=3,o=16,h=48,w=96,k=3,s=2",
+    *(
+        f"kernel:convswish,c={c},o={o},h={h},w={w}"
+        for c, o, h, w in [(16, 32, 9, 9), (32, 64, 14, 14), (64, 128, 10, 20)]
+    ),
     *(f"kernel:add,c={c},hw={hw}" for c, hw in [(32, 56), (128, 28), (16, 160), (256, 14)]),
     *(f"kernel:pool,c={c},hw={hw}" for c, hw in [(64, 56), (32, 112)]),
     *(f"kernel:pool,c={c},hw={hw},k=0" for c, hw in [(256, 14), (480, 10)]),

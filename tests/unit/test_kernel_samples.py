@@ -38,6 +38,7 @@ SAMPLED_KINDS = {
     "skipnorm": {"norm"},  # onnxruntime's SkipLayerNormalization, the residual Add inside
     "gelu": {"elementwise"},
     "hardswish": {"elementwise"},
+    "convswish": {"conv", "gemm"},  # then the hard-swish's element-wise parts
     "add": {"elementwise"},
     "pool": {"pool"},
     "resize": {"resize"},
@@ -91,6 +92,36 @@ def test_a_conv1d_sample_computes_relu_of_its_strided_padded_convolution(tmp_pat
     ref = np.stack([np.einsum("ock,ck->o", w, padded[:, 3 * t : 3 * t + 4]) + b for t in range(steps)], -1)
     assert y.shape == (1, 5, steps)
     np.testing.assert_allclose(y[0], np.maximum(ref, 0), rtol=1e-5, atol=1e-5)
+
+
+def test_a_convswish_sample_computes_the_hard_swish_of_its_strided_convolution(tmp_path: Path) -> None:
+    import onnx
+    from onnx import numpy_helper
+
+    _, path = sample_model("kernel:convswish,c=3,o=4,h=6,w=10,k=3,s=2", tmp_path)
+    inits = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
+    w, b = inits["w"], inits["b"]
+    x = np.random.default_rng(1).standard_normal((1, 3, 6, 10)).astype(np.float32)
+    y = session(path).run(None, {"x": x})[0]
+    padded = np.pad(x[0], ((0, 0), (1, 1), (1, 1)))
+    conv = (
+        np.stack(
+            [
+                np.stack(
+                    [
+                        np.einsum("ocij,cij->o", w, padded[:, 2 * i : 2 * i + 3, 2 * j : 2 * j + 3])
+                        for j in range(5)
+                    ],
+                    -1,
+                )
+                for i in range(3)
+            ],
+            -2,
+        )
+        + b[:, None, None]
+    )
+    assert y.shape == (1, 4, 3, 5)
+    np.testing.assert_allclose(y[0], conv * np.clip(conv + 3, 0, 6) / 6, rtol=1e-5, atol=1e-5)
 
 
 def test_the_same_key_gives_the_same_bytes(tmp_path: Path) -> None:
