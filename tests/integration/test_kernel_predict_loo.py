@@ -4,9 +4,10 @@ Models: the built-ins, PP-OCR's det/rec/cls from the rapidocr wheel at two input
 (tests/integration/kernel_profiles.py), with the kernel samples of suites/calibrate.toml, profiled once per
 runtime (one `edgebench run` of a suite of `profile` jobs: local, one thread, and a bandwidth sweep at that
 thread count) into a store. Each model is held out at all its sizes, the predictor is calibrated on the
-others' and the samples' per-op profiles (samples are never held out) and predicts it from its graph; the reference is the same profile job's plain p50 latency (plain runs
-alternated with the profiled ones, no instrument on). The share within +-10% is printed against the issue's target; what
-is asserted is a bound on the median error (see FLOOR_MEDIAN_ERROR for why not the share).
+others' and the samples' per-op profiles (samples are never held out) and predicts it from its graph; the
+reference is the same profile job's plain p50 latency (plain runs alternated with the profiled ones, no
+instrument on). The share within +-10% is printed against the issue's target and asserted with a margin
+for this host's noise (NOISE_MARGIN), with a bound on the median error.
 """
 
 from __future__ import annotations
@@ -28,10 +29,13 @@ from tests.integration.kernel_profiles import OCR, SILERO
 pytestmark = pytest.mark.integration
 
 TARGET_SHARE = 0.8  # issue 15: >= 80% of p50 predictions within +-10% (goal 90%)
-# Four profiling passes on this shared 2-core host gave a share of 15-62% and a median abs error of 6-17%
-# per pass (quiet: 54% and 46%): the same model's p50 moved 20-40% between passes there, more than the
-# +-10% asked. So the share is printed against the target, not asserted; the median error is the guard
-# against a broken predictor (a wrong kind or a lost kernel is off by 2x and more).
+# The margin for this shared 2-core host's noise: the same model's p50 moves 20-30% between passes here.
+# Seven fresh passes on the current predictor and sample grid (five quiet, two beside two busy loops) put
+# 82% (onnxruntime) and 87% (MNN) of 91 predictions each within +-10%, 69-92% per pass; thirteen older
+# stored passes, from noisier hours and without the current grid, re-predicted: 46-77% and 15-85% per pass.
+# The share is asserted 40 points under the target (a broken kind or a lost kernel puts most models 2x off)
+NOISE_MARGIN = 0.4
+# and the median error bounds what a single pass may miss by
 FLOOR_MEDIAN_ERROR = 0.5
 
 
@@ -94,4 +98,5 @@ def test_leave_one_model_out_share_within_10_percent(held_out: list[HeldOut]) ->
     # every model at both its sizes was held out and predicted
     assert len(held_out) == len(BUILTINS) + 2 * len(OCR) + len(SILERO)
     assert np.all(np.isfinite(errors)) and median <= FLOOR_MEDIAN_ERROR, (share, median)
+    assert share >= TARGET_SHARE - NOISE_MARGIN, (share, median)
     assert np.all(np.isfinite(at_speed)) and np.median(np.abs(at_speed)) <= FLOOR_MEDIAN_ERROR
