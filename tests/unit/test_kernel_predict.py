@@ -1027,12 +1027,13 @@ def test_an_mnn_unary_op_reading_a_convolutions_whole_gemm_tiles_is_marked_on_bo
     from edgebench.models.kernel_samples import sample_model
 
     _, path = sample_model(key, tmp_path)
-    mnn = graph_kernels(analyze(path), "mnn")
+    cost = analyze(path)
+    mnn = graph_kernels(cost, "mnn")
     assert [k.reads_gemm_tiles for k in mnn if k.kind == "elementwise"] == [marked]
-    assert not any(k.reads_gemm_tiles for k in graph_kernels(analyze(path), "onnxruntime"))
+    assert not any(k.reads_gemm_tiles for k in graph_kernels(cost, "onnxruntime"))
     # the same two kernels as MNN's profile has them: the convolution, then its unary op
     conv, swish = [k for k in mnn if k.kind != "view"]
-    x, y = tuple(analyze(path).nodes[0].input_shapes[0]), tuple(analyze(path).nodes[0].output_shapes[0])
+    x, y = tuple(cost.nodes[0].input_shapes[0]), tuple(cost.nodes[0].output_shapes[0])
     as_profiled = [
         (replace(conv, op_type="Convolution"), x, y),
         (replace(swish, op_type="UnaryOp", reads_gemm_tiles=False), y, y),
