@@ -18,7 +18,7 @@ import dataclasses
 import json
 import typing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypedDict
+from typing import Any, ClassVar
 
 PROTOCOL = 2
 
@@ -293,41 +293,3 @@ def _matches(value: Any, hint: Any) -> bool:
     if origin is dict:
         return isinstance(value, dict)
     return isinstance(value, hint)
-
-
-# ---- replies -------------------------------------------------------------------------------------------
-class ErrorInfo(TypedDict):
-    type: str  # model, input, usage, runtime, charging, crash, ...
-    message: str
-
-
-class Reply(TypedDict, total=False):
-    """The one JSON document the agent prints."""
-
-    ok: bool
-    protocol: int
-    kind: str
-    result: dict[str, Any]
-    warnings: list[str]
-    error: ErrorInfo
-
-
-class BenchResult(TypedDict, total=False):
-    runtime: str
-    runtime_version: str
-    threads: int
-    effective_threads: int | None  # what the runtime started (threads 0: its default)
-    affinity: list[int] | None
-    import_ms: float  # importing the runtime's module
-    load_ms: float  # creating the session only
-    first_inference_ms: float
-    warmup: int
-    warmup_seconds: float
-    latencies_ms: list[float]
-    self_check: str  # the last timed run's outputs against a fresh inference (selfcheck.py)
-    peak_rss_mb: float  # MB = 1e6 bytes
-    rss_start_mb: float | None
-    rss_before_load_mb: float | None  # after the runtime import, before the session
-    rss_increase_mb: float | None  # peak over rss_before_load_mb
-    inputs: dict[str, Any]
-    execution: dict[str, Any] | None  # where the runtime placed the graph (LiteRT: XNNPACK partitions)

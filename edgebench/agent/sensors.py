@@ -87,9 +87,6 @@ class SensorSet:
                 out[ch.labels.get("zone", ch.id)] = value
         return out
 
-    def read_statuses(self) -> dict[str, str | None]:
-        return {s.id: read_text(s.path) for s in self.statuses}
-
 
 # ---- reading -------------------------------------------------------------------------------------
 def read_text(path: str) -> str | None:
@@ -437,20 +434,6 @@ class Sampler:
             if self._dumpsys
             else None
         )
-
-    def set_origin(self, origin: float) -> None:
-        """Move the time axis (samples already taken are shifted with it)."""
-        shift = self.origin - origin
-        self.t = [t + shift for t in self.t]
-        for series in self._android["temps"].values():
-            for point in series:
-                point[0] += shift
-        for point in self._android["status"]:
-            point[0] += shift
-        for changes in self.status_changes.values():
-            for point in changes:
-                point[0] += shift
-        self.origin = origin
 
     def sample_now(self) -> None:
         now = time.monotonic() - self.origin

@@ -295,11 +295,6 @@ def _shares(
     return out
 
 
-def ceilings_from_records(device: str, matmul: list[Record], bandwidth: list[Record]) -> Ceilings | None:
-    """Ceilings from the records of one measurement (any thread count)."""
-    return ceilings_at([*matmul, *bandwidth], device, None, None, [])
-
-
 def find_ceilings(
     store: Store, device: str, threads: int | None = None, affinity: Sequence[int] | None = None
 ) -> Ceilings | None:

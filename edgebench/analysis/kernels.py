@@ -1,10 +1,10 @@
 """Kernels: the units a runtime really executes, described the same way whether they come from a
 runtime's per-op profile (what ran, with the shapes it saw) or from a model's graph (what will run).
 
-A kernel-level predictor (edgebench.analysis.predict) learns, per device, runtime and thread count, what
-each *kind* of kernel costs from profiled kernels, and predicts a model as the sum of its kernels. That only
-works if a profiled kernel and a graph node of the same work get the same kind and the same features, so
-both sides go through `describe` below:
+A kernel-level predictor (edgebench.analysis.kernel_predict) learns, per device, runtime and thread
+count, what each *kind* of kernel costs from profiled kernels, and predicts a model as the sum of its
+kernels. That only works if a profiled kernel and a graph node of the same work get the same kind and the
+same features, so both sides go through `describe` below:
 
 - kinds are by the work, not by the runtime's name for it: a MatMul with constant weights, a Gemm and a
   1x1 convolution (MNN converts MatMuls into 1x1 convolutions; every CPU runtime runs a 1x1 convolution as

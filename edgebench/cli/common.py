@@ -94,20 +94,6 @@ def parse_shapes(values: list[str] | None) -> dict[str, list[int]]:
     return {k: list(v) for k, v in (shapes or {}).items()}
 
 
-def parse_cpus(value: str | None) -> list[int] | None:
-    """--affinity 4-7 or 0,2,4."""
-    if not value:
-        return None
-    cpus: list[int] = []
-    try:
-        for part in value.split(","):
-            lo, _, hi = part.partition("-")
-            cpus += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
-    except ValueError:
-        raise UserError(f"--affinity {value!r}: expected CPU numbers like 0-3 or 4,5") from None
-    return sorted(set(cpus))
-
-
 def open_lab(lab: Path) -> Lab:
     return load_lab(lab)
 

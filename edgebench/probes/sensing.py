@@ -212,17 +212,3 @@ def window_mean(t: np.ndarray, values: np.ndarray, start: float, end: float) -> 
     if inside.any():
         return float(values[inside].mean())
     return float(np.interp((start + end) / 2, t[ok], values[ok]))
-
-
-def number_param(
-    params: dict[str, Any], key: str, default: float, *, probe: str, positive: bool = False
-) -> float:
-    """A numeric job param, checked before the device is touched: a number, >= 0 (> 0 when `positive`)."""
-    value = params.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value):
-        raise UserError(f"probe {probe}: {key} must be a number, got {value!r}")
-    if value < 0 or (positive and value == 0):
-        raise UserError(
-            f"probe {probe}: {key} must be {'positive' if positive else 'zero or more'}, got {value}"
-        )
-    return float(value)
