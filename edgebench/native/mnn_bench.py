@@ -43,6 +43,7 @@ class MnnBenchmark:
     runtime = "mnn"
     model_suffix = ".mnn"
     needs_model_dir = True
+    profile_to_file = False  # benchmark.out has no per-op profile
 
     def argv(self, binary: str, model_dir: str, opts: NativeOptions) -> list[str]:
         backend = opts.delegate or "cpu"

@@ -65,6 +65,7 @@ class OrtPerfTest:
     runtime = "onnxruntime"
     model_suffix = ".onnx"
     needs_model_dir = False
+    profile_to_file = True  # -p PREFIX: PREFIX_<date>.json
 
     def argv(self, binary: str, model: str, opts: NativeOptions) -> list[str]:
         ep = opts.delegate or "cpu"

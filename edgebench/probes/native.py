@@ -179,7 +179,7 @@ def run_tool(
     timeout = job_timeout(device, job)
     adapter, runner = adapter_and_runner(device, runtime, params.runner)
     opts = replace(native_options(params), model_name=staged_name(adapter, model_name))
-    if opts.profile:
+    if opts.profile and adapter.profile_to_file:  # the others print their profile, or have none
         opts = replace(
             opts, profile_path=posixpath.join(device.spec.workdir, "tmp", f"perf-{time.time_ns()}")
         )

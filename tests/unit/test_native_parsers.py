@@ -174,6 +174,65 @@ def test_tflite_flags_for_precision_warmup_and_delegates() -> None:
         tfl.argv("/bin/bm", "/m", NativeOptions(delegate="hexagon", precision="fp16"))
 
 
+# Fixtures in the current format (LiteRT f6745779), each written from the print statements its header cites.
+def test_tflite_current_format_percentiles_and_the_tools_warmup_count() -> None:
+    r = parse(TfliteBenchmarkModel(), "benchmark_model.linux_default_current.txt")
+    assert r.count == 76 and r.warmup_count == 37 and r.inferences == 113  # the tool's counts, not runs + 1
+    assert r.aggregates["p50"] == pytest.approx(13.177) and r.aggregates["p5"] == pytest.approx(12.990)
+    assert r.aggregates["mean"] == pytest.approx(13.2471) and r.first_ms == pytest.approx(19.211)
+    assert r.peak_memory_mb == pytest.approx(18.25) and r.memory_growth_mb == pytest.approx(9.5)
+
+
+def test_tflite_linux_default_xnnpack_without_placement_evidence_is_unknown() -> None:
+    r = parse(TfliteBenchmarkModel(), "benchmark_model.linux_default_current.txt")
+    assert r.notes["delegated"] == "unknown" and r.path == "xnnpack+unknown"
+    assert r.applied["delegate"] == "xnnpack" and "none printed" in r.notes["placement_evidence"]
+    assert any("unknown" in w for w in r.warnings)
+    with pytest.raises(NativeToolError, match="required.*unknown") as info:
+        parse(TfliteBenchmarkModel(), "benchmark_model.linux_default_current.txt", require_backend=True)
+    assert info.value.kind == "delegate"
+
+
+def test_tflite_verbose_replacing_line_for_subgraph_is_the_evidence() -> None:
+    r = parse(TfliteBenchmarkModel(), "benchmark_model.no_warmup_current.txt")
+    assert r.notes["delegated"] == "full" and r.path == "xnnpack"
+    assert "31 out of 31" in r.notes["placement_evidence"]
+    partial = fixture("benchmark_model.no_warmup_current.txt").replace(
+        "Replacing 31 out of 31 node(s) with delegate (TfLiteXNNPackDelegate) node, yielding 1 partitions",
+        "Replacing 29 out of 31 node(s) with delegate (TfLiteXNNPackDelegate) node, yielding 2 partitions",
+    )
+    r = TfliteBenchmarkModel().parse(partial, 0, NativeOptions())
+    assert r.notes["delegated"] == "partial" and r.path == "xnnpack+cpu"
+
+
+def test_tflite_no_warmup_count0_parses_and_first_inference_0_is_no_time() -> None:
+    r = parse(TfliteBenchmarkModel(), "benchmark_model.no_warmup_current.txt", warmup=0, warmup_seconds=0)
+    assert r.count == 20 and r.warmup_count == 0 and r.inferences == 20
+    assert r.aggregates["mean"] == pytest.approx(3.14425) and r.aggregates["p95"] == pytest.approx(3.419)
+    assert r.first_ms is None and "no warm-up" in r.notes["first_inference"]
+
+
+def test_tflite_timed_count0_is_an_error_never_the_warmups_stats() -> None:
+    with pytest.raises(NativeToolError, match=r"timed phase ran no inference \(count=0\)") as info:
+        parse(TfliteBenchmarkModel(), "benchmark_model.timed_count0_current.txt")
+    assert info.value.kind == "measurement"
+
+
+def test_tflite_error_prefix_names_the_first_error() -> None:
+    with pytest.raises(NativeToolError, match="Encountered unresolved custom op: MyCustomOp") as info:
+        parse(TfliteBenchmarkModel(), "benchmark_model.init_error_current.txt", rc=1)
+    assert info.value.kind == "model"
+
+
+def test_tflite_fp32_passes_no_fp16_flag_an_older_build_would_refuse() -> None:
+    tfl = TfliteBenchmarkModel()
+    for delegate in ("xnnpack", "nnapi", None):
+        args = tfl.argv("/bin/bm", "/m", NativeOptions(delegate=delegate, precision="fp32"))
+        assert not [a for a in args if "fp16" in a], args
+    r = parse(TfliteBenchmarkModel(), "benchmark_model.linux_default_current.txt", precision="fp32")
+    assert r.applied["precision"] == "fp32" and "default" in r.notes["precision_source"]
+
+
 # ---- onnxruntime_perf_test -----------------------------------------------------------------------------------
 def test_ort_perf_test_percentiles() -> None:
     r = parse(OrtPerfTest(), "onnxruntime_perf_test.acl.txt", delegate="acl", min_seconds=0)
