@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper, numpy_helper
 
 from ..analysis.stats import MIN_SAMPLES_FOR_P90, MIN_SAMPLES_FOR_P99, summarize
@@ -78,7 +79,26 @@ def native_options(
         profile=getattr(params, "profile", False),
         warmup_seconds=params.warmup_seconds,
         seed=params.seed,
+        require_backend=getattr(params, "require_backend", False),
     )
+
+
+def with_input_types(opts: NativeOptions, adapter: RunnerAdapter, model_file: Path) -> NativeOptions:
+    """`opts` carrying each ONNX input's element type, read on the host: which inputs a tool that
+    randomises only some types (onnxruntime_perf_test) ran on zeros. Other formats are left as they are."""
+    if adapter.model_suffix != ".onnx":
+        return opts
+    try:
+        graph = onnx.load(str(model_file), load_external_data=False).graph
+    except (OSError, ValueError, DecodeError):
+        return opts  # not readable as ONNX: the tool's own error names it
+    weights = {init.name for init in graph.initializer}
+    types = tuple(
+        (i.name, TensorProto.DataType.Name(i.type.tensor_type.elem_type))
+        for i in graph.input
+        if i.name not in weights and i.type.HasField("tensor_type")
+    )
+    return replace(opts, input_types=types)
 
 
 def native_identity(
@@ -179,6 +199,7 @@ def run_tool(
     timeout = job_timeout(device, job)
     adapter, runner = adapter_and_runner(device, runtime, params.runner)
     opts = replace(native_options(params), model_name=staged_name(adapter, model_name))
+    opts = with_input_types(opts, adapter, model_file)
     if opts.profile and adapter.profile_to_file:  # the others print their profile, or have none
         opts = replace(
             opts, profile_path=posixpath.join(device.spec.workdir, "tmp", f"perf-{time.time_ns()}")
