@@ -53,9 +53,11 @@ class NativeResult:
     notes: dict[str, Any] = field(default_factory=dict)  # descriptive: what was asked, coverage, method
     memory_growth_mb: float | None = None  # start-to-end footprint growth (not a peak)
     started_s: float | None = None  # device clock at the invocation's start, when stamped
+    ended_s: float | None = None  # device clock at its end, when stamped on both sides
     warnings: list[str] = field(default_factory=list)
     warmup_count: int | None = None  # inferences the tool ran before the timed ones, by its own count
     resolution_ms: float | None = None  # the smallest step the tool prints a latency in
+    unresolved: bool = False  # the printed latency is too few steps of resolution_ms to be a measurement
 
     @property
     def inferences(self) -> int | None:

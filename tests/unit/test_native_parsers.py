@@ -386,3 +386,48 @@ def test_mnn_argv_precision_and_gpu_mode() -> None:
     gpu = mnn.argv("/b.out", "/dir", NativeOptions(threads=2, runs=40, warmup=3, delegate="opencl"))
     assert gpu == ["/b.out", "/dir", "40", "3", "3", "4", "1"]  # GPU mode 4 (wide tuning), High: fp32
     assert mnn.argv("/b.out", "/d", NativeOptions(delegate="vulkan", precision="fp16"))[4:] == ["7", "4", "2"]
+
+
+def test_mnn_logcat_build_never_records_the_asked_backend_it_cannot_show() -> None:
+    name = "mnn_benchmark.logcat_opencl_3.6.1.txt"
+    r = parse(MnnBenchmark(), name, delegate="opencl", model_name="convnet.mnn", runs=10, warmup=2)
+    assert r.path == "unknown" and r.applied["backend"] == "unknown"
+    assert "logcat" in r.notes["backend_evidence"] and any("recorded as unknown" in w for w in r.warnings)
+    assert r.aggregates["mean"] == pytest.approx(7.544)
+    with pytest.raises(NativeToolError, match="opencl is required.*cannot be shown") as info:
+        parse(MnnBenchmark(), name, delegate="opencl", model_name="convnet.mnn", require_backend=True)
+    assert info.value.kind == "delegate"
+    # The CPU always exists: a logcat build on the CPU is the CPU.
+    cpu = fixture(name).replace(
+        "Forward type: OpenCL thread=4 precision=1", "Forward type: CPU thread=4 precision=0"
+    )
+    assert MnnBenchmark().parse(cpu, 0, NativeOptions(model_name="convnet.mnn")).path == "cpu"
+
+
+def test_mnn_near_zero_without_the_librarys_messages_is_refused() -> None:
+    with pytest.raises(
+        NativeToolError, match="below what benchmark.out resolves.*cannot be ruled out"
+    ) as info:
+        parse(MnnBenchmark(), "mnn_benchmark.logcat_not_resized_3.6.1.txt", model_name="dyn2.mnn")
+    assert info.value.kind == "measurement"
+
+
+def test_mnn_real_sub_microsecond_model_is_unresolved_not_refused() -> None:
+    r = parse(MnnBenchmark(), "mnn_benchmark.tiny_3.6.1.txt", model_name="tiny.mnn", runs=10, warmup=2)
+    assert r.unresolved and r.resolution_ms == 0.001 and r.aggregates["mean"] == 0.0
+    assert r.path == "cpu" and r.count == 10 and r.warmup_count == 2 and r.inferences == 12
+    resolved = parse(MnnBenchmark(), "mnn_benchmark.cpu_3.6.1.txt", model_name="convnet.mnn")
+    assert not resolved.unresolved
+
+
+def test_mnn_says_what_it_cannot_honour() -> None:
+    r = parse(
+        MnnBenchmark(), "mnn_benchmark.cpu_3.6.1.txt", model_name="convnet.mnn", runs=10, warmup=2,
+        min_seconds=1.0, warmup_seconds=0.5, profile=True,
+    )  # fmt: skip
+    [durations] = [w for w in r.warnings if "not applied" in w and "seconds" in w]
+    assert (
+        "min_seconds=1 s" in durations and "warmup_seconds=0.5 s" in durations and "max_seconds" in durations
+    )
+    assert any("no per-op profile" in w for w in r.warnings)
+    assert r.count == 10 and r.warmup_count == 2  # the tool's own echo of its loop and warm-up counts
