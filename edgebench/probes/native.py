@@ -197,6 +197,7 @@ _SPANNED = (
     'exit "$rc"'
 )
 RESOLVE_TARGET_S = 1.0  # the extra loops' time on the device clock: its 10 ms steps are then 1%
+UPTIME_STEP_S = 0.01  # /proc/uptime's resolution
 MAX_LOOPS = 10**9
 
 
@@ -230,9 +231,13 @@ def resolve_by_loops(
     while True:
         more_s, ran = spanned(loops)
         extra_s = more_s - base_s
-        if extra_s >= RESOLVE_TARGET_S or loops * 10 > MAX_LOOPS:
+        if extra_s >= RESOLVE_TARGET_S or loops >= MAX_LOOPS:
             break
-        loops *= 10
+        if extra_s >= 5 * UPTIME_STEP_S:  # enough clock steps to aim the next count at the target
+            aimed = base + (loops - base) * 1.2 * RESOLVE_TARGET_S / extra_s
+            loops = min(MAX_LOOPS, max(loops * 2, int(aimed)))
+        else:
+            loops = min(MAX_LOOPS, loops * 10)
     if extra_s <= 0:
         raise MeasurementError(
             f"{loops} loops took no longer than {base} on the device clock: no time to measure",
