@@ -235,7 +235,7 @@ def _timings(result: NativeResult, lines: list[str], phases: list[dict[str, Any]
     init_ms = _number(r"Initialized session in ([\d.e+-]+)\s*ms", lines)
     result.load_ms = init_us / 1e3 if init_us is not None else init_ms
     warmed = result.warmup_count
-    if warmed == 0 or (warmed is None and not first_us):
+    if warmed == 0 or (warmed is None and first_us == 0):
         result.notes["first_inference"] = "not measured: the tool ran no warm-up run"
     elif first_us is not None:
         result.first_ms = first_us / 1e3
