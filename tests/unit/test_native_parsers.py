@@ -431,3 +431,34 @@ def test_mnn_says_what_it_cannot_honour() -> None:
     )
     assert any("no per-op profile" in w for w in r.warnings)
     assert r.count == 10 and r.warmup_count == 2  # the tool's own echo of its loop and warm-up counts
+
+
+def test_input_types_are_read_from_the_onnx_model_on_the_host(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The host reads each graph input's element type (weights listed as inputs are not inputs); a
+    format other than ONNX is left alone."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgebench.probes.native import with_input_types
+
+    w = numpy_helper.from_array(np.zeros((4, 8), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["w", "ids"], ["e"]), helper.make_node("Mul", ["e", "mask"], ["y"])],
+        "g",
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 3]),
+            helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, 3, 8]),
+            helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 8]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph), path)
+    opts = with_input_types(NativeOptions(), OrtPerfTest(), path)
+    assert opts.input_types == (("ids", "INT64"), ("mask", "FLOAT"))
+    assert with_input_types(NativeOptions(), MnnBenchmark(), path).input_types == ()
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\x00\xff" * 50)
+    assert with_input_types(NativeOptions(), OrtPerfTest(), junk).input_types == ()
