@@ -34,6 +34,8 @@ class NativeOptions:
     seed: int = 0  # of the tool's generated inputs, where it takes one
     model_name: str | None = None  # the file name a folder-taking tool prints on its result line
     profile_path: str | None = None  # where the tool writes its profile on the device (perf_test -p)
+    require_backend: bool = False  # a run only partly on the asked delegate / EP / backend is an error
+    input_types: tuple[tuple[str, str], ...] = ()  # (name, ONNX element type) of each input, read on the host
 
 
 @dataclass
@@ -51,7 +53,18 @@ class NativeResult:
     notes: dict[str, Any] = field(default_factory=dict)  # descriptive: what was asked, coverage, method
     memory_growth_mb: float | None = None  # start-to-end footprint growth (not a peak)
     started_s: float | None = None  # device clock at the invocation's start, when stamped
+    ended_s: float | None = None  # device clock at its end, when stamped on both sides
     warnings: list[str] = field(default_factory=list)
+    warmup_count: int | None = None  # inferences the tool ran before the timed ones, by its own count
+    resolution_ms: float | None = None  # the smallest step the tool prints a latency in
+    unresolved: bool = False  # the printed latency is too few steps of resolution_ms to be a measurement
+
+    @property
+    def inferences(self) -> int | None:
+        """Every inference the invocation ran (warm-up and timed), by the tool's own counts, or None."""
+        if self.count is None or self.warmup_count is None:
+            return None
+        return self.count + self.warmup_count
 
 
 class RunnerAdapter(Protocol):
@@ -59,6 +72,7 @@ class RunnerAdapter(Protocol):
     runtime: str
     model_suffix: str
     needs_model_dir: bool
+    profile_to_file: bool  # `profile` makes the tool write a file the host pulls (else it prints it, or none)
 
     def argv(self, binary: str, model: str, opts: NativeOptions) -> list[str]: ...
 
@@ -72,6 +86,7 @@ def number(pattern: str, text: str, flags: int = 0) -> float | None:
 
 
 def first_error_line(text: str, markers: tuple[str, ...]) -> str | None:
+    """The first line of `text` holding one of `markers`, stripped, or None."""
     for line in text.splitlines():
         stripped = line.strip()
         if any(m in stripped for m in markers):

@@ -11,7 +11,12 @@ Rules, with the upstream source each is read from and the versions it covers:
   The header line is `Forward type: CPU thread=4 precision=2 ...` since 2.6.2 and
   `Forward type: **CPU** thread=4** precision=2...` before; it echoes what was asked, not what ran. A
   backend the library lacks makes the library print `Can't Find type=3 backend, use 0 instead`
-  (core/Schedule.cpp:136) and run on the CPU: an error here, never a record named "opencl".
+  (core/Schedule.cpp:136, MNN_PRINT) and run on the CPU: an error here, never a record named "opencl".
+  But MNN_PRINT/MNN_ERROR write to logcat, not stdout, in builds with MNN_USE_LOGCAT (include/MNN/
+  MNNDefine.h:29-30; CMake's default on Android): then neither that line nor "not resized" is printed.
+  benchmark.cpp:437 prints `[-INFO-]: precision...` through MNN_PRINT on every run, so its absence says
+  the library's messages are hidden: a non-CPU backend is then recorded as "unknown" (with a warning; an
+  error when the backend is required), never as the one asked.
 - Precision (BackendConfig::PrecisionMode): 0 Normal, 1 High, 2 Low, 3 Low_BF16. On the CPU Normal and High
   are fp32 and Low is fp16 where the CPU has it (`precision!=2, use fp32 inference.`); on OpenCL/Vulkan
   Normal is fp16 (vulkan/runtime/VulkanRuntime.cpp:108 keeps fp32 only for High): fp32 is 0 on the CPU and
@@ -21,7 +26,15 @@ Rules, with the upstream source each is read from and the versions it covers:
 - No valid measurement: a model with unset input dimensions prints `Can't run session because not resized`
   (core/Session.cpp:247) on every loop and then `avg = 0.000 ms`-like near-zero times; a file that is not an
   MNN model crashes the tool (SIGSEGV, exit 139, nothing printed after `Benchmarking...`). Both are errors.
-- It prints min/max/avg only: no load time, no first inference, no percentiles.
+- Resolution: `%8.3f` ms (benchmark.cpp:197) is 1 us steps of the per-loop mean (sum / loop), so more
+  loops do not resolve it. An avg under 20 steps is marked unresolved: the probe then times two
+  invocations with different loop counts on the device clock and takes the difference per extra loop
+  (probes/native.py, resolve_by_loops). With the library's messages hidden (no `[-INFO-]` line) a
+  near-zero avg cannot be told from a model that never ran (not resized): an error.
+- Counts: `--------> Benchmarking... loop = L, warmup = W` (benchmark.cpp:432) echoes them; doBench runs
+  exactly W warm-up and L timed loops (benchmark.cpp:160-180): no minimum, maximum or warm-up duration,
+  and a warning says so when they are asked for.
+- It prints min/max/avg only: no load time, no first inference, no percentiles, no per-op profile.
 """
 
 from __future__ import annotations
@@ -36,6 +49,8 @@ _GPU = {"metal", "cuda", "opencl", "opengl", "vulkan"}
 _GPU_TUNING_WIDE = 4
 _PRECISION_NAMES = {0: "normal", 1: "high", 2: "low"}
 _ERRORS = ("Invalid", "failed", "Error", "error", "Don't support", "open ")
+_RESOLUTION_MS = 0.001  # displayStats prints %8.3f ms
+_STEPS_NEEDED = 20  # an avg under 20 printed steps is quantised by more than 2.5%
 
 
 class MnnBenchmark:
@@ -43,6 +58,7 @@ class MnnBenchmark:
     runtime = "mnn"
     model_suffix = ".mnn"
     needs_model_dir = True
+    profile_to_file = False  # benchmark.out has no per-op profile
 
     def argv(self, binary: str, model_dir: str, opts: NativeOptions) -> list[str]:
         backend = opts.delegate or "cpu"
@@ -73,15 +89,27 @@ class MnnBenchmark:
                 "model",
             )
         name, hi, lo, avg = mine[0]
-        if float(avg) <= 0.0:
-            raise NativeToolError(self.name, f"{name}: avg = {avg} ms is not a measurement", "model")
+        hidden = "[-INFO-]" not in output  # MNN_PRINT goes to logcat (MNN_USE_LOGCAT)
+        unresolved = float(avg) < _STEPS_NEEDED * _RESOLUTION_MS
+        if unresolved and hidden:
+            raise NativeToolError(
+                self.name,
+                f"{name}: avg = {avg} ms is below what benchmark.out resolves (%8.3f ms), and this build "
+                "logs to logcat (no '[-INFO-]' line): a model that never ran ('not resized') cannot be "
+                "ruled out",
+                "measurement",
+            )
         backend = opts.delegate or "cpu"
-        ran = _backend_ran(output, backend)
+        ran = _backend_ran(output, backend, hidden)
         precision = precision_code(backend, opts.precision)
+        loops = re.search(r"Benchmarking\.\.\. loop = (\d+), warmup = (\d+)", output)
         result = NativeResult(
             aggregates={"max": float(hi), "min": float(lo), "mean": float(avg)},
-            count=opts.runs,
+            count=int(loops.group(1)) if loops else opts.runs,
             path=ran,
+            warmup_count=int(loops.group(2)) if loops else opts.warmup,
+            resolution_ms=_RESOLUTION_MS,
+            unresolved=unresolved,
         )
         result.applied = {"backend": ran, "precision": _precision_ran(output, ran, precision)}
         result.notes = {
@@ -96,7 +124,37 @@ class MnnBenchmark:
         threads = re.search(r"thread=(\d+)", output)
         if threads and backend not in _GPU and opts.threads and int(threads.group(1)) != opts.threads:
             result.warnings.append(f"benchmark.out ran {threads.group(1)} threads, not {opts.threads}")
+        if ran == "unknown":
+            result.notes["backend_evidence"] = "none: libMNN logs to logcat (no '[-INFO-]' line on stdout)"
+            if opts.require_backend:
+                raise NativeToolError(
+                    self.name,
+                    f"{backend} is required, but this benchmark.out logs to logcat (no '[-INFO-]' line): "
+                    f"whether libMNN had the {backend} backend or fell back to the CPU cannot be shown",
+                    "delegate",
+                )
+            result.warnings.append(
+                f"asked for {backend}; this benchmark.out logs to logcat, so a fallback to the CPU "
+                "('Can't Find type=N backend') would not show: backend recorded as unknown"
+            )
+        result.warnings += _not_applied(opts)
         return result
+
+
+def _not_applied(opts: NativeOptions) -> list[str]:
+    """What benchmark.out cannot honour (it takes a loop and a warm-up count only), said not dropped."""
+    out = []
+    durations = [f"min_seconds={opts.min_seconds:g} s"] if opts.min_seconds > 0 else []
+    if opts.warmup_seconds > 0:
+        durations.append(f"warmup_seconds={opts.warmup_seconds:g} s")
+    if durations:
+        out.append(
+            f"benchmark.out runs exactly {opts.runs} timed and {opts.warmup} warm-up loops: "
+            f"{', '.join(durations)} and max_seconds not applied"
+        )
+    if opts.profile:
+        out.append("benchmark.out prints no per-op profile: profile not applied")
+    return out
 
 
 def _own_log(output: str, name: str) -> str:
@@ -126,7 +184,9 @@ def _precision_ran(output: str, backend: str, code: int) -> str:
     return "low"
 
 
-def _backend_ran(output: str, asked: str) -> str:
+def _backend_ran(output: str, asked: str, hidden: bool) -> str:
+    """The backend that ran: the asked one, an error when libMNN said it fell back, "unknown" when its
+    messages are hidden (logcat builds) and a fallback could not have shown."""
     missing = re.search(r"Can't Find type=(\d+) backend, use (\d+) instead", output)
     if missing:
         names = {v: k for k, v in _FORWARD.items()}
@@ -137,7 +197,7 @@ def _backend_ran(output: str, asked: str) -> str:
             f"('{missing.group(0)}'): build MNN with it, or bench on cpu",
             "delegate",
         )
-    return asked
+    return "unknown" if hidden and asked != "cpu" else asked
 
 
 def _failure(output: str, returncode: int, lines: list[tuple[str, ...]], opts: NativeOptions) -> str:

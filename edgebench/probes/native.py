@@ -12,12 +12,14 @@ import posixpath
 import re
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
+from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper, numpy_helper
 
 from ..analysis.stats import MIN_SAMPLES_FOR_P90, MIN_SAMPLES_FOR_P99, summarize
@@ -78,7 +80,26 @@ def native_options(
         profile=getattr(params, "profile", False),
         warmup_seconds=params.warmup_seconds,
         seed=params.seed,
+        require_backend=getattr(params, "require_backend", False),
     )
+
+
+def with_input_types(opts: NativeOptions, adapter: RunnerAdapter, model_file: Path) -> NativeOptions:
+    """`opts` carrying each ONNX input's element type, read on the host: which inputs a tool that
+    randomises only some types (onnxruntime_perf_test) ran on zeros. Other formats are left as they are."""
+    if adapter.model_suffix != ".onnx":
+        return opts
+    try:
+        graph = onnx.load(str(model_file), load_external_data=False).graph
+    except (OSError, ValueError, DecodeError):
+        return opts  # not readable as ONNX: the tool's own error names it
+    weights = {init.name for init in graph.initializer}
+    types = tuple(
+        (i.name, TensorProto.DataType.Name(i.type.tensor_type.elem_type))
+        for i in graph.input
+        if i.name not in weights and i.type.HasField("tensor_type")
+    )
+    return replace(opts, input_types=types)
 
 
 def native_identity(
@@ -164,7 +185,80 @@ def invoke(
         raise MeasurementError(str(exc), device=device.name, kind=exc.kind) from None
     stamp = re.search(r"^EDGEBENCH_T0 ([\d.]+)", res.stdout, re.MULTILINE)
     result.started_s = float(stamp.group(1)) if stamp else None
+    span = re.search(r"^EDGEBENCH_SPAN ([\d.]+) ([\d.]+)", res.stdout, re.MULTILINE)
+    if span:
+        result.started_s, result.ended_s = float(span.group(1)), float(span.group(2))
     return result
+
+
+# The device's uptime clock before and after the tool (10 ms steps), then the tool's own exit code.
+_SPANNED = (
+    'read -r a _ < /proc/uptime; "$@"; rc=$?; read -r b _ < /proc/uptime; echo "EDGEBENCH_SPAN $a $b"; '
+    'exit "$rc"'
+)
+RESOLVE_TARGET_S = 1.0  # the extra loops' time on the device clock: its 10 ms steps are then 1%
+UPTIME_STEP_S = 0.01  # /proc/uptime's resolution
+MAX_LOOPS = 10**9
+
+
+def resolve_by_loops(
+    device: Device,
+    adapter: RunnerAdapter,
+    argv_for: Callable[[NativeOptions], list[str]],
+    env: dict[str, str],
+    opts: NativeOptions,
+    timeout: float,
+    printed: NativeResult,
+) -> NativeResult:
+    """A mean per inference the tool prints below its resolution (MNN's %8.3f ms: a mean of 0.000 or
+    0.001 ms), measured on the device clock: the tool run end to end with L and then 10x, 100x... more
+    loops until the extra loops take RESOLVE_TARGET_S; their time over their number is the mean. Start-up,
+    model load and warm-up are in both runs and cancel; more loops of the tool's own mean would not help,
+    as it prints sum / loops."""
+
+    def spanned(loops: int) -> tuple[float, NativeResult]:
+        o = replace(opts, runs=loops)
+        ran = invoke(device, adapter, ["sh", "-c", _SPANNED, "sh", *argv_for(o)], env, o, timeout)
+        if ran.started_s is None or ran.ended_s is None:
+            raise MeasurementError(
+                "the device clock stamps around the runner were not printed", device=device.name
+            )
+        return ran.ended_s - ran.started_s, ran
+
+    base = max(opts.runs, 1)
+    base_s, _ = spanned(base)
+    loops = base * 10
+    while True:
+        more_s, ran = spanned(loops)
+        extra_s = more_s - base_s
+        if extra_s >= RESOLVE_TARGET_S or loops >= MAX_LOOPS:
+            break
+        if extra_s >= 5 * UPTIME_STEP_S:  # enough clock steps to aim the next count at the target
+            aimed = base + (loops - base) * 1.2 * RESOLVE_TARGET_S / extra_s
+            loops = min(MAX_LOOPS, max(loops * 2, int(aimed)))
+        else:
+            loops = min(MAX_LOOPS, loops * 10)
+    if extra_s <= 0:
+        raise MeasurementError(
+            f"{loops} loops took no longer than {base} on the device clock: no time to measure",
+            device=device.name,
+        )
+    mean_ms = extra_s * 1e3 / (loops - base)
+    resolved = replace(ran, aggregates={"mean": mean_ms}, count=loops - base, unresolved=False)
+    resolved.notes = {
+        **ran.notes,
+        "aggregated_by": "edgebench",
+        "latency_method": (
+            f"device clock: ({loops} loops - {base} loops) end to end / {loops - base}; the tool printed "
+            f"avg = {printed.aggregates['mean']:.3f} ms at {printed.resolution_ms} ms steps"
+        ),
+    }
+    resolved.warnings = [
+        *ran.warnings,
+        f"the tool printed avg = {printed.aggregates['mean']:.3f} ms, below what it resolves: loops raised "
+        f"from {base} to {loops} and the mean taken from the device clock ({mean_ms * 1e3:.3f} us)",
+    ]
+    return resolved
 
 
 def run_tool(
@@ -179,7 +273,8 @@ def run_tool(
     timeout = job_timeout(device, job)
     adapter, runner = adapter_and_runner(device, runtime, params.runner)
     opts = replace(native_options(params), model_name=staged_name(adapter, model_name))
-    if opts.profile:
+    opts = with_input_types(opts, adapter, model_file)
+    if opts.profile and adapter.profile_to_file:  # the others print their profile, or have none
         opts = replace(
             opts, profile_path=posixpath.join(device.spec.workdir, "tmp", f"perf-{time.time_ns()}")
         )
@@ -192,6 +287,12 @@ def run_tool(
     results = []
     for _ in range(params.invocations):
         results.append(invoke(device, adapter, argv, env, opts, timeout))
+        if results[-1].unresolved:
+
+            def argv_for(o: NativeOptions) -> list[str]:
+                return adapter.argv(binary, staged, o)
+
+            results[-1] = resolve_by_loops(device, adapter, argv_for, env, opts, timeout, results[-1])
         if opts.profile_path:
             results[-1].ops = pull_ort_profile(device, opts.profile_path, opts.runs, timeout)
     return results, adapter, opts
@@ -271,7 +372,8 @@ def tool_records(ctx: RecordContext, result: NativeResult, out: ProbeResult) -> 
             continue
         metric = "latency_std_ms" if stat == "std" else "latency_ms"
         params: dict[str, Any] = {"stat": stat} if metric == "latency_ms" else {}
-        out.records.append(ctx.record(metric, value, "ms", {"aggregated_by": "tool", "n": n}, **params))
+        by = result.notes.get("aggregated_by", "tool")
+        out.records.append(ctx.record(metric, value, "ms", {"aggregated_by": by, "n": n}, **params))
     if not any(s.startswith("p") for s in result.aggregates):
         out.warnings.append(
             f"{ctx.device}: the tool prints only {', '.join(sorted(result.aggregates))}; "

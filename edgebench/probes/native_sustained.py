@@ -32,6 +32,7 @@ from .native import (
     runtime_for,
     stage_model,
     staged_name,
+    with_input_types,
 )
 from .power import CHARGING_HINT, ChargingError
 from .registry import PowerParams, ThermalParams
@@ -54,10 +55,34 @@ def stamped_runner(
     opts = native_options(params, default_runs)
     binary, env = install_runner(device, runner, timeout)
     staged = stage_model(device, adapter, model_file, model.name, timeout)
-    opts = replace(opts, model_name=staged_name(adapter, model.name))
+    opts = with_input_types(replace(opts, model_name=staged_name(adapter, model.name)), adapter, model_file)
     ctx.runtime = runtime
     ctx.base_params = {**params.identity(), "threads": params.threads, "runner": adapter.name}
     return adapter, ["sh", "-c", _STAMPED, "sh", *adapter.argv(binary, staged, opts)], env, opts
+
+
+def tool_inferences(result: NativeResult, adapter: RunnerAdapter, device: Device) -> int:
+    """Every inference one invocation ran, warm-up included, by the tool's own counts (benchmark_model
+    warms up for at least 0.5 s: tens to hundreds of inferences, not `warmup`)."""
+    if result.inferences is None:
+        raise MeasurementError(
+            f"{adapter.name} did not print how many warm-up and timed inferences it ran: no energy per "
+            "inference can be made from its invocations",
+            device=device.name,
+        )
+    return result.inferences
+
+
+def sustained_point(result: NativeResult, adapter: RunnerAdapter, device: Device) -> float:
+    """One invocation's mean latency as a point of a sustained run; refused when below what the tool
+    prints (a sustained run has no time to raise its loop count)."""
+    if result.unresolved:
+        raise MeasurementError(
+            f"{adapter.name} printed a mean of {result.aggregates['mean']} ms, below what it resolves "
+            f"({result.resolution_ms} ms steps): raise runs so each invocation lasts longer, or use bench",
+            device=device.name,
+        )
+    return result.aggregates["mean"]
 
 
 def name_what_ran(ctx: RecordContext, params: ThermalParams | PowerParams, adapter: RunnerAdapter,
@@ -79,7 +104,7 @@ def run_native_thermal(device: Device, job: Job, ctx: RecordContext) -> ProbeRes
         while time.monotonic() < end:
             result = invoke(device, adapter, argv, env, opts, timeout)
             results.append(result)
-            lats.append(result.aggregates["mean"])
+            lats.append(sustained_point(result, adapter, device))
             starts.append(result.started_s if result.started_s is not None else float("nan"))
     finally:
         trace = stop_sampler(device, sampler, timeout)
@@ -163,8 +188,8 @@ def run_native_power(device: Device, job: Job, ctx: RecordContext) -> ProbeResul
             result = invoke(device, adapter, argv, env, opts, timeout)
             first_result = first_result or result
             starts.append(result.started_s if result.started_s is not None else float("nan"))
-            lats.append(result.aggregates["mean"])
-            inferences += opts.runs + opts.warmup
+            lats.append(sustained_point(result, adapter, device))
+            inferences += tool_inferences(result, adapter, device)
         phases["active"] = [begin, device_clock(device, timeout)]
         phases["idle_after"] = idle_span(device, idle_after, timeout)
     finally:
@@ -190,6 +215,7 @@ def run_native_power(device: Device, job: Job, ctx: RecordContext) -> ProbeResul
     out = power.power_records(ctx, analysis, r, log, series, phases)
     out.warnings.append(
         f"{device.name}: energy per inference includes each {adapter.name} invocation's "
-        f"start-up and model load ({opts.runs} runs per invocation; raise runs to dilute it)"
+        f"start-up and model load ({opts.runs} runs per invocation; raise runs to dilute it); "
+        "inferences are the tool's own counts, warm-up included"
     )
     return out

@@ -89,6 +89,13 @@ class BenchParams(ProbeParams):
     precision: str | None = param(
         None, ID, "choice", "Native runners: fp32, fp16 or low.", choices=PRECISIONS, native_only=True
     )
+    require_backend: bool = param(
+        False,
+        PO,
+        "bool",
+        "Native runners: fail when part of the graph ran off the asked delegate/backend, or it is unknown.",
+        native_only=True,
+    )
     invocations: int = param(
         1,
         PO,

@@ -174,6 +174,65 @@ def test_tflite_flags_for_precision_warmup_and_delegates() -> None:
         tfl.argv("/bin/bm", "/m", NativeOptions(delegate="hexagon", precision="fp16"))
 
 
+# Fixtures in the current format (LiteRT f6745779), each written from the print statements its header cites.
+def test_tflite_current_format_percentiles_and_the_tools_warmup_count() -> None:
+    r = parse(TfliteBenchmarkModel(), "benchmark_model.linux_default_current.txt")
+    assert r.count == 76 and r.warmup_count == 37 and r.inferences == 113  # the tool's counts, not runs + 1
+    assert r.aggregates["p50"] == pytest.approx(13.177) and r.aggregates["p5"] == pytest.approx(12.990)
+    assert r.aggregates["mean"] == pytest.approx(13.2471) and r.first_ms == pytest.approx(19.211)
+    assert r.peak_memory_mb == pytest.approx(18.25) and r.memory_growth_mb == pytest.approx(9.5)
+
+
+def test_tflite_linux_default_xnnpack_without_placement_evidence_is_unknown() -> None:
+    r = parse(TfliteBenchmarkModel(), "benchmark_model.linux_default_current.txt")
+    assert r.notes["delegated"] == "unknown" and r.path == "xnnpack+unknown"
+    assert r.applied["delegate"] == "xnnpack" and "none printed" in r.notes["placement_evidence"]
+    assert any("unknown" in w for w in r.warnings)
+    with pytest.raises(NativeToolError, match="required.*unknown") as info:
+        parse(TfliteBenchmarkModel(), "benchmark_model.linux_default_current.txt", require_backend=True)
+    assert info.value.kind == "delegate"
+
+
+def test_tflite_verbose_replacing_line_for_subgraph_is_the_evidence() -> None:
+    r = parse(TfliteBenchmarkModel(), "benchmark_model.no_warmup_current.txt")
+    assert r.notes["delegated"] == "full" and r.path == "xnnpack"
+    assert "31 out of 31" in r.notes["placement_evidence"]
+    partial = fixture("benchmark_model.no_warmup_current.txt").replace(
+        "Replacing 31 out of 31 node(s) with delegate (TfLiteXNNPackDelegate) node, yielding 1 partitions",
+        "Replacing 29 out of 31 node(s) with delegate (TfLiteXNNPackDelegate) node, yielding 2 partitions",
+    )
+    r = TfliteBenchmarkModel().parse(partial, 0, NativeOptions())
+    assert r.notes["delegated"] == "partial" and r.path == "xnnpack+cpu"
+
+
+def test_tflite_no_warmup_count0_parses_and_first_inference_0_is_no_time() -> None:
+    r = parse(TfliteBenchmarkModel(), "benchmark_model.no_warmup_current.txt", warmup=0, warmup_seconds=0)
+    assert r.count == 20 and r.warmup_count == 0 and r.inferences == 20
+    assert r.aggregates["mean"] == pytest.approx(3.14425) and r.aggregates["p95"] == pytest.approx(3.419)
+    assert r.first_ms is None and "no warm-up" in r.notes["first_inference"]
+
+
+def test_tflite_timed_count0_is_an_error_never_the_warmups_stats() -> None:
+    with pytest.raises(NativeToolError, match=r"timed phase ran no inference \(count=0\)") as info:
+        parse(TfliteBenchmarkModel(), "benchmark_model.timed_count0_current.txt")
+    assert info.value.kind == "measurement"
+
+
+def test_tflite_error_prefix_names_the_first_error() -> None:
+    with pytest.raises(NativeToolError, match="Encountered unresolved custom op: MyCustomOp") as info:
+        parse(TfliteBenchmarkModel(), "benchmark_model.init_error_current.txt", rc=1)
+    assert info.value.kind == "model"
+
+
+def test_tflite_fp32_passes_no_fp16_flag_an_older_build_would_refuse() -> None:
+    tfl = TfliteBenchmarkModel()
+    for delegate in ("xnnpack", "nnapi", None):
+        args = tfl.argv("/bin/bm", "/m", NativeOptions(delegate=delegate, precision="fp32"))
+        assert not [a for a in args if "fp16" in a], args
+    r = parse(TfliteBenchmarkModel(), "benchmark_model.linux_default_current.txt", precision="fp32")
+    assert r.applied["precision"] == "fp32" and "default" in r.notes["precision_source"]
+
+
 # ---- onnxruntime_perf_test -----------------------------------------------------------------------------------
 def test_ort_perf_test_percentiles() -> None:
     r = parse(OrtPerfTest(), "onnxruntime_perf_test.acl.txt", delegate="acl", min_seconds=0)
@@ -241,6 +300,41 @@ def test_ort_perf_test_provider_missing_from_the_build_is_a_delegate_error() -> 
     assert info.value.kind == "delegate"
 
 
+def test_ort_perf_test_cpu_fallback_is_recorded_partial_and_fails_when_required() -> None:
+    name = "onnxruntime_perf_test.nnapi_fallback_current.txt"
+    r = parse(OrtPerfTest(), name, delegate="nnapi")
+    assert r.count == 20 and r.aggregates["p50"] == pytest.approx(15.877)
+    assert r.path == "nnapi+cpu" and r.notes["delegated"] == "partial"
+    assert "Some nodes were not assigned" in r.notes["placement_evidence"]
+    assert any("nnapi+cpu" in w for w in r.warnings)
+    with pytest.raises(NativeToolError, match="nnapi is required.*Some nodes were not assigned") as info:
+        parse(OrtPerfTest(), name, delegate="nnapi", require_backend=True)
+    assert info.value.kind == "delegate"
+    clean = parse(OrtPerfTest(), "onnxruntime_perf_test.acl.txt", delegate="acl", require_backend=True)
+    assert clean.path == "acl" and clean.notes["delegated"] == "full"
+
+
+def test_ort_perf_test_says_which_inputs_ran_on_zeros() -> None:
+    name = "onnxruntime_perf_test.nnapi_fallback_current.txt"
+    types = (("input_ids", "INT64"), ("mask", "FLOAT"))
+    r = parse(OrtPerfTest(), name, seed=3, input_types=types)
+    assert (
+        r.notes["inputs"]
+        == "generated by the tool (-I): input_ids (int64) zeros; mask random with seed 3 (-S)"
+    )
+    assert any("input_ids (int64) on zeros" in w for w in r.warnings)
+    r = parse(OrtPerfTest(), name, seed=3)  # types not read: the tool's own line still tells
+    assert "1 input(s) zeros" in r.notes["inputs"]
+    r = parse(OrtPerfTest(), "onnxruntime_perf_test.acl.txt", seed=3, input_types=(("x", "FLOAT"),))
+    assert r.notes["inputs"] == "generated by the tool (-I), random with seed 3 (-S)"
+
+
+def test_ort_perf_test_counts_its_one_warmup_and_says_warmup_seconds_cannot_be_honoured() -> None:
+    r = parse(OrtPerfTest(), "onnxruntime_perf_test.acl.txt", warmup_seconds=0.5)
+    assert r.warmup_count == 1 and r.inferences == 9
+    assert any("warmup_seconds=0.5 s cannot be honoured" in w for w in r.warnings)
+
+
 # ---- MNN benchmark.out -----------------------------------------------------------------------------------------
 def test_mnn_real_3_6_1_output() -> None:
     r = parse(MnnBenchmark(), "mnn_benchmark.cpu_3.6.1.txt", runs=10, threads=2, model_name="convnet.mnn")
@@ -292,3 +386,79 @@ def test_mnn_argv_precision_and_gpu_mode() -> None:
     gpu = mnn.argv("/b.out", "/dir", NativeOptions(threads=2, runs=40, warmup=3, delegate="opencl"))
     assert gpu == ["/b.out", "/dir", "40", "3", "3", "4", "1"]  # GPU mode 4 (wide tuning), High: fp32
     assert mnn.argv("/b.out", "/d", NativeOptions(delegate="vulkan", precision="fp16"))[4:] == ["7", "4", "2"]
+
+
+def test_mnn_logcat_build_never_records_the_asked_backend_it_cannot_show() -> None:
+    name = "mnn_benchmark.logcat_opencl_3.6.1.txt"
+    r = parse(MnnBenchmark(), name, delegate="opencl", model_name="convnet.mnn", runs=10, warmup=2)
+    assert r.path == "unknown" and r.applied["backend"] == "unknown"
+    assert "logcat" in r.notes["backend_evidence"] and any("recorded as unknown" in w for w in r.warnings)
+    assert r.aggregates["mean"] == pytest.approx(7.544)
+    with pytest.raises(NativeToolError, match="opencl is required.*cannot be shown") as info:
+        parse(MnnBenchmark(), name, delegate="opencl", model_name="convnet.mnn", require_backend=True)
+    assert info.value.kind == "delegate"
+    # The CPU always exists: a logcat build on the CPU is the CPU.
+    cpu = fixture(name).replace(
+        "Forward type: OpenCL thread=4 precision=1", "Forward type: CPU thread=4 precision=0"
+    )
+    assert MnnBenchmark().parse(cpu, 0, NativeOptions(model_name="convnet.mnn")).path == "cpu"
+
+
+def test_mnn_near_zero_without_the_librarys_messages_is_refused() -> None:
+    with pytest.raises(
+        NativeToolError, match="below what benchmark.out resolves.*cannot be ruled out"
+    ) as info:
+        parse(MnnBenchmark(), "mnn_benchmark.logcat_not_resized_3.6.1.txt", model_name="dyn2.mnn")
+    assert info.value.kind == "measurement"
+
+
+def test_mnn_real_sub_microsecond_model_is_unresolved_not_refused() -> None:
+    r = parse(MnnBenchmark(), "mnn_benchmark.tiny_3.6.1.txt", model_name="tiny.mnn", runs=10, warmup=2)
+    assert r.unresolved and r.resolution_ms == 0.001 and r.aggregates["mean"] == 0.0
+    assert r.path == "cpu" and r.count == 10 and r.warmup_count == 2 and r.inferences == 12
+    resolved = parse(MnnBenchmark(), "mnn_benchmark.cpu_3.6.1.txt", model_name="convnet.mnn")
+    assert not resolved.unresolved
+
+
+def test_mnn_says_what_it_cannot_honour() -> None:
+    r = parse(
+        MnnBenchmark(), "mnn_benchmark.cpu_3.6.1.txt", model_name="convnet.mnn", runs=10, warmup=2,
+        min_seconds=1.0, warmup_seconds=0.5, profile=True,
+    )  # fmt: skip
+    [durations] = [w for w in r.warnings if "not applied" in w and "seconds" in w]
+    assert (
+        "min_seconds=1 s" in durations and "warmup_seconds=0.5 s" in durations and "max_seconds" in durations
+    )
+    assert any("no per-op profile" in w for w in r.warnings)
+    assert r.count == 10 and r.warmup_count == 2  # the tool's own echo of its loop and warm-up counts
+
+
+def test_input_types_are_read_from_the_onnx_model_on_the_host(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The host reads each graph input's element type (weights listed as inputs are not inputs); a
+    format other than ONNX is left alone."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgebench.probes.native import with_input_types
+
+    w = numpy_helper.from_array(np.zeros((4, 8), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["w", "ids"], ["e"]), helper.make_node("Mul", ["e", "mask"], ["y"])],
+        "g",
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 3]),
+            helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, 3, 8]),
+            helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 8]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph), path)
+    opts = with_input_types(NativeOptions(), OrtPerfTest(), path)
+    assert opts.input_types == (("ids", "INT64"), ("mask", "FLOAT"))
+    assert with_input_types(NativeOptions(), MnnBenchmark(), path).input_types == ()
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\x00\xff" * 50)
+    assert with_input_types(NativeOptions(), OrtPerfTest(), junk).input_types == ()
