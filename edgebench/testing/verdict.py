@@ -47,6 +47,7 @@ LOADED_CPU_BOUND = 0.7
 # Latency ratios under load: the median of the interleaved rounds' ratios within this factor of 1 (two
 # processes on one model differ by up to ~10%; a harness 2x off is a defect).
 LOADED_BAND = 1.4
+LOADED_BASIS = "median of interleaved rounds under load"
 
 
 @dataclass
@@ -183,19 +184,19 @@ def until_conclusive(
     """Run rounds until `verdict(final=False)` is conclusive, or until another round would overrun
     `budget_s` seconds; then `verdict(final=True)`. Returns the verdict and the rounds run.
 
-    `one_round` alternates both sides once, so load drifting over the budget meets both alike."""
+    `one_round` alternates both sides once, so load drifting over the budget meets both alike; with
+    `min_rounds` 0 the rounds already measured are judged first."""
     start, rounds = clock(), 0
     while True:
+        if rounds >= min_rounds:
+            found = verdict(False)
+            if found.outcome != "more":
+                return found, rounds
+            spent = clock() - start
+            if rounds and spent + spent / rounds > budget_s:
+                return verdict(True), rounds
         one_round()
         rounds += 1
-        if rounds < min_rounds:
-            continue
-        found = verdict(False)
-        if found.outcome != "more":
-            return found, rounds
-        spent = clock() - start
-        if spent + spent / rounds > budget_s:
-            return verdict(True), rounds
 
 
 @dataclass
@@ -298,10 +299,8 @@ def band_verdict(
         f"{text}; under load the rounds' median ratio {typical:.3f} (band {1 / loaded:.2f}..{loaded})"
     )
     if 1.0 / loaded <= typical <= loaded:
-        return Verdict("pass", typical, "median of interleaved rounds under load", loaded_text)
-    return Verdict(
-        "fail", typical, "median of interleaved rounds under load", f"{loaded_text}: out of band under load"
-    )
+        return Verdict("pass", typical, LOADED_BASIS, loaded_text)
+    return Verdict("fail", typical, LOADED_BASIS, f"{loaded_text}: out of band under load")
 
 
 def _busy_cpu_seconds() -> float:

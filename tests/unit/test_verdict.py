@@ -139,21 +139,25 @@ def test_others_watch_counts_the_trees_it_is_given_as_its_own() -> None:
     import sys
     import time
 
-    from edgebench.testing.verdict import OthersWatch
+    from edgebench.testing.verdict import OthersWatch, _tree_cpu_seconds
 
     # a parent that starts a busy grandchild and waits for it, as adbd's sandbox waits for a command
     code = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'while True: pass'])"
     parent = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     try:
         time.sleep(0.3)  # the grandchild is running
+        tree0, t0 = _tree_cpu_seconds([parent.pid]), time.monotonic()
         with OthersWatch() as blind, OthersWatch(trees=[parent.pid]) as told:
             time.sleep(1.0)
+        tree = (_tree_cpu_seconds([parent.pid]) - tree0) / ((time.monotonic() - t0) * (os.cpu_count() or 1))
     finally:
         os.killpg(parent.pid, 9)  # the grandchild with it
         parent.wait()
-    one_cpu = 1.0 / (os.cpu_count() or 1)
-    assert blind.others_share >= 0.5 * one_cpu  # the grandchild is other work to a watch not told
-    assert told.others_share <= blind.others_share - 0.5 * one_cpu  # and its own to one told
+    # What the tree got, read from /proc beside the watches: on a loaded machine the busy grandchild gets
+    # less than a CPU, so the difference between the watches is held to what it got, not to a CPU.
+    assert tree > 0.05 / (os.cpu_count() or 1)
+    assert blind.others_share >= 0.8 * tree  # the grandchild is other work to a watch not told
+    assert blind.others_share - told.others_share == pytest.approx(tree, abs=0.1)  # and its own to one told
 
 
 def test_a_probe_reading_twice_its_reference_fails_quiet_or_not() -> None:
