@@ -27,8 +27,7 @@ def candidate_roots(repo: Path, cwd: Path | None = None) -> list[Path]:
     for start in starts:
         for folder in (start, *start.parents):
             found.append(folder / "shared" / "lab-tools")
-    seen: set[Path] = set()
-    return [p for p in found if not (p in seen or seen.add(p))]
+    return list(dict.fromkeys(found))  # first occurrence of each, in order
 
 
 def find_tool(repo: Path, folder: str, binary: str) -> Path | None:
