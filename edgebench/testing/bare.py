@@ -210,3 +210,31 @@ def bare_numpy_matmul_trials(
     out = np.empty((n, n), np.float32)
     with threadpool_limits(limits=threads, user_api="blas"):
         return cpu_timed_trials(lambda: np.matmul(a, b, out=out), trials)
+
+
+def bare_cold_warm_loads(path: str, pairs: int) -> tuple[list[float], list[float]]:
+    """(cold, warm) onnxruntime session loads in ms, `pairs` times: the file's pages dropped from the page
+    cache (fsync, posix_fadvise DONTNEED: as `bench --cold-load` drops them), a load, then a load again."""
+    import onnxruntime as ort
+
+    def load() -> float:
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        start = time.perf_counter_ns()
+        session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        elapsed = (time.perf_counter_ns() - start) / 1e6
+        del session
+        return elapsed
+
+    load()  # the runtime's own first-use costs are not the file's
+    cold, warm = [], []
+    for _ in range(pairs):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        cold.append(load())
+        warm.append(load())
+    return cold, warm

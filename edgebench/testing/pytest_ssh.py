@@ -11,7 +11,8 @@ Enable them in a conftest.py with one line:
 - `fresh_ssh_board` (function scope): a board of your own, for destructive tests (`kill()`, `stop()`,
   `restart()`, `rotate_host_key()`); stopped after the test.
 - `slow_ssh_board` (session scope): a board whose sshd and sessions share a cgroup v1 CPU quota of half a
-  CPU (a slower chip than `ssh_board`); skipped where cgroup v1 `cpu.cfs_quota_us` is not writable.
+  CPU (a slower chip than `ssh_board`), by cgroup v1 `cpu.cfs_quota_us` or v2 `cpu.max`; skipped where
+  neither can be written.
 - `net_ssh_board` (function scope): a board in its own network namespace, at its own address on port 22,
   whose cable the test may pull (`unplug()` / `replug()`); skipped where network namespaces cannot be made.
 
@@ -65,10 +66,11 @@ def fresh_ssh_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshBoa
 
 @pytest.fixture(scope="session")
 def slow_ssh_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshBoard]:
-    """A real ssh board limited to half a CPU by a cgroup v1 quota: a slower chip in the same lab."""
+    """A real ssh board limited to half a CPU by a cgroup quota (v1 cfs, or v2 cpu.max): a slower chip in
+    the same lab."""
     require_sshd()
     if not cpu_quota_supported():
-        pytest.skip("cgroup v1 cpu controller (cpu.cfs_quota_us) not writable here")
+        pytest.skip("no writable cgroup cpu controller here (v1 cpu.cfs_quota_us, or v2 cpu.max delegable)")
     board = SshBoard(tmp_path_factory.mktemp("ssh-slow"), "slowboard", cpu_quota=0.5).start()
     try:
         yield board

@@ -51,9 +51,30 @@ def sshd_available() -> bool:
     return os.access(SSHD, os.X_OK)
 
 
+# cgroup v2: the unified hierarchy, mounted alone (v2 hosts) or beside v1 (hybrid hosts)
+CGROUP_V2_ROOTS = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"))
+
+
+def cgroup_v2_cpu_root() -> Path | None:
+    """The cgroup v2 hierarchy whose children may get the cpu controller (enabled in its
+    cgroup.subtree_control here if it was not), or None: v2 absent, cpu bound to v1, or not delegable."""
+    for root in CGROUP_V2_ROOTS:
+        controllers, subtree = root / "cgroup.controllers", root / "cgroup.subtree_control"
+        try:
+            if "cpu" not in controllers.read_text().split() or not os.access(root, os.W_OK):
+                continue
+            if "cpu" not in subtree.read_text().split():
+                subtree.write_text("+cpu")  # refused (EBUSY) where processes sit in a non-root group
+            return root
+        except OSError:
+            continue
+    return None
+
+
 def cpu_quota_supported() -> bool:
-    """True when a cgroup v1 CPU controller is mounted and we may create groups in it."""
-    return (CGROUP_CPU / "cpu.cfs_quota_us").exists() and os.access(CGROUP_CPU, os.W_OK)
+    """True when a CPU quota can be set on a group of our own: cgroup v1's cpu controller, or v2's."""
+    v1 = (CGROUP_CPU / "cpu.cfs_quota_us").exists() and os.access(CGROUP_CPU, os.W_OK)
+    return v1 or cgroup_v2_cpu_root() is not None
 
 
 def generate_key(path: Path, passphrase: str | None = None) -> str:
@@ -146,7 +167,9 @@ class SshBoard:
         if not sshd_available():
             raise RuntimeError(f"{SSHD} not found: install the Debian package openssh-server")
         if self.cpu_quota and not cpu_quota_supported():
-            raise RuntimeError("cpu_quota needs a writable cgroup v1 cpu controller at /sys/fs/cgroup/cpu")
+            raise RuntimeError(
+                "cpu_quota needs a writable cgroup cpu controller (v1 /sys/fs/cgroup/cpu, or v2)"
+            )
         self.root.mkdir(parents=True, exist_ok=True)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.home.mkdir(parents=True, exist_ok=True)
@@ -306,10 +329,21 @@ class SshBoard:
 
     # ---- cgroup (a slower chip) -------------------------------------------------------------------
     def _enter_cgroup(self, pid: int, quota: float) -> None:
-        group = CGROUP_CPU / f"edgebench-{self.name}-{self.port}"
-        group.mkdir(exist_ok=True)
-        (group / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
-        (group / "cpu.cfs_quota_us").write_text(str(max(1000, int(quota * CFS_PERIOD_US))))
+        """Put sshd (and so its sessions) in a group of its own with `quota` CPUs: v1 cfs files where v1's
+        cpu controller is writable, else v2's cpu.max ("QUOTA PERIOD")."""
+        quota_us = max(1000, int(quota * CFS_PERIOD_US))
+        if (CGROUP_CPU / "cpu.cfs_quota_us").exists() and os.access(CGROUP_CPU, os.W_OK):
+            group = CGROUP_CPU / f"edgebench-{self.name}-{self.port}"
+            group.mkdir(exist_ok=True)
+            (group / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
+            (group / "cpu.cfs_quota_us").write_text(str(quota_us))
+        else:
+            root = cgroup_v2_cpu_root()
+            if root is None:
+                raise RuntimeError("no writable cgroup cpu controller (v1 or v2)")
+            group = root / f"edgebench-{self.name}-{self.port}"
+            group.mkdir(exist_ok=True)
+            (group / "cpu.max").write_text(f"{quota_us} {CFS_PERIOD_US}")
         (group / "cgroup.procs").write_text(str(pid))  # children (sessions) inherit the group
         self._cgroup = group
 

@@ -5,10 +5,11 @@ The probe's triad must reach 0.9 of the C triad's best at every thread count. Wi
 device (gcc here, which this test needs anyway) the agent builds its own fused loop and calls it from its
 pinned worker threads, so it must reach the reference; the numpy fallbacks (memmove + daxpy, two passes
 per block) read 0.82-0.93 of C on both cores and are checked for correctness in the unit tests, not here.
-Both sides report the CPU share of their best trial; a shortfall is re-measured (both sides,
-up to five more rounds), then judged like with like (edgebench.testing.verdict): over quiet trials it
-fails, over disturbed trials only it is reported and skipped, and far under the bound it fails whatever
-the load. Memory traffic of other work does not show in CPU shares, so the machine also counts as
+Both sides report the CPU share of their best trial; a shortfall is re-measured (both sides, more
+rounds while they fit in BUDGET_S), then judged like with like (edgebench.testing.verdict): over quiet
+trials it fails, far under the bound it fails whatever the load, over the reference's best by 1.6x it
+fails (a figure counted wrong), and over disturbed trials only the final verdict holds the rates per
+CPU-second (passive OpenMP waits: CPU time counts work) to 0.7 and the medians to BROKEN: pass or fail. Memory traffic of other work does not show in CPU shares, so the machine also counts as
 disturbed unless the C triad's round bests agree (three within 10% of its best). The probe's other
 kernels are printed beside it."""
 
@@ -25,10 +26,10 @@ from edgebench.agent.bandwidth import last_level_cache
 from edgebench.execution.jobs import Job
 from edgebench.execution.oneshot import run_now
 from edgebench.lab.descriptors import builtin_local
-from edgebench.testing.verdict import Side, judge, steady
+from edgebench.testing.verdict import Side, Verdict, judge, steady, until_conclusive
 
 ROUNDS = 5
-EXTRA_ROUNDS = 5
+BUDGET_S = 60.0  # more rounds, while another fits, when the first ROUNDS are not conclusive
 BOUND = 0.9  # one core
 MULTI_CORE_BOUND = 0.9  # the compiled loop moves what the C triad moves at any thread count
 BROKEN = 0.45  # a shared machine halves a rate for seconds (two threads: the GIL holder preempted); further off is a defect
@@ -175,18 +176,32 @@ def test_triad_reaches_the_c_stream_triad(benchmark, c_triad: Path) -> None:  # 
             c[threads].add(gbps, share)
             c_rounds[threads].append(gbps)
 
-    def verdicts() -> dict[int, object]:
+    def verdicts(final: bool = False) -> dict[int, Verdict]:
         return {
-            t: judge(f"triad threads={t}", probe[t]["triad"], c[t], bound(t), BROKEN, steady(c_rounds[t]))
+            t: judge(
+                f"triad threads={t}",
+                probe[t]["triad"],
+                c[t],
+                bound(t),
+                BROKEN,
+                steady(c_rounds[t]),
+                final=final,
+            )
             for t in counts
         }
 
-    benchmark.pedantic(lambda: one_round(counts), rounds=ROUNDS, iterations=1, warmup_rounds=0)
-    extra = 0
-    while extra < EXTRA_ROUNDS and any(v.outcome != "pass" for v in verdicts().values()):
+    def overall(final: bool) -> Verdict:
+        """The worst thread count's verdict; a shortfall is re-measured while the budget lasts (memory
+        traffic of other work does not show in CPU shares)."""
+        worst = min(verdicts(final).values(), key=lambda v: ("fail", "more", "pass").index(v.outcome))
+        return worst if final or worst.outcome == "pass" else Verdict("more", worst.ratio, worst.basis, "")
+
+    def open_round() -> None:
         one_round([t for t, v in verdicts().items() if v.outcome != "pass"])
-        extra += 1
-    final = verdicts()
+
+    benchmark.pedantic(lambda: one_round(counts), rounds=ROUNDS, iterations=1, warmup_rounds=0)
+    _, extra = until_conclusive(open_round, overall, BUDGET_S, min_rounds=0)
+    final = verdicts(final=True)
     print(f"\n{ROUNDS} rounds, {extra} more to re-measure a shortfall; {nbytes // MIB} MiB arrays")
     for t in counts:
         kernels = ", ".join(f"{k} {s.best(False):.2f}" for k, s in probe[t].items())
@@ -197,8 +212,5 @@ def test_triad_reaches_the_c_stream_triad(benchmark, c_triad: Path) -> None:  # 
     benchmark.extra_info.update(
         {"array_bytes": nbytes, "ratio": {t: v.ratio for t, v in final.items()}, "extra_rounds": extra}
     )
-    failed = [v.reason for v in final.values() if v.outcome == "fail"]
+    failed = [v.reason for v in final.values() if v.outcome != "pass"]
     assert not failed, failed
-    skipped = [v.reason for v in final.values() if v.outcome == "skip"]
-    if skipped:
-        pytest.skip("; ".join(skipped))

@@ -26,7 +26,7 @@ import pytest
 from edgebench.models.builtin import build_convnet, build_encoder, build_mlp
 from edgebench.render.report.html import SECTIONS
 from edgebench.results.store import Store
-from edgebench.testing.verdict import OTHERS_QUIET, OthersWatch
+from edgebench.testing.verdict import OTHERS_QUIET, OthersWatch, Verdict, band_verdict, until_conclusive
 
 pytestmark = pytest.mark.integration
 
@@ -292,32 +292,38 @@ def test_fit_measured_predicted_and_cross_validated(fleet: Fleet) -> None:
 
     # Now measure the pair fit had to predict: the prediction holds up against the real thing. The
     # calibration was benched earlier, so other work arriving in between moves one side only: an out of
-    # band min is benched once more (the lowest of both kept), and judged tightly only where nothing else
-    # took the machine during the fixture's benches and these; far off, it fails whatever the load.
+    # band min is benched again (the lowest of all kept: load only slows) until the verdict is conclusive
+    # within the budget. Judged tightly (0.7..1.4) where nothing else took the machine during the fixture's
+    # benches and these; never quiet, the lowest min must still lie within 1.6x of the prediction (the
+    # kernels' noise on this machine is ~10%, a predictor 2x off is a defect); beyond 2x it fails at once.
     shares = [fleet.others_share]
-    for _ in range(2):
+    measured: dict[str, float] = {}
+
+    def one_round() -> None:
         with OthersWatch() as watch:
             fleet.bench(HELD_OUT, "cpu1")
         shares.append(watch.others_share)
-        measured = held_out_on_cpu1(fleet)
-        if 0.7 < predicted["min"] / measured["min"] < 1.4:
-            break
+        measured.update(held_out_on_cpu1(fleet))
+
+    def verdict(final: bool) -> Verdict:
+        ratio = predicted["min"] / measured["min"]
+        text = (f"held-out {HELD_OUT} on cpu1: min predicted/measured {ratio:.2f}; other work took "
+                + ", ".join(f"{x:.0%}" for x in shares) + " of the machine (calibration, then each bench)")  # fmt: skip
+        return band_verdict(
+            text, ratio, "benches", max(shares) < OTHERS_QUIET, 0.7, 1.4, 2.0, final, loaded=1.6
+        )
+
+    found, _ = until_conclusive(one_round, verdict, budget_s=60.0, min_rounds=1)
     for stat in ("min", "p50"):
         print(
             f"held-out {HELD_OUT} on cpu1, {stat}: predicted {predicted[stat]:.3f} ms, measured "
-            f"{measured[stat]:.3f} ms ({predicted[stat] / measured[stat] - 1:+.1%}); other work took "
-            + ", ".join(f"{x:.0%}" for x in shares)
-            + " of the machine (calibration, then each bench)"
+            f"{measured[stat]:.3f} ms ({predicted[stat] / measured[stat] - 1:+.1%})"
         )
-    assert 0.4 < predicted["min"] / measured["min"] < 2.5
-    assert 0.4 < predicted["p50"] / measured["p50"] < 2.5
+    print(found.reason)
+    assert 0.4 < predicted["p50"] / measured["p50"] < 2.5  # p50 adds this machine's disturbance per run
     with Store(fleet.db) as st:
         assert "fit" in [r.kind for r in st.runs()]
-    ratio = predicted["min"] / measured["min"]
-    if not 0.7 < ratio < 1.4:
-        if max(shares) < OTHERS_QUIET:
-            pytest.fail(f"held-out min predicted/measured {ratio:.2f} outside 0.7..1.4 on a quiet machine")
-        pytest.skip(f"held-out min predicted/measured {ratio:.2f} outside 0.7..1.4 with other work beside")
+    assert found.outcome == "pass", found.reason
 
 
 def held_out_on_cpu1(fleet: Fleet) -> dict[str, float]:

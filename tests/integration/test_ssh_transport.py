@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from edgebench.errors import CommandTimeout, ConnectionLost, TransferError, TransportError
-from edgebench.testing.sshd import SshBoard
+from edgebench.testing.sshd import SshBoard, cgroup_v2_cpu_root
 from edgebench.transports.ssh import SshTransport
 
 pytestmark = pytest.mark.integration
@@ -181,8 +181,15 @@ def test_slow_board_runs_its_sessions_under_a_cpu_quota(slow_ssh_board: SshBoard
         groups = transport.run(["cat", "/proc/self/cgroup"], timeout=20).stdout
     finally:
         transport.close()
-    [cpu_line] = [ln for ln in groups.splitlines() if ln.split(":")[1].split(",").count("cpu")]
-    group = Path("/sys/fs/cgroup/cpu") / cpu_line.split(":", 2)[2].lstrip("/")
+    v1 = [ln for ln in groups.splitlines() if ln.split(":")[1].split(",").count("cpu")]
+    if v1:  # cgroup v1: the cpu controller's own hierarchy
+        group = Path("/sys/fs/cgroup/cpu") / v1[0].split(":", 2)[2].lstrip("/")
+        quota, period = (int((group / n).read_text()) for n in ("cpu.cfs_quota_us", "cpu.cfs_period_us"))
+    else:  # cgroup v2: the unified hierarchy's "0::/path" line, the quota in cpu.max
+        [line] = [ln for ln in groups.splitlines() if ln.startswith("0::")]
+        root = cgroup_v2_cpu_root()
+        assert root is not None
+        group = root / line.split(":", 2)[2].lstrip("/")
+        quota, period = (int(v) for v in (group / "cpu.max").read_text().split())
     assert group.name.startswith("edgebench-slowboard-")
-    quota, period = (int((group / name).read_text()) for name in ("cpu.cfs_quota_us", "cpu.cfs_period_us"))
     assert quota == period // 2
