@@ -25,6 +25,8 @@ params = { kernel = "triad", threads = 1, array_mb = 8, max_seconds = 2 }
 [[probe]]
 kind = "matmul"
 params = { dtype = "fp32", threads = 1, sizes = [128], skinny = false, trials = 2, max_seconds = 2 }
+[policy]
+cooldown = false
 """
 
 

@@ -149,7 +149,7 @@ def figures_built_not_encoded() -> Iterator[None]:
         yield
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs=stores(), selected=st.lists(st.integers(0, 2), unique=True))
 def test_any_store_renders_in_both_formats(
     runs: list[tuple[str, dict[str, frozenset[str]]]], selected: list[int]
