@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import tomllib
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,6 +34,7 @@ class TableReader:
         self._path = path
         self._prefix = prefix
         self._seen: set[str] = set()
+        self._asked: set[str] = set()  # keys looked for, present or not: what a typo may have meant
 
     def _name(self, key: str) -> str:
         return f"{self._prefix}{key}"
@@ -41,13 +43,17 @@ class TableReader:
         return ConfigError(self._path, f"{self._name(key)}: {message}")
 
     def has(self, key: str) -> bool:
+        self._asked.add(key)
         return key in self._data
 
     def get(self, key: str, kind: type[T] | tuple[type, ...], default: Any = _MISSING) -> Any:
         self._seen.add(key)
+        self._asked.add(key)
         if key not in self._data:
             if default is _MISSING:
-                raise self.error(key, "required key is missing")
+                typo = difflib.get_close_matches(key, sorted(set(self._data) - self._seen), n=1)
+                hint = f" (is '{self._name(typo[0])}' a misspelling of it?)" if typo else ""
+                raise self.error(key, f"required key is missing{hint}")
             return default
         value = self._data[key]
         kinds = kind if isinstance(kind, tuple) else (kind,)
@@ -78,12 +84,20 @@ class TableReader:
 
     def raw(self, key: str, default: Any = None) -> Any:
         self._seen.add(key)
+        self._asked.add(key)
         return self._data.get(key, default)
 
-    def done(self) -> None:
-        unknown = sorted(set(self._data) - self._seen)
+    def done(self, later: tuple[str, ...] = ()) -> None:
+        """Refuse the first key nobody asked for, with the known key it most resembles. `later`: keys still
+        to be read, so a typo is named before the keys that depend on it (models, misspelt) complain."""
+        self._asked.update(later)
+        unknown = sorted(set(self._data) - self._seen - set(later))
         if unknown:
-            raise self.error(unknown[0], "unknown key")
+            key = unknown[0]
+            close = difflib.get_close_matches(key, sorted(self._asked - set(self._data)), n=1)
+            close = close or difflib.get_close_matches(key, sorted(self._asked), n=1)
+            hint = f" (did you mean '{self._name(close[0])}'?)" if close else ""
+            raise self.error(key, f"unknown key{hint}")
 
 
 def _names(kinds: tuple[type, ...]) -> str:

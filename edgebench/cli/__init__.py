@@ -63,23 +63,35 @@ def _print_version(value: bool) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the command, turn errors into one line and an exit code."""
-    argv = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in argv
+    argv, debug = hoist_debug(sys.argv[1:] if argv is None else argv)
     try:
         rc = build_app()(args=argv, prog_name="edgebench", standalone_mode=False)
     except EdgebenchError as exc:
         _fail(one_line(exc), exc.exit_code, debug)
     except USAGE_ERRORS as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `edgebench` (or `edgebench probe`) alone: the help
+            print(exc.format_message(), file=sys.stderr)
+            sys.exit(2)
         _fail(exc.format_message().splitlines()[0] if exc.format_message() else "usage error", 2, debug)
     except EXITS as exc:
         sys.exit(exc.exit_code)
     except ABORTS:
         _fail("interrupted", 130, debug)
     except Exception as exc:  # noqa: BLE001 - never a traceback unless --debug
-        _fail(
-            f"internal error: {type(exc).__name__}: {one_line(exc)} (run with --debug for details)", 1, debug
-        )
+        rerun = " ".join(["edgebench", "--debug", *argv[:1], "..."] if argv else ["edgebench", "--debug"])
+        _fail(f"internal error: {type(exc).__name__}: {one_line(exc)} (for the traceback: {rerun})", 1, debug)
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def hoist_debug(argv: list[str]) -> tuple[list[str], bool]:
+    """(argv with --debug moved before the verb, whether it was given): --debug is the root's option, and
+    people type it anywhere (`edgebench report --debug ...`). Arguments after `--` are left alone."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    debug = "--debug" in argv[:end]
+    if not debug:
+        return list(argv), False
+    rest = [a for a in argv[:end] if a != "--debug"] + list(argv[end:])
+    return ["--debug", *rest], True
 
 
 def _fail(message: str, code: int, debug: bool) -> None:

@@ -47,7 +47,13 @@ def _budgets(suite: Path | None, items: list[str] | None):  # type: ignore[no-un
     return parse_budgets(items or [], base)
 
 
-_OUT = typer.Option(None, "--out", "-o", help="Report file, e.g. reports/nightly.html (required).")
+_OUT = typer.Option(
+    None,
+    "--out",
+    "-o",
+    help="Report file (required): .html for HTML, .md for Markdown, e.g. reports/nightly.html; other "
+    "suffixes are refused unless --format is given.",
+)
 _RUNS = typer.Option(
     None,
     "--run",

@@ -27,7 +27,8 @@ SUITE_ARG = typer.Argument(..., help="Suite file (TOML).")
 RESUME_OPT = typer.Option(
     None,
     "--resume",
-    help="Finish run RUN_ID (or a reference: latest, suite:NAME, a prefix): only jobs with no ok record run.",
+    help="Finish run RUN_ID: only its jobs with no ok record run, appended to the same run. Also a "
+    "reference: latest (this suite's latest run), latest~N (the one N before it), tag:NAME or an id prefix.",
 )
 TAG_OPT = typer.Option(None, "--tag", help="Tag the run (repeatable), e.g. --tag nightly --tag rc-1.2.")
 CLUSTER_OPT = typer.Option(
@@ -79,7 +80,7 @@ def run(
     the_lab = None if cluster else load_lab(lab)
     if resume is not None:
         with open_store(store) as st:
-            resume = st.resolve_run(resume, "--resume run")
+            resume = _resume_run(st, resume, the_suite.name)
     _terminate_as_interrupt()
     with _Progress() as progress:
         result = run_suite(
@@ -149,6 +150,17 @@ def worker(
     )
     note("edgebench: worker stopped")
     return 0
+
+
+def _resume_run(st: Any, ref: str, suite: str) -> str:
+    """The run --resume names: `latest` and `latest~N` count this suite's runs only (a `fit` or `bench`
+    stored since is not what a resume means); ids, prefixes and tags resolve over the whole store."""
+    from ..results.store import resolve_run_ref
+
+    if ref == "latest" or ref.startswith("latest~"):
+        own = [r for r in st.runs() if r.suite == suite and r.kind == "suite"]
+        return resolve_run_ref(ref, own, st.tags(), f"--resume run '{ref}' of suite '{suite}' in {st.path}")
+    return str(st.resolve_run(ref, "--resume run"))
 
 
 def _terminate_as_interrupt() -> None:

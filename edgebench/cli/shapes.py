@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import UserError
+from ..probes.params import dims_hint
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ def parse_shape_args(items: Sequence[str] | None, models: Sequence[str]) -> Shap
         left, sep, right = item.partition("=")
         left = left.strip()
         if not sep or not left:
-            raise UserError(f"--shape: {item!r}: expected NAME=DIMS or MODEL:NAME=DIMS")
+            raise UserError(f"--shape: {item!r}: expected NAME=DIMS or MODEL:NAME=DIMS{dims_hint(item)}")
         dims = _dims(item, right.strip())
         model, colon, name = left.rpartition(":")
         if colon and model in known:

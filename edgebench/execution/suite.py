@@ -33,6 +33,7 @@ A list value in `params` is a grid axis; to pass a list as one value (an affinit
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import math
 import os
@@ -144,6 +145,7 @@ def load_suite(path: Path | str) -> Suite:
     devices = _device_list(r, "devices")
     models = _models(r, path)
     timeout = _positive(r, "timeout", None)
+    r.done(later=("probe", "gate", "budget", "policy"))
     probes = _probes(r, path, models, devices)
     gates = _gates(r, path)
     budget = _budget(r.table("budget"))
@@ -419,14 +421,24 @@ def _fraction(t: TableReader, key: str) -> float | None:
     return number
 
 
+# Every name _BUDGET_KEY accepts, spelled out: what a misspelt budget is compared with.
+_BUDGET_NAMES = (
+    *(f"latency_{s}_ms" for s in ("p50", "p90", "p99", "mean", "min", "max")),
+    *(f"rtf_{s}" for s in ("p50", "p90", "p99", "mean")),
+    "memory_mb", "energy_mj", "load_ms", "cold_load_ms", "decode_tokens_per_s_min",
+)  # fmt: skip
+
+
 def _budget(t: TableReader) -> dict[str, float]:
     out = {}
     for key in list(t._data):  # noqa: SLF001 - the budget's keys are the budget names
         if not _BUDGET_KEY.match(key):
+            close = difflib.get_close_matches(key, _BUDGET_NAMES, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
             raise t.error(
                 key,
-                "unknown budget (use latency_<p50|p90|p99|mean|min|max>_ms, memory_mb, energy_mj, load_ms, "
-                "cold_load_ms, rtf_<p50|p90|p99|mean>, decode_tokens_per_s_min)",
+                f"unknown budget ({hint}use latency_<p50|p90|p99|mean|min|max>_ms, memory_mb, energy_mj, "
+                "load_ms, cold_load_ms, rtf_<p50|p90|p99|mean>, decode_tokens_per_s_min)",
             )
         value = t.get(key, float)
         if value <= 0:

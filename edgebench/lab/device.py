@@ -18,6 +18,7 @@ from typing import Any
 from ..agent.protocol import PROTOCOL, InfoTask, Task, parse_task
 from ..errors import (
     CommandError,
+    CommandTimeout,
     LabError,
     MeasurementError,
     ModelError,
@@ -27,9 +28,8 @@ from ..errors import (
 from ..transports import Transport, open_transport
 from .agentpack import build_agent
 from .descriptors import DeviceSpec
-from .hashing import HashCache
+from .hashing import HashCache, hash_timeout
 
-HASH_TIMEOUT_FLOOR_S = 30.0
 _SAFE_SUFFIX = re.compile(r"\.[A-Za-z0-9_-]{1,16}")
 
 
@@ -87,13 +87,24 @@ class Device:
         suffix = local.suffix if _SAFE_SUFFIX.fullmatch(local.suffix) else ""
         return posixpath.join(self.cache_dir, digest + suffix)
 
-    def remote_hashes(self, paths: Sequence[str], timeout: float) -> dict[str, str]:
-        """sha256 of each remote file that exists; missing files are simply absent from the result."""
+    def remote_hashes(self, paths: Sequence[str], timeout: float, nbytes: int = 0) -> dict[str, str]:
+        """sha256 of each remote file that exists; missing files are simply absent from the result.
+
+        Bounded by `timeout` (the job's --timeout) unless the files (`nbytes` together) are too large to
+        hash in it on a slow device: then by their size (lab.hashing.hash_timeout), and a timeout says so."""
         if not paths:
             return {}
-        res = self.transport.run(["sha256sum", "--", *paths], timeout=max(timeout, HASH_TIMEOUT_FLOOR_S))
-        if res.returncode == 127 or "not found" in res.stderr and not res.stdout:
-            res = self.transport.run([self.spec.python, "-c", _PY_SHA256, *paths], timeout=timeout)
+        limit, why = hash_timeout(timeout, nbytes)
+        try:
+            res = self.transport.run(["sha256sum", "--", *paths], timeout=limit)
+            if res.returncode == 127 or "not found" in res.stderr and not res.stdout:
+                res = self.transport.run([self.spec.python, "-c", _PY_SHA256, *paths], timeout=limit)
+        except CommandTimeout as exc:
+            if not why:
+                raise
+            raise CommandTimeout(
+                exc.argv, exc.timeout, device=self.name, output=exc.output, detail=why
+            ) from None
         found = {}
         for line in res.stdout.splitlines():
             digest, _, path = line.strip().partition("  ")
@@ -108,7 +119,8 @@ class Device:
             digest = self.hashes.sha256(local)
             wanted.append((local, digest, self.remote_path_for(local, digest)))
         unknown = [remote for _, digest, remote in wanted if self._present.get(remote) != digest]
-        remote_now = self.remote_hashes(unknown, timeout)
+        size = sum(local.stat().st_size for local, digest, remote in wanted if remote in unknown)
+        remote_now = self.remote_hashes(unknown, timeout, size)
         self.stats.verified += len(unknown)
         for local, digest, remote in wanted:
             if self._present.get(remote) == digest:
@@ -130,7 +142,7 @@ class Device:
             self.transport.push(local, remote, timeout=timeout)
             self.stats.push_seconds += time.monotonic() - start
             self.stats.pushed_bytes += local.stat().st_size
-            got = self.remote_hashes([remote], timeout).get(remote)
+            got = self.remote_hashes([remote], timeout, local.stat().st_size).get(remote)
             if got == digest:
                 return
             if attempt == 2:

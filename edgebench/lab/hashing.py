@@ -1,4 +1,5 @@
-"""Content hashes of host files, cached by (path, size, mtime) within one process object."""
+"""Content hashes of host files, cached by (path, size, mtime) within one process object; and how long a
+device may take to hash files of a given size."""
 
 from __future__ import annotations
 
@@ -26,3 +27,20 @@ class HashCache:
         if key not in self._known:
             self._known[key] = sha256_file(path)
         return self._known[key]
+
+
+# The slowest hashing a device is planned for: sha256 in software on an in-order core, reading eMMC. Files a
+# job's --timeout covers at this rate are hashed within --timeout; larger ones get the time they need.
+HASH_BYTES_PER_S_FLOOR = 20e6
+
+
+def hash_timeout(timeout: float, nbytes: int) -> tuple[float, str]:
+    """(seconds, why): the call's own timeout for files it can hash at HASH_BYTES_PER_S_FLOOR, else the time
+    `nbytes` take at that rate, with the reason in words (for the error if even that runs out)."""
+    needed = nbytes / HASH_BYTES_PER_S_FLOOR
+    if needed <= timeout:
+        return timeout, ""
+    return needed, (
+        f"hashing {nbytes / 1e6:.0f} MB on the device was given {needed:.0f} s, the timeout of "
+        f"{timeout:g} s scaled to the files' size at {HASH_BYTES_PER_S_FLOOR / 1e6:.0f} MB/s"
+    )

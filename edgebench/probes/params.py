@@ -26,6 +26,7 @@ import dataclasses
 import difflib
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
@@ -293,6 +294,18 @@ def _cpus(key: str, value: Any, spec: Spec) -> tuple[int, ...] | None:
     return _ints(key, value, dataclasses.replace(spec, minimum=0 if spec.minimum is None else spec.minimum))  # type: ignore[return-value]
 
 
+_DIMS_SPELLED_OTHERWISE = re.compile(r"[\s\[(]*\d+(?:\s*[,;*×\s]\s*\d+)+[\s\])]*")
+
+
+def dims_hint(text: str, name: str = "NAME") -> str:
+    """ "; did you mean NAME=1x3x64x64?" for dimensions written another way (1,3,64,64 or [1, 3, 64, 64]),
+    else ""."""
+    if not isinstance(text, str) or not _DIMS_SPELLED_OTHERWISE.fullmatch(text.strip()):
+        return ""
+    dims = "x".join(re.findall(r"\d+", text))
+    return f"; did you mean {name}={dims}?"
+
+
 def _dims(key: str, value: Any) -> tuple[int, ...]:
     parts = value.lower().split("x") if isinstance(value, str) else value
     if not isinstance(parts, list | tuple) or not parts:
@@ -304,7 +317,8 @@ def _dims(key: str, value: Any) -> tuple[int, ...]:
         try:
             n = int(d)
         except (TypeError, ValueError):
-            raise ParamError(key, f"dimension {d!r} is not a whole number") from None
+            hint = dims_hint(value, key.rpartition(".")[2]) if isinstance(value, str) else ""
+            raise ParamError(key, f"dimension {d!r} is not a whole number{hint}") from None
         if n <= 0 or (isinstance(d, float) and not d.is_integer()):
             raise ParamError(key, f"dimensions must be positive whole numbers, got {d!r}")
         dims.append(n)
@@ -317,7 +331,9 @@ def _shapes(key: str, value: Any, spec: Spec) -> dict[str, tuple[int, ...]] | No
         for text in value:
             name, sep, dims = text.partition("=")
             if not sep or not name.strip():
-                raise ParamError(key, f"expected NAME=DIMS like input=1x3x224x224, got {text!r}")
+                raise ParamError(
+                    key, f"expected NAME=DIMS like input=1x3x224x224, got {text!r}{dims_hint(text)}"
+                )
             pairs.append((name.strip(), dims))
         names = [n for n, _ in pairs]
         dup = next((n for n in names if names.count(n) > 1), None)
@@ -330,7 +346,7 @@ def _shapes(key: str, value: Any, spec: Spec) -> dict[str, tuple[int, ...]] | No
 
 
 def _gemms(key: str, value: Any, spec: Spec) -> tuple[tuple[int, int, int], ...] | bool:
-    if value is False:
+    if value is False or _says_none(value):  # `skinny = false` in TOML; `--skinny false` on the command line
         return False
     items = [value] if isinstance(value, list) and value and isinstance(value[0], int) else as_list(value)
     out = []
@@ -340,6 +356,14 @@ def _gemms(key: str, value: Any, spec: Spec) -> tuple[tuple[int, int, int], ...]
             raise ParamError(key, f"'{item}' is not a GEMM shape MxNxK like 1x4096x4096")
         out.append((dims[0], dims[1], dims[2]))
     return tuple(out)
+
+
+def _says_none(value: Any) -> bool:
+    """The command line's spelling of "none of these": false, no or none, alone."""
+    items = [value] if isinstance(value, str) else value if isinstance(value, list | tuple) else []
+    return (
+        len(items) == 1 and isinstance(items[0], str) and items[0].strip().lower() in ("false", "no", "none")
+    )
 
 
 def _path(key: str, value: Any, spec: Spec) -> str:

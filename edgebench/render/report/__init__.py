@@ -28,13 +28,25 @@ def render(data: ReportData, fmt: str) -> str:
     raise UserError(f"--format {fmt!r}: use html or md")
 
 
+SUFFIXES = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md"}
+
+
 def format_for(out: Path, fmt: str | None) -> str:
-    """The format asked for, or the one the output file's suffix implies."""
+    """The format asked for, or the one the output file's suffix implies (no suffix: html).
+
+    A suffix that names neither format (report.pdf) is refused rather than filled with HTML, unless
+    --format says what to write."""
     if fmt:
         if fmt not in FORMATS:
             raise UserError(f"--format {fmt!r}: use html or md")
         return fmt
-    return "md" if out.suffix.lower() in (".md", ".markdown") else "html"
+    suffix = out.suffix.lower()
+    if suffix and suffix not in SUFFIXES:
+        raise UserError(
+            f"--out {out}: reports are HTML (.html) or Markdown (.md), not {out.suffix} "
+            "(or name the format with --format html|md)"
+        )
+    return SUFFIXES.get(suffix, "html")
 
 
 def write_report(text: str, out: Path) -> None:

@@ -641,7 +641,11 @@ def _roofline(d: ReportData) -> tuple[str, bool]:
     fl = frames.floors(d.measurements, d.run_order)
     pts = frames.roofline(d.measurements, m, frames.fit_counts(d.fit_records))
     covered = set(zip(fl["device"], fl["model"], strict=True))
-    pts = pts[[(r.device, r.model) not in covered for r in pts.itertuples()]]
+    # A boolean Series, not a list: an empty list would select no *columns* and drop "device" with them.
+    keep = pd.Series(
+        [(r.device, r.model) not in covered for r in pts.itertuples()], index=pts.index, dtype=bool
+    )
+    pts = pts[keep]
     peaks = frames.device_peaks(frames.ceilings(d.measurements, d.devices))
     if pts.empty and fl.empty and not peaks:
         return nodata("roofline counts or ceilings"), False
