@@ -224,6 +224,20 @@ def ratio_text(ratio: float | None) -> str:
     return f"{ratio:.2f}x budget" if ratio < 10 else f"{ratio:.0f}x budget"
 
 
+def _memory_text(memory: dict) -> str:  # type: ignore[type-arg]
+    """The memory beside a verdict's values: the model's range over invocations, then the baseline the
+    runtime and harness take (not charged to memory_mb), then the whole process's peak."""
+    parts = []
+    if memory.get("model_mb"):
+        lo, hi = memory["model_mb"]
+        parts.append(f"model memory {lo:.4g}-{hi:.4g} MB" if hi - lo >= 0.05 else f"model memory {hi:.4g} MB")
+    if memory.get("baseline_mb") is not None:
+        parts.append(f"+ runtime/harness baseline {memory['baseline_mb']:.4g} MB")
+    if memory.get("process_peak_mb") is not None:
+        parts.append(f"(process peak {memory['process_peak_mb']:.4g} MB)")
+    return ("; " if parts else "") + " ".join(parts)
+
+
 def _show(result, run_id: str, no_store: bool) -> None:  # type: ignore[no-untyped-def]
     """The verdicts as a table on stdout (full width when piped), the trust figures after it."""
     from rich.text import Text
@@ -240,6 +254,7 @@ def _show(result, run_id: str, no_store: bool) -> None:  # type: ignore[no-untyp
             + (f" [{v.intervals[k][0]:.4g}-{v.intervals[k][1]:.4g}]" if k in v.intervals else "")
             for k, x in shown.items()
         )
+        values += _memory_text(v.memory)
         table.add_row(
             Text(v.device),
             Text(v.model),
