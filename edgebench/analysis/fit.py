@@ -58,6 +58,7 @@ import numpy as np
 
 from ..errors import ConfigError, ModelError, UserError
 from ..records import Record, Samples, utc_now
+from .tails import TailCheck, check_tail
 
 PROBE = "fit"
 STATS = ("p50", "p90", "p99", "mean", "min", "max")
@@ -375,6 +376,7 @@ class Observation:
     process_memory_mb: float | None = None
     baseline_mb: float | None = None
     memory_source: str | None = None
+    tails: dict[str, TailCheck] = field(default_factory=dict)  # tail stat -> its samples' make-up
 
     @property
     def target(self) -> tuple[str, str | None]:
@@ -429,6 +431,8 @@ def observations(
         # A streaming bench's frame latency is its latency (a model measured only frame by frame still fits).
         if r.metric in ("latency_ms", "frame_latency_ms") and r.params.get("stat") in STATS:
             g["latency"][r.params["stat"]] = r.value
+            if r.annotations.get("disturbance"):
+                g["disturbance"] = r.annotations["disturbance"]  # what else used the device, where recorded
         elif r.metric in ("peak_rss_mb", "load_ms", "samples_n"):
             g[r.metric] = r.value
             if r.metric == "peak_rss_mb" and r.annotations.get("rss_before_load_mb") is not None:
@@ -481,6 +485,7 @@ def observations(
             baseline_mb=g.get("baseline_mb"),
             memory_source=g.get("memory_source")
             or ("peak_rss_mb - rss_before_load_mb (process)" if mem else None),
+            tails=_tails(raw.get(key), g.get("disturbance")),
             load_ms=g.get("load_ms"),
             energy_mj=energy.get((device, runtime, model)),
             samples_n=int(g["samples_n"]) if g.get("samples_n") else None,
@@ -497,6 +502,16 @@ def observations(
         if ident2 not in best or obs.latency["p50"] < best[ident2].latency["p50"]:
             best[ident2] = obs
     return sorted(best.values(), key=lambda o: (o.device, o.runtime or "", o.model))
+
+
+def _tails(values: Sequence[float] | None, measured: Mapping[str, Any] | None) -> dict[str, TailCheck]:
+    """What each tail percentile of a configuration's kept samples is made of (edgebench.analysis.tails)."""
+    out = {}
+    for stat in ("p90", "p99", "max"):
+        check = check_tail(values or (), stat, measured)
+        if check is not None:
+            out[stat] = check
+    return out
 
 
 def _model_memory(g: Mapping[str, Any]) -> list[float]:
@@ -923,6 +938,7 @@ class Verdict:
     # The memory behind `memory_mb`: the model's range over invocations (`model_mb`: [low, high]), the
     # runtime + harness baseline beside it, the process peak, and what measured them.
     memory: dict[str, Any] = field(default_factory=dict)
+    tails: dict[str, TailCheck] = field(default_factory=dict)  # measured tails' make-up (analysis.tails)
 
     @property
     def ratio(self) -> float | None:
@@ -1133,6 +1149,7 @@ class FitResult:
                 evidence=v.evidence or None,
                 estimated=list(v.estimated),
                 memory=v.memory or None,
+                tails={k: t.to_dict() for k, t in v.tails.items() if t.disturbed} or None,
             )
             for key, ratio in v.ratios.items():
                 iv = v.intervals.get(key)
@@ -1644,6 +1661,7 @@ def decide(
     intervals = dict(v.intervals)
     states: dict[str, str] = {}
     reasons: list[str] = []
+    notes: list[str] = []  # said with any verdict
     for b in budgets:
         value = v.values.get(b.key)
         if value is None:
@@ -1652,6 +1670,14 @@ def decide(
             continue
         if v.basis == "measured":
             states[b.key] = FITS if b.margin(value) >= 0 else NO_FIT
+            tail = v.tails.get(b.stat or "") if b.quantity == "latency" else None
+            if tail is not None and tail.disturbed:
+                clean = FITS if b.margin(tail.clean_value) >= 0 else NO_FIT
+                if clean != states[b.key]:
+                    states[b.key] = UNCERTAIN
+                    reasons.append(f"{b.key} uncertain (tail disturbed): {tail.evidence()}")
+                else:
+                    notes.append(f"{b.key}: the {b.stat} tail is disturbed, the same either way")
             continue
         if b.key not in intervals:
             quantity = _cv_quantity(b)
@@ -1689,6 +1715,7 @@ def decide(
         why = "every budget met" + (" by the whole prediction interval" if v.basis == "predicted" else "")
     else:
         why = "; ".join(reasons)
+    why = "; ".join([why, *notes])
     fits = {FITS: True, NO_FIT: False}.get(verdict)
     return replace(v, verdict=verdict, fits=fits, ratios=ratios, intervals=intervals, why=why)
 
@@ -1767,6 +1794,7 @@ def _measured_verdict(
         estimated=tuple(estimated),
         counts=counts,
         memory=memory_context(o),
+        tails=o.tails,
     )
 
 
