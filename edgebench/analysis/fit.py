@@ -59,6 +59,7 @@ import numpy as np
 from ..errors import ConfigError, ModelError, UserError
 from ..records import Record, Samples, utc_now
 from .tails import TailCheck, check_tail
+from .variants import VariantRow, variant_rows
 
 PROBE = "fit"
 STATS = ("p50", "p90", "p99", "mean", "min", "max")
@@ -1025,6 +1026,7 @@ class FitResult:
     warnings: list[str] = field(default_factory=list)
     kernel_cv: list[KernelCvPoint] = field(default_factory=list)
     kernel_coverage: float = 0.8
+    variants: list[VariantRow] = field(default_factory=list)  # each variant against its fp32 reference
 
     def kernel_cv_summaries(self) -> list[KernelCvSummary]:
         """The per-kernel predictor's held-out errors per target and fleet-wide (device `*`, no interval:
@@ -1199,6 +1201,17 @@ class FitResult:
             ident = {"holdout": s.holdout, "quantity": s.quantity}
             _summary_records(rec, s.device, s.runtime, s.within, s.median_abs_err, ident, pairs=s.pairs)
         self._kernel_cv_records(rec)
+        for row in self.variants:
+            rec(
+                row.device,
+                row.runtime,
+                row.variant,
+                "variant_speedup",
+                row.speedup,
+                "ratio",
+                {"reference": row.reference},
+                **{k: x for k, x in row.to_dict().items() if k not in ("device", "runtime", "variant")},
+            )
         return out
 
     def _kernel_cv_records(self, rec: Any) -> None:
@@ -1389,6 +1402,8 @@ def assess(
         decide(v, budgets, result.cv, bool(measured_on[v.model] - {(v.device, v.runtime)}))
         for v in result.verdicts
     ]
+    verdict_of = {(v.device, v.model): v.verdict for v in result.verdicts if v.basis == "measured"}
+    result.variants = variant_rows(records, samples, obs_all, verdict_of)
     for key, t in targets.items():
         n = sum(1 for m in t.obs if m in counts)
         if 0 < n < 3 and any(

@@ -7,6 +7,7 @@ becomes the count the agent saw it start, and `threads_requested` in the annotat
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -55,7 +56,7 @@ def run_bench(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     reply = device.run_agent(
         bench_task(params, runtime, remote_model, remote_inputs), job_timeout(device, job)
     )
-    return bench_records(ctx, reply)
+    return with_model_bytes(bench_records(ctx, reply), job)
 
 
 def effective_threads(ctx: RecordContext, result: dict[str, Any]) -> None:
@@ -105,6 +106,22 @@ def bench_records(ctx: RecordContext, reply: AgentReply) -> ProbeResult:
     if r.get("model_memory_mb") is not None:
         out.records.append(ctx.record("model_memory_mb", r["model_memory_mb"], "MB", model_memory_notes(r)))
     out.samples.append(ctx.samples("latency_ms", "ms", samples))
+    return out
+
+
+def with_model_bytes(out: ProbeResult, job: Job) -> ProbeResult:
+    """`load_ms` annotated with the model file's bytes (a variant's size against its reference)."""
+    try:
+        size = job.model.path.stat().st_size if job.model is not None else None
+    except OSError:
+        size = None
+    if size is not None:
+        out.records = [
+            replace(r, annotations={**r.annotations, "model_bytes": size})
+            if r.metric == "load_ms" and not r.params.get("cache")
+            else r
+            for r in out.records
+        ]
     return out
 
 

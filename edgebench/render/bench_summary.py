@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..analysis.variants import CI_LEVEL, p50_ratio
 from ..records import Record, Samples
 
 
@@ -110,31 +111,15 @@ def summary_lines(index: int, s: BenchSummary) -> list[str]:
     ]
 
 
-BOOTSTRAP = 2000  # resamples of each side for the ratio's interval
-CI_LEVEL = 0.95
-SEED = 0
-
-
 @dataclass(frozen=True)
 class Speedup:
     """How many times faster the fastest bench ran than another: the ratio of their p50s, with a
-    percentile-bootstrap confidence interval over both sides' samples."""
+    percentile-bootstrap confidence interval over both sides' samples (edgebench.analysis.variants)."""
 
     ratio: float
     low: float | None
     high: float | None
     slower: str
-
-
-def p50_ratio(slow: Sequence[float], fast: Sequence[float], seed: int = SEED) -> tuple[float, float, float]:
-    """median(slow) / median(fast) and its CI_LEVEL bootstrap interval (each side resampled on its own)."""
-    a, b = np.asarray(slow, dtype=float), np.asarray(fast, dtype=float)
-    rng = np.random.default_rng(seed)
-    ma = np.median(a[rng.integers(0, a.size, size=(BOOTSTRAP, a.size))], axis=1)
-    mb = np.median(b[rng.integers(0, b.size, size=(BOOTSTRAP, b.size))], axis=1)
-    tail = (1 - CI_LEVEL) / 2 * 100
-    lo, hi = np.percentile(ma / mb, [tail, 100 - tail])
-    return float(np.median(a) / np.median(b)), float(lo), float(hi)
 
 
 def _p50(s: BenchSummary) -> float:
