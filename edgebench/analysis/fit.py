@@ -518,8 +518,11 @@ def _tails(values: Sequence[float] | None, measured: Mapping[str, Any] | None) -
 def _model_memory(g: Mapping[str, Any]) -> list[float]:
     """A configuration's model memory per invocation: `model_memory_mb`, or in stores written before it
     existed `rss_increase_mb` (the process peak over the process before the load, the same when the
-    peak came after the load), or for a native runner the growth its tool reports (`memory_growth_mb`)."""
+    peak came after the load) or that difference of `peak_rss_mb` and its `rss_before_load_mb`, or for a
+    native runner the growth its tool reports (`memory_growth_mb`)."""
     values = g.get("model_memory_mb") or g.get("rss_increase_mb") or g.get("memory_growth_mb") or []
+    if not values and g.get("peak_rss_mb") is not None and g.get("baseline_mb") is not None:
+        values = [max(0.0, g["peak_rss_mb"] - g["baseline_mb"])]  # v1 stores: the same figure, by hand
     return [float(v) for v in values if v is not None]
 
 

@@ -51,7 +51,8 @@ def bench(run: str, device: str, model: str, p50: float, rss: float, slow: float
     ]
     memory = rec(run, device, "bench", model, "peak_rss_mb", rss, "MB", threads=2)
     out.append(dataclasses.replace(memory, annotations={"rss_before_load_mb": 30.0}))
-    out.append(rec(run, device, "bench", model, "model_memory_mb", rss, "MB", threads=2))  # what memory_mb judges
+    # what memory_mb judges: the model's own memory
+    out.append(rec(run, device, "bench", model, "model_memory_mb", rss, "MB", threads=2))
     out.append(rec(run, device, "bench", model, "load_ms", 20.0, "ms", threads=2))
     return out
 
