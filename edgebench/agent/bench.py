@@ -2,9 +2,12 @@
 
 `import_ms` is importing the runtime's Python module (its shared libraries load then); `load_ms` is creating
 the session only. Memory is in MB (1e6 bytes): the process's peak resident set (`peak_rss_mb`, interpreter
-and libraries included) and its growth over the process just before the model loaded (`rss_increase_mb`:
-what the model itself costs, weights, arena and activations). After the timed runs the outputs of the last
-one are checked against a fresh inference (selfcheck.py).
+and libraries included), its resident set just before the model loaded (`rss_before_load_mb`: the runtime
+and harness baseline), and the model's own memory (`model_memory_mb`): the peak resident set over load and
+inference (VmHWM, reset just before the load) minus that baseline, i.e. weights, arena and activations.
+Where the peak cannot be reset the figure is the process peak minus the baseline, an upper bound, and says
+so (`model_memory_peak`). After the timed runs the outputs of the last one are checked against a fresh
+inference (selfcheck.py).
 """
 
 from __future__ import annotations
@@ -18,7 +21,15 @@ from .loading import cold_load, given_values
 from .main import TaskError
 from .runtimes import ModelLoadError, RuntimeMissing, import_runtime, open_session
 from .selfcheck import check_outputs, pristine_copy
-from .timing import TimingPolicy, current_rss_mb, peak_rss_mb, sample, time_once, warm_up
+from .timing import (
+    TimingPolicy,
+    current_rss_mb,
+    peak_rss_mb,
+    reset_peak_rss,
+    sample,
+    time_once,
+    warm_up,
+)
 
 
 def pin(cpus: list[int] | None) -> list[int] | None:
@@ -105,6 +116,9 @@ def run(task: dict) -> tuple[dict, list[str]]:
     warnings: list[str] = []
     affinity, imported = import_then_pin(task)
     cold = cold_load(task) if task.get("cold_load") else None  # before the warm load below
+    process_peak = peak_rss_mb()  # import and cold loads: read before the reset restarts it
+    reset = reset_peak_rss()
+    imported = {**imported, "rss_before_load_mb": current_rss_mb()}
     session, feeds, cost = load(task, warnings, imported)
     feeds = given_values(task, session, feeds)
     policy = TimingPolicy(
@@ -120,7 +134,8 @@ def run(task: dict) -> tuple[dict, list[str]]:
             f"stopped at max_seconds={policy.max_seconds:g} after {len(measured['latencies_ms'])} "
             f"of {policy.runs} runs"
         )
-    peak = peak_rss_mb()
+    since_load = peak_rss_mb()
+    peak = max(process_peak, since_load)
     before = cost.get("rss_before_load_mb")
     return {
         "runtime": session.runtime,
@@ -132,6 +147,9 @@ def run(task: dict) -> tuple[dict, list[str]]:
         **measured,
         "peak_rss_mb": peak,
         "rss_increase_mb": None if before is None else max(0.0, peak - before),
+        "model_memory_mb": None if before is None else max(0.0, since_load - before),
+        # The peak since the reset, or (no reset) a process peak that may predate the load: an upper bound.
+        "model_memory_peak": "since load" if reset else "process lifetime (upper bound)",
         "inputs": describe(feeds),
         "execution": session.execution() if hasattr(session, "execution") else None,
         "cold_load": cold,

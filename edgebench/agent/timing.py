@@ -96,6 +96,20 @@ def current_rss_mb() -> float | None:
     return None if kib is None else kib * KIB_TO_MB
 
 
+def reset_peak_rss() -> bool:
+    """Reset this process's VmHWM to its current resident set; True if the kernel took it.
+
+    Writing 5 to /proc/self/clear_refs (Linux 4.0+) restarts the high-water mark, so a peak read later is
+    the peak since the reset: the model's load and inference, not the runtime import's transient buffers.
+    getrusage's ru_maxrss follows it in a live process, so read the process peak before resetting."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        return False
+    return True
+
+
 def _status_kib(field: str) -> int | None:
     try:
         with open("/proc/self/status") as fh:

@@ -1,8 +1,14 @@
 """Which model fits which chip: budget verdicts from measurements, predictions for pairs never measured.
 
 A *target* is a device and a runtime. For every target x model, `assess` gives a verdict against the
-budgets (latency at a percentile, peak memory, energy per inference, load time), with `basis` =
+budgets (latency at a percentile, memory, energy per inference, load time), with `basis` =
 `measured` when the model was benched on that target and `predicted` when it was not.
+
+Memory: `memory_mb` is the model's own memory (`model_memory_mb` of the bench records: the peak resident set
+over load and inference minus the process just before the load), the high end of its range over the
+invocations of the configuration judged, so the runtime's and the harness's baseline (the interpreter and
+its libraries, ~50 MB for a Python agent with onnxruntime) is not charged to the model; that baseline is
+shown beside it. `process_memory_mb` budgets the whole process's peak (`peak_rss_mb`).
 
 How a latency is predicted (the calibrated roofline):
 
@@ -52,6 +58,8 @@ import numpy as np
 
 from ..errors import ConfigError, ModelError, UserError
 from ..records import Record, Samples, utc_now
+from .tails import TailCheck, check_tail
+from .variants import VariantRow, variant_rows
 
 PROBE = "fit"
 STATS = ("p50", "p90", "p99", "mean", "min", "max")
@@ -64,12 +72,13 @@ MIN_SAMPLES_P99 = 100
 
 @dataclass(frozen=True)
 class Budget:
-    """One budget: `latency_p99_ms=15`, `memory_mb=60`, `energy_mj=5`, `load_ms=300`,
-    `decode_tokens_per_s_min=20` (a floor: the value must reach the limit, not stay under it)."""
+    """One budget: `latency_p99_ms=15`, `memory_mb=60` (the model's own memory), `process_memory_mb=120`
+    (the whole process's peak), `energy_mj=5`, `load_ms=300`, `decode_tokens_per_s_min=20` (a floor: the
+    value must reach the limit, not stay under it)."""
 
     key: str
     limit: float
-    quantity: str  # latency | memory | energy | load | decode
+    quantity: str  # latency | memory (the model's) | process_memory | energy | load | decode
     stat: str | None = None  # for latency
     unit: str = ""
     at_least: bool = False  # the value must be at least the limit (a rate), not at most
@@ -82,8 +91,8 @@ class Budget:
 _LATENCY_KEY = re.compile(r"^latency_(p50|p90|p99|mean|min|max)_ms$")
 _RTF_KEY = re.compile(r"^rtf_(p50|p90|p99|mean)$")  # real-time factor of a streaming bench
 BUDGET_KEYS_HELP = (
-    "latency_<p50|p90|p99|mean|max>_ms, memory_mb, energy_mj, load_ms, cold_load_ms, rtf_<p50|p90|p99|mean>, "
-    "decode_tokens_per_s_min"
+    "latency_<p50|p90|p99|mean|max>_ms, memory_mb, process_memory_mb, energy_mj, load_ms, cold_load_ms, "
+    "rtf_<p50|p90|p99|mean>, decode_tokens_per_s_min"
 )
 
 
@@ -105,6 +114,7 @@ def make_budget(key: str, limit: Any, where: str = "--budget") -> Budget:
         return Budget(key, limit, "rtf", m.group(1), "ratio")
     fixed = {
         "memory_mb": ("memory", "MB"),
+        "process_memory_mb": ("process_memory", "MB"),
         "energy_mj": ("energy", "mJ"),
         "load_ms": ("load", "ms"),
         "cold_load_ms": ("cold_load", "ms"),
@@ -353,7 +363,7 @@ class Observation:
     run_id: str
     config: dict[str, Any]
     latency: dict[str, float]
-    memory_mb: float | None = None
+    memory_mb: float | None = None  # the model's own memory: the high end of memory_range
     load_ms: float | None = None
     energy_mj: float | None = None
     samples_n: int | None = None
@@ -361,6 +371,13 @@ class Observation:
     rtf: dict[str, float] = field(default_factory=dict)  # stat -> real-time factor (bench --stream)
     cold_load_ms: float | None = None  # bench --cold-load
     decode_tokens_per_s: float | None = None
+    # model memory's low and high over the configuration's invocations, the process peak and the runtime +
+    # harness baseline (the process just before the load), and what measured it
+    memory_range: tuple[float, float] | None = None
+    process_memory_mb: float | None = None
+    baseline_mb: float | None = None
+    memory_source: str | None = None
+    tails: dict[str, TailCheck] = field(default_factory=dict)  # tail stat -> its samples' make-up
 
     @property
     def target(self) -> tuple[str, str | None]:
@@ -415,8 +432,18 @@ def observations(
         # A streaming bench's frame latency is its latency (a model measured only frame by frame still fits).
         if r.metric in ("latency_ms", "frame_latency_ms") and r.params.get("stat") in STATS:
             g["latency"][r.params["stat"]] = r.value
+            if r.annotations.get("disturbance"):
+                g["disturbance"] = r.annotations["disturbance"]  # what else used the device, where recorded
         elif r.metric in ("peak_rss_mb", "load_ms", "samples_n"):
             g[r.metric] = r.value
+            if r.metric == "peak_rss_mb" and r.annotations.get("rss_before_load_mb") is not None:
+                g.setdefault("baseline_mb", r.annotations["rss_before_load_mb"])
+        elif r.metric in ("model_memory_mb", "rss_increase_mb", "memory_growth_mb"):
+            g.setdefault(r.metric, []).append(r.value)
+            if r.metric != "rss_increase_mb" and (r.metric == "model_memory_mb" or "memory_source" not in g):
+                g["memory_source"] = r.annotations.get("measured_by") or r.metric
+                if r.annotations.get("baseline_mb") is not None:
+                    g["baseline_mb"] = r.annotations["baseline_mb"]
     raw = {
         (s.run_id, s.device, s.runtime, s.model, config_key(s)): s.values
         for s in samples
@@ -426,10 +453,12 @@ def observations(
     streams = _workloads_by_pair(records, order)
     decode = decode_by_pair(records, order)
     latest: dict[tuple, tuple] = {}
+    invocations: dict[tuple, list[float]] = defaultdict(list)  # model memory of every run of a config
     for key, g in groups.items():
         if "p50" not in g["latency"]:
             continue
         run_id, device, runtime, model, cfg = key
+        invocations[(device, runtime, model, cfg)] += _model_memory(g)
         rank = (order.get(run_id, -1), g["ts"])
         ident = (device, runtime, model, cfg)
         if ident not in latest or rank > latest[ident][0]:
@@ -443,6 +472,7 @@ def observations(
         if "p99" not in lat and key in raw and raw[key]:
             lat["p99"] = float(np.percentile(np.asarray(raw[key], dtype=float), 99))
             estimated.append("p99")
+        mem = invocations.get((device, runtime, model, _cfg)) or []
         obs = Observation(
             device=device,
             runtime=runtime,
@@ -450,7 +480,13 @@ def observations(
             run_id=key[0],
             config=g["config"],
             latency=lat,
-            memory_mb=g.get("peak_rss_mb"),
+            memory_mb=max(mem) if mem else None,
+            memory_range=(min(mem), max(mem)) if mem else None,
+            process_memory_mb=g.get("peak_rss_mb"),
+            baseline_mb=g.get("baseline_mb"),
+            memory_source=g.get("memory_source")
+            or ("peak_rss_mb - rss_before_load_mb (process)" if mem else None),
+            tails=_tails(raw.get(key), g.get("disturbance")),
             load_ms=g.get("load_ms"),
             energy_mj=energy.get((device, runtime, model)),
             samples_n=int(g["samples_n"]) if g.get("samples_n") else None,
@@ -467,6 +503,27 @@ def observations(
         if ident2 not in best or obs.latency["p50"] < best[ident2].latency["p50"]:
             best[ident2] = obs
     return sorted(best.values(), key=lambda o: (o.device, o.runtime or "", o.model))
+
+
+def _tails(values: Sequence[float] | None, measured: Mapping[str, Any] | None) -> dict[str, TailCheck]:
+    """What each tail percentile of a configuration's kept samples is made of (edgebench.analysis.tails)."""
+    out = {}
+    for stat in ("p90", "p99", "max"):
+        check = check_tail(values or (), stat, measured)
+        if check is not None:
+            out[stat] = check
+    return out
+
+
+def _model_memory(g: Mapping[str, Any]) -> list[float]:
+    """A configuration's model memory per invocation: `model_memory_mb`, or in stores written before it
+    existed `rss_increase_mb` (the process peak over the process before the load, the same when the
+    peak came after the load) or that difference of `peak_rss_mb` and its `rss_before_load_mb`, or for a
+    native runner the growth its tool reports (`memory_growth_mb`)."""
+    values = g.get("model_memory_mb") or g.get("rss_increase_mb") or g.get("memory_growth_mb") or []
+    if not values and g.get("peak_rss_mb") is not None and g.get("baseline_mb") is not None:
+        values = [max(0.0, g["peak_rss_mb"] - g["baseline_mb"])]  # v1 stores: the same figure, by hand
+    return [float(v) for v in values if v is not None]
 
 
 def _workloads_by_pair(records: Sequence[Record], order: Mapping[str, int]) -> dict[tuple, dict[str, float]]:
@@ -506,8 +563,9 @@ class DecodeSpeed:
     rate: float
     run_id: str
     config: dict[str, Any]
-    memory_mb: float | None = None
+    memory_mb: float | None = None  # the model's: the process peak over the process before the load
     load_ms: float | None = None
+    process_memory_mb: float | None = None
 
 
 def decode_by_pair(
@@ -524,6 +582,11 @@ def decode_by_pair(
             if ident not in latest or rank > latest[ident][0]:
                 latest[ident] = (rank, r.run_id)
     by_config = {(r.run_id, config_key(r), r.metric): r.value for r in decode}
+    before = {
+        (r.run_id, config_key(r)): r.annotations.get("rss_before_load_mb")
+        for r in decode
+        if r.metric == "peak_rss_mb"
+    }
     out: dict[tuple, DecodeSpeed] = {}
     for r in decode:
         ident = (r.device, r.runtime, r.model)
@@ -531,12 +594,14 @@ def decode_by_pair(
             continue
         if ident not in out or float(r.value or 0.0) > out[ident].rate:
             cfg = config_key(r)
+            peak, base = by_config.get((r.run_id, cfg, "peak_rss_mb")), before.get((r.run_id, cfg))
             out[ident] = DecodeSpeed(
                 float(r.value or 0.0),
                 r.run_id,
                 r.key().series().param_dict(),
-                by_config.get((r.run_id, cfg, "peak_rss_mb")),
+                None if peak is None or base is None else max(0.0, peak - base),
                 by_config.get((r.run_id, cfg, "load_ms")),
+                peak,
             )
     return out
 
@@ -545,7 +610,12 @@ def _decode_verdict(
     ident: tuple[str, str | None, str], speed: DecodeSpeed, budgets: Sequence[Budget]
 ) -> Verdict:
     """A model only decoded on a target (never benched): judged on what the decode measured."""
-    measured = {"decode": speed.rate, "memory": speed.memory_mb, "load": speed.load_ms}
+    measured = {
+        "decode": speed.rate,
+        "memory": speed.memory_mb,
+        "process_memory": speed.process_memory_mb,
+        "load": speed.load_ms,
+    }
     values = {b.key: measured.get(b.quantity) for b in budgets}
     return _judged(ident, "measured", values, budgets, config=speed.config)
 
@@ -869,6 +939,10 @@ class Verdict:
     ratios: dict[str, float] = field(default_factory=dict)
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
     why: str = ""
+    # The memory behind `memory_mb`: the model's range over invocations (`model_mb`: [low, high]), the
+    # runtime + harness baseline beside it, the process peak, and what measured them.
+    memory: dict[str, Any] = field(default_factory=dict)
+    tails: dict[str, TailCheck] = field(default_factory=dict)  # measured tails' make-up (analysis.tails)
 
     @property
     def ratio(self) -> float | None:
@@ -955,6 +1029,7 @@ class FitResult:
     warnings: list[str] = field(default_factory=list)
     kernel_cv: list[KernelCvPoint] = field(default_factory=list)
     kernel_coverage: float = 0.8
+    variants: list[VariantRow] = field(default_factory=list)  # each variant against its fp32 reference
 
     def kernel_cv_summaries(self) -> list[KernelCvSummary]:
         """The per-kernel predictor's held-out errors per target and fleet-wide (device `*`, no interval:
@@ -1078,6 +1153,8 @@ class FitResult:
                 unchecked=list(v.unchecked),
                 evidence=v.evidence or None,
                 estimated=list(v.estimated),
+                memory=v.memory or None,
+                tails={k: t.to_dict() for k, t in v.tails.items() if t.disturbed} or None,
             )
             for key, ratio in v.ratios.items():
                 iv = v.intervals.get(key)
@@ -1127,6 +1204,17 @@ class FitResult:
             ident = {"holdout": s.holdout, "quantity": s.quantity}
             _summary_records(rec, s.device, s.runtime, s.within, s.median_abs_err, ident, pairs=s.pairs)
         self._kernel_cv_records(rec)
+        for row in self.variants:
+            rec(
+                row.device,
+                row.runtime,
+                row.variant,
+                "variant_speedup",
+                row.speedup,
+                "ratio",
+                {"reference": row.reference},
+                **{k: x for k, x in row.to_dict().items() if k not in ("device", "runtime", "variant")},
+            )
         return out
 
     def _kernel_cv_records(self, rec: Any) -> None:
@@ -1317,6 +1405,8 @@ def assess(
         decide(v, budgets, result.cv, bool(measured_on[v.model] - {(v.device, v.runtime)}))
         for v in result.verdicts
     ]
+    verdict_of = {(v.device, v.model): v.verdict for v in result.verdicts if v.basis == "measured"}
+    result.variants = variant_rows(records, samples, obs_all, verdict_of)
     for key, t in targets.items():
         n = sum(1 for m in t.obs if m in counts)
         if 0 < n < 3 and any(
@@ -1589,6 +1679,7 @@ def decide(
     intervals = dict(v.intervals)
     states: dict[str, str] = {}
     reasons: list[str] = []
+    notes: list[str] = []  # said with any verdict
     for b in budgets:
         value = v.values.get(b.key)
         if value is None:
@@ -1597,6 +1688,14 @@ def decide(
             continue
         if v.basis == "measured":
             states[b.key] = FITS if b.margin(value) >= 0 else NO_FIT
+            tail = v.tails.get(b.stat or "") if b.quantity == "latency" else None
+            if tail is not None and tail.disturbed:
+                clean = FITS if b.margin(tail.clean_value) >= 0 else NO_FIT
+                if clean != states[b.key]:
+                    states[b.key] = UNCERTAIN
+                    reasons.append(f"{b.key} uncertain (tail disturbed): {tail.evidence()}")
+                else:
+                    notes.append(f"{b.key}: the {b.stat} tail is disturbed, the same either way")
             continue
         if b.key not in intervals:
             quantity = _cv_quantity(b)
@@ -1634,6 +1733,7 @@ def decide(
         why = "every budget met" + (" by the whole prediction interval" if v.basis == "predicted" else "")
     else:
         why = "; ".join(reasons)
+    why = "; ".join([why, *notes])
     fits = {FITS: True, NO_FIT: False}.get(verdict)
     return replace(v, verdict=verdict, fits=fits, ratios=ratios, intervals=intervals, why=why)
 
@@ -1686,6 +1786,8 @@ def _measured_verdict(
             values[b.key] = o.latency.get(b.stat or "p50")
         elif b.quantity == "memory":
             values[b.key] = o.memory_mb
+        elif b.quantity == "process_memory":
+            values[b.key] = o.process_memory_mb
         elif b.quantity == "load":
             values[b.key] = o.load_ms
         elif b.quantity == "cold_load":
@@ -1709,7 +1811,21 @@ def _measured_verdict(
         config=o.config,
         estimated=tuple(estimated),
         counts=counts,
+        memory=memory_context(o),
+        tails=o.tails,
     )
+
+
+def memory_context(o: Observation) -> dict[str, Any]:
+    """The memory a verdict shows: the model's range over invocations, the baseline beside it, the process
+    peak, and what measured them (only the figures the store holds)."""
+    ctx = {
+        "model_mb": list(o.memory_range) if o.memory_range else None,
+        "baseline_mb": o.baseline_mb,
+        "process_peak_mb": o.process_memory_mb,
+        "measured_by": o.memory_source,
+    }
+    return {k: v for k, v in ctx.items() if v is not None}
 
 
 def _kernel_predictor(

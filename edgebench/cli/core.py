@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 import typer
@@ -147,7 +146,7 @@ def bench(
     ok = [o for o in shot.outcomes if o.ok]
     summaries = [s for o in ok if (s := summarize_bench(o.records, o.samples)) is not None]
     if as_json:
-        print_json(records_json(shot.records, run_id=shot.run_id, summary=[asdict(s) for s in summaries]))
+        print_json(records_json(shot.records, run_id=shot.run_id, summary=[s.to_dict() for s in summaries]))
     elif table:
         show_records(shot.records, f"bench on {spec.name} (run {shot.run_id})")
     else:

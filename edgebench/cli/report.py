@@ -147,6 +147,7 @@ def fit(
         )
         if selected:
             result.verdicts = [v for v in result.verdicts if v.model in selected]
+            result.variants = [r for r in result.variants if {r.variant, r.reference} & selected]
         if not result.verdicts:
             what = f" of {', '.join(sorted(selected))}" if selected else ""
             raise UserError(
@@ -230,6 +231,44 @@ def ratio_text(ratio: float | None) -> str:
     return f"{ratio:.2f}x budget" if ratio < 10 else f"{ratio:.0f}x budget"
 
 
+def _memory_text(memory: dict) -> str:  # type: ignore[type-arg]
+    """The memory beside a verdict's values: the model's range over invocations, then the baseline the
+    runtime and harness take (not charged to memory_mb), then the whole process's peak."""
+    parts = []
+    if memory.get("model_mb"):
+        lo, hi = memory["model_mb"]
+        parts.append(f"model memory {lo:.4g}-{hi:.4g} MB" if hi - lo >= 0.05 else f"model memory {hi:.4g} MB")
+    if memory.get("baseline_mb") is not None:
+        parts.append(f"+ runtime/harness baseline {memory['baseline_mb']:.4g} MB")
+    if memory.get("process_peak_mb") is not None:
+        parts.append(f"(process peak {memory['process_peak_mb']:.4g} MB)")
+    return ("; " if parts else "") + " ".join(parts)
+
+
+def _show_variants(rows) -> None:  # type: ignore[no-untyped-def]
+    """One row per variant against its fp32 reference: speed-up with its interval, size, accuracy, verdict."""
+    from rich.text import Text
+
+    style = {"fits": "green", "does not fit": "bold red", "uncertain": "yellow"}
+    table = make_table(
+        "variants against their fp32 reference",
+        ["device", "variant", "reference", "p50 speed-up [95% CI]", "size", "cosine", "SNR dB", "verdict"],
+    )
+    for r in rows:
+        ci = f" [{r.speedup_low:.3g}-{r.speedup_high:.3g}]" if r.speedup_low is not None else ""
+        table.add_row(
+            Text(r.device),
+            Text(r.variant),
+            Text(r.reference),
+            Text(f"{r.speedup:.3g}x{ci}" if r.speedup is not None else "-"),
+            Text(f"{r.size_ratio:.2g}x" if r.size_ratio is not None else "-"),
+            Text(f"{r.cosine:.6g}" if r.cosine is not None else "-"),
+            Text(f"{r.snr_db:.3g}" if r.snr_db is not None else "-"),
+            Text(r.verdict or "-", style=style.get(r.verdict, "")),
+        )
+    console().print(table)
+
+
 def _show(result, run_id: str, no_store: bool) -> None:  # type: ignore[no-untyped-def]
     """The verdicts as a table on stdout (full width when piped), the trust figures after it."""
     from rich.text import Text
@@ -246,6 +285,7 @@ def _show(result, run_id: str, no_store: bool) -> None:  # type: ignore[no-untyp
             + (f" [{v.intervals[k][0]:.4g}-{v.intervals[k][1]:.4g}]" if k in v.intervals else "")
             for k, x in shown.items()
         )
+        values += _memory_text(v.memory)
         table.add_row(
             Text(v.device),
             Text(v.model),
@@ -258,6 +298,8 @@ def _show(result, run_id: str, no_store: bool) -> None:  # type: ignore[no-untyp
             Text(v.why),
         )
     console().print(table)
+    if result.variants:
+        _show_variants(result.variants)
     names = {"latency_min_ms": "fastest inference", "latency_p50_ms": "p50", "memory_mb": "peak memory"}
     for s in result.cv_summaries():
         if s.device == "*" and s.holdout == "model" and s.quantity in names:

@@ -1,5 +1,5 @@
 """Probe `bench`: model latency percentiles (with their confidence intervals), runtime import, load time,
-first inference, memory.
+first inference, memory (the process peak, the baseline before the load, and the model's own memory).
 
 `threads` in the records is the thread count the runtime ran with: `--threads 0` (the runtime's default)
 becomes the count the agent saw it start, and `threads_requested` in the annotations says 0 was asked.
@@ -7,6 +7,7 @@ becomes the count the agent saw it start, and `threads_requested` in the annotat
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -55,7 +56,7 @@ def run_bench(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     reply = device.run_agent(
         bench_task(params, runtime, remote_model, remote_inputs), job_timeout(device, job)
     )
-    return bench_records(ctx, reply)
+    return with_model_bytes(bench_records(ctx, reply), job)
 
 
 def effective_threads(ctx: RecordContext, result: dict[str, Any]) -> None:
@@ -102,8 +103,36 @@ def bench_records(ctx: RecordContext, reply: AgentReply) -> ProbeResult:
     out.records.append(ctx.record("peak_rss_mb", r["peak_rss_mb"], "MB", memory))
     if r.get("rss_increase_mb") is not None:
         out.records.append(ctx.record("rss_increase_mb", r["rss_increase_mb"], "MB", memory))
+    if r.get("model_memory_mb") is not None:
+        out.records.append(ctx.record("model_memory_mb", r["model_memory_mb"], "MB", model_memory_notes(r)))
     out.samples.append(ctx.samples("latency_ms", "ms", samples))
     return out
+
+
+def with_model_bytes(out: ProbeResult, job: Job) -> ProbeResult:
+    """`load_ms` annotated with the model file's bytes (a variant's size against its reference)."""
+    try:
+        size = job.model.path.stat().st_size if job.model is not None else None
+    except OSError:
+        size = None
+    if size is not None:
+        out.records = [
+            replace(r, annotations={**r.annotations, "model_bytes": size})
+            if r.metric == "load_ms" and not r.params.get("cache")
+            else r
+            for r in out.records
+        ]
+    return out
+
+
+def model_memory_notes(r: dict[str, Any]) -> dict[str, Any]:
+    """What `model_memory_mb` is measured against: the baseline beside it, and how the peak was read."""
+    return {
+        "baseline_mb": r.get("rss_before_load_mb"),  # runtime + harness, just before the load
+        "peak_rss_mb": r.get("peak_rss_mb"),
+        "measured_by": "agent: VmHWM over load and inference minus VmRSS just before the load",
+        "peak": r.get("model_memory_peak"),
+    }
 
 
 def cold_load_records(ctx: RecordContext, cold: dict[str, Any]) -> ProbeResult:

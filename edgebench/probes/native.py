@@ -344,6 +344,12 @@ def native_records(ctx: RecordContext, results: list[NativeResult], opts: Native
         tool_records(ctx, first, out)
     else:
         invocation_records(ctx, results, opts, out)
+    # What the tool's memory figures are (fit budgets memory_mb on the growth, the closest a runner gives
+    # to the model's own memory, and says so).
+    measured_by = {
+        "peak_rss_mb": "the runner's own figure: its whole process's peak",
+        "memory_growth_mb": "the runner's own figure: its footprint's growth from start to end (not a peak)",
+    }
     for metric, value, unit in (
         ("load_ms", first.load_ms, "ms"),
         ("first_inference_ms", first.first_ms, "ms"),
@@ -351,7 +357,10 @@ def native_records(ctx: RecordContext, results: list[NativeResult], opts: Native
         ("memory_growth_mb", first.memory_growth_mb, "MB"),
     ):
         if value is not None:
-            out.records.append(ctx.record(metric, value, unit, annotations={"aggregated_by": "tool"}))
+            notes = {"aggregated_by": "tool"}
+            if metric in measured_by:
+                notes["measured_by"] = measured_by[metric]
+            out.records.append(ctx.record(metric, value, unit, annotations=notes))
     totals: dict[tuple[str, str], float] = {}
     for node, op_type, ms in first.ops:
         totals[(node, op_type)] = totals.get((node, op_type), 0.0) + ms

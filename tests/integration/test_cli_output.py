@@ -76,14 +76,16 @@ def test_several_models_say_which_ran_faster(workdir: Path) -> None:
     assert lines[-3] == "Summary"
     fastest, slower = lines[-2].strip(), lines[-1].strip()
     means = {s["label"]: s["mean_ms"] for s in doc["summary"]}
-    assert fastest.endswith(" ran") and re.match(r"[\d.]+ ± [\d.]+ times faster than ", slower)
-    # The ratio is that of the stored means (this call's own run).
+    found = re.match(r"([\d.]+) times faster than .*\[ratio of p50s, 95% CI ([\d.]+)-([\d.]+)", slower)
+    assert fastest.endswith(" ran") and found, slower
+    # The ratio is that of the stored samples' medians (this call's own run), inside its interval.
     with sqlite3.connect(workdir / "edgebench.db") as db:
         run = db.execute("SELECT run_id FROM runs ORDER BY created DESC LIMIT 1").fetchone()[0]
         rows = db.execute("SELECT model, vals FROM samples WHERE run_id=? AND metric='latency_ms'", (run,))
-        stored = {m: float(np.mean(json.loads(v))) for m, v in rows}
-    ratio = float(slower.split()[0])
-    assert ratio == pytest.approx(max(stored.values()) / min(stored.values()), abs=0.006)
+        stored = {m: float(np.median(json.loads(v))) for m, v in rows}
+    ratio, lo, hi = (float(g) for g in found.groups())
+    assert ratio == pytest.approx(max(stored.values()) / min(stored.values()), rel=0.002)
+    assert lo <= ratio <= hi
     assert len(means) == 2
 
 

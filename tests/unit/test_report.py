@@ -51,6 +51,8 @@ def bench(run: str, device: str, model: str, p50: float, rss: float, slow: float
     ]
     memory = rec(run, device, "bench", model, "peak_rss_mb", rss, "MB", threads=2)
     out.append(dataclasses.replace(memory, annotations={"rss_before_load_mb": 30.0}))
+    # what memory_mb judges: the model's own memory
+    out.append(rec(run, device, "bench", model, "model_memory_mb", rss, "MB", threads=2))
     out.append(rec(run, device, "bench", model, "load_ms", 20.0, "ms", threads=2))
     return out
 
@@ -693,7 +695,7 @@ def test_bad_input_is_one_line_exit_2_and_loses_nothing(
     assert "Traceback" not in err and out == ""
     assert not (tmp_path / "r.html").exists() and not (tmp_path / "none.db").exists()
     with Store(db) as st:
-        assert len(st.runs()) == 1 and len(st.records()) == 8
+        assert len(st.runs()) == 1 and len(st.records()) == 9
 
 
 def test_fit_cli_json_and_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

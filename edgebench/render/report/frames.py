@@ -924,13 +924,26 @@ VARIANT_COLUMNS = [
     "cosine",
     "snr_db",
     "verdict",
+    "reference",
+    "speedup",
+    "speedup_low",
+    "speedup_high",
 ]
 
 
-def variants(records: Sequence[Record], matrix: pd.DataFrame, fit_verdicts: pd.DataFrame) -> pd.DataFrame:
+def variants(
+    records: Sequence[Record],
+    matrix: pd.DataFrame,
+    fit_verdicts: pd.DataFrame,
+    samples: Sequence[Samples] = (),
+    run_order: Sequence[str] = (),
+) -> pd.DataFrame:
     """One row per variant (and per device it was benched on): size and size x fp32 from `variants`,
     latency and memory from `bench`, the worst cosine and SNR over its outputs from `accuracy`, and its
-    fit verdict. A variant is known by its model name (the file stem, e.g. `enc.int8-static`)."""
+    fit verdict. A variant is known by its model name (the file stem, e.g. `enc.int8-static`); variants
+    benched without `edgebench variants` records are paired with their fp32 reference by name or by their
+    accuracy records (edgebench.analysis.variants), which also gives each row its p50 speed-up over the
+    reference with a bootstrap interval."""
     made: dict[str, dict[str, Any]] = {}
     for r in records:
         if r.probe != "variants" or r.model is None:
@@ -949,6 +962,7 @@ def variants(records: Sequence[Record], matrix: pd.DataFrame, fit_verdicts: pd.D
     verdicts = (
         {(v.device, v.model): v.verdict for v in fit_verdicts.itertuples()} if len(fit_verdicts) else {}
     )
+    paired = _paired_variants(records, samples, run_order, verdicts)
     rows = []
     for name, v in sorted(made.items(), key=lambda kv: (kv[1]["source"], kv[1].get("size_ratio") or 0)):
         benched = matrix[matrix["model"] == name] if len(matrix) else matrix
@@ -968,9 +982,57 @@ def variants(records: Sequence[Record], matrix: pd.DataFrame, fit_verdicts: pd.D
                     "cosine": acc.get("cosine"),
                     "snr_db": acc.get("snr_db"),
                     "verdict": verdicts.get((device, name), ""),
+                    **_speedup(paired.get((device, name))),
                 }
             )
+    for (device, name), pr in sorted(paired.items()):
+        if name in made:
+            continue
+        b = matrix[(matrix["model"] == name) & (matrix["device"] == device)] if len(matrix) else matrix
+        first = next(iter(b.itertuples()), None)
+        rows.append(
+            {
+                "source": pr.reference,
+                "variant": pr.kind or name.removeprefix(pr.reference).lstrip("._-"),
+                "model": name,
+                "device": device,
+                "runtime": pr.runtime or "",
+                "size_bytes": pr.size_bytes,
+                "size_ratio": pr.size_ratio,
+                "p50": getattr(first, "p50", pr.p50_ms),
+                "p99": getattr(first, "p99", None),
+                "memory_mb": getattr(first, "memory_mb", None),
+                "cosine": pr.cosine,
+                "snr_db": pr.snr_db,
+                "verdict": pr.verdict,
+                **_speedup(pr),
+            }
+        )
     return pd.DataFrame(rows, columns=VARIANT_COLUMNS)
+
+
+def _paired_variants(
+    records: Sequence[Record],
+    samples: Sequence[Samples],
+    run_order: Sequence[str],
+    verdicts: Mapping[tuple[str, str], str],
+) -> dict[tuple[str, str], Any]:
+    """(device, variant) -> its row against the fp32 reference (edgebench.analysis.variants)."""
+    from ...analysis.variants import variant_rows
+
+    obs = observations(records, samples, run_order)
+    return {(r.device, r.variant): r for r in variant_rows(records, samples, obs, verdicts)}
+
+
+def _speedup(row: Any) -> dict[str, Any]:
+    if row is None:
+        return {}
+    return {
+        "reference": row.reference,
+        "speedup": row.speedup,
+        "speedup_low": row.speedup_low,
+        "speedup_high": row.speedup_high,
+    }
 
 
 def sensitivity(records: Sequence[Record], n: int = 10) -> pd.DataFrame:

@@ -494,8 +494,12 @@ def _job_health(d: ReportData) -> tuple[str, bool]:
 
 
 def _variants(d: ReportData) -> tuple[str, bool]:
+    from ...analysis.variants import speedup_text
+
     m = frames.bench_matrix(d.measurements, d.samples, d.run_order)
-    v = frames.variants(d.measurements, m, frames.fit_tables(d.fit_records)["verdicts"])
+    v = frames.variants(
+        d.measurements, m, frames.fit_tables(d.fit_records)["verdicts"], d.samples, d.run_order
+    )
     if v.empty:
         return nodata("variants (edgebench variants)"), False
     rows = [
@@ -506,6 +510,7 @@ def _variants(d: ReportData) -> tuple[str, bool]:
             esc(r.runtime),
             fmt(r.size_bytes),
             f"{r.size_ratio:.2f}x" if r.size_ratio == r.size_ratio and r.size_ratio is not None else "–",
+            esc(speedup_text(r.speedup, r.speedup_low, r.speedup_high)),
             fmt(r.p50),
             fmt(r.p99),
             fmt(r.memory_mb),
@@ -516,9 +521,11 @@ def _variants(d: ReportData) -> tuple[str, bool]:
         for r in v.itertuples()
     ]
     note = (
-        '<p class="note">Each variant made by `edgebench variants`: its size against the fp32 model, its '
-        "latency and peak memory where it was benched, its worst cosine and SNR over the outputs against "
-        "the fp32 reference (`edgebench accuracy`), and its fit verdict.</p>"
+        '<p class="note">Each variant (made by `edgebench variants`, or benched beside the fp32 model it '
+        "is named after): its size against the fp32 model, its p50 speed-up over it where both were "
+        "benched (ratio of p50s, [95% bootstrap interval]), its latency and model memory, its worst cosine "
+        "and SNR over the outputs against the fp32 reference (`edgebench accuracy`), and its fit "
+        "verdict.</p>"
     )
     return note + table(
         [
@@ -528,6 +535,7 @@ def _variants(d: ReportData) -> tuple[str, bool]:
             "runtime",
             "bytes",
             "x fp32",
+            "speed-up vs fp32",
             "p50 ms",
             "p99 ms",
             "memory MB",

@@ -312,7 +312,11 @@ def _health(data: ReportData) -> list[str]:
 
 def _variants(data: ReportData) -> list[str]:
     m = frames.bench_matrix(data.measurements, data.samples, data.run_order)
-    v = frames.variants(data.measurements, m, frames.fit_tables(data.fit_records)["verdicts"])
+    from ...analysis.variants import speedup_text
+
+    v = frames.variants(
+        data.measurements, m, frames.fit_tables(data.fit_records)["verdicts"], data.samples, data.run_order
+    )
     if v.empty:
         return []
     return [
@@ -326,6 +330,7 @@ def _variants(data: ReportData) -> list[str]:
                 "device",
                 "bytes",
                 "x fp32",
+                "speed-up vs fp32",
                 "p50 ms",
                 "p99 ms",
                 "memory MB",
@@ -342,6 +347,7 @@ def _variants(data: ReportData) -> list[str]:
                     f"{r.size_ratio:.2f}x"
                     if r.size_ratio == r.size_ratio and r.size_ratio is not None
                     else "–",
+                    speedup_text(r.speedup, r.speedup_low, r.speedup_high),
                     r.p50,
                     r.p99,
                     r.memory_mb,
