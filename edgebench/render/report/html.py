@@ -651,11 +651,13 @@ def _roofline(d: ReportData) -> tuple[str, bool]:
     out.append('<div class="figure-row">')
     for device in devices:
         g = pd.concat([fl[fl["device"] == device], pts[pts["device"] == device]], ignore_index=True)
+        plot = plots.roofline_labelled(device, g, peaks.get(device, {}))
         out.append(
             figure(
-                plots.roofline_plot(device, g, peaks.get(device, {})),
+                plot.uri,
                 f"roofline-{device}",
                 f"roofline of {device}: models placed by arithmetic intensity and achieved GFLOP/s",
+                plot.attrs(),
             )
         )
     out.append("</div>")
