@@ -1310,12 +1310,19 @@ def assess(
     devices: Sequence[str] | None = None,
     models: Sequence[str] | None = None,
     run_order: Sequence[str] = (),
+    asked: Sequence[str] | None = None,
 ) -> FitResult:
     """Verdicts for every target x model (measured, or predicted from counts), with cross-validation.
 
     `counts` are static counts per model name (from `count_model`, or `counts_from_records`); `models` adds
-    model names to those measured in `records`; `devices` limits the targets. Pure: records in, result out.
+    model names to those measured in `records`; `devices` limits the targets; `asked` (the rows the user
+    asked about) limits the warnings that concern models to those rows. Pure: records in, result out.
     """
+
+    def concern(names: Sequence[str]) -> list[str]:
+        """The models a warning may name: those asked about (all, when nothing was asked)."""
+        return [m for m in names if not asked or m in asked]
+
     counts = dict(counts or {})
     for name, c in counts_from_records(records).items():
         counts.setdefault(name, c)
@@ -1328,9 +1335,10 @@ def assess(
         known = {o.device for o in obs_all} | {ident[0] for ident in decoded} | {d for d, _ in profiled}
         for d in devices:
             if d not in known:
+                model = next(iter(asked or ()), "MODEL")
                 raise UserError(
                     f"device '{d}' has no bench measurements in the store (known: "
-                    f"{', '.join(sorted(known)) or 'none'})"
+                    f"{', '.join(sorted(known)) or 'none'}): run `edgebench bench {model} --device {d}` first"
                 )
         obs_all = [o for o in obs_all if o.device in devices]
     measured_ceilings = device_ceilings(records, device_info, run_order)
@@ -1350,14 +1358,14 @@ def assess(
     # Models: those measured, those named by the caller, and those the counts describe (roofline records).
     all_models = sorted({o.model for o in obs_all} | set(models or []) | set(counts))
     missing = sorted(m for m in all_models if m not in counts)
-    unmeasured_missing = [m for m in missing if not any(m in t.obs for t in targets.values())]
+    unmeasured_missing = concern([m for m in missing if not any(m in t.obs for t in targets.values())])
     if unmeasured_missing:
         result.warnings.append(
             f"no FLOP/byte counts for {', '.join(unmeasured_missing)}: cannot predict "
             "them (pass the ONNX file with --model, or run `edgebench roofline` on it)"
         )
     calibrated = [m for m in all_models if m in counts]
-    uncounted_measured = sorted({o.model for o in obs_all} - set(counts))
+    uncounted_measured = concern(sorted({o.model for o in obs_all} - set(counts)))
     if uncounted_measured:
         result.warnings.append(
             f"measured models without counts are not used to calibrate predictions: "
@@ -1384,9 +1392,11 @@ def assess(
                 v = _predicted_verdict(key, t, model, budgets, counts[model], engine, kernel)
                 if v is not None:
                     result.verdicts.append(v)
-                else:
+                elif concern([model]):
                     result.warnings.append(
-                        f"{t.device}: no measured model with counts to calibrate a prediction for {model}"
+                        f"{t.device}: no measured model with counts to calibrate a prediction for {model}; "
+                        "bench a counted model there first "
+                        f"(`edgebench bench MODEL.onnx --device {t.device}`)"
                     )
     benched = {(o.device, o.runtime, o.model) for o in obs_all}
     for ident, speed in sorted(decoded.items(), key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2])):
@@ -1410,7 +1420,8 @@ def assess(
     for key, t in targets.items():
         n = sum(1 for m in t.obs if m in counts)
         if 0 < n < 3 and any(
-            v.basis == "predicted" and (v.device, v.runtime) == key for v in result.verdicts
+            v.basis == "predicted" and (v.device, v.runtime) == key and concern([v.model])
+            for v in result.verdicts
         ):
             result.warnings.append(
                 f"{t.device}: predictions rest on only {n} measured model(s); bench a few "

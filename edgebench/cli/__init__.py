@@ -23,7 +23,7 @@ ABORTS = (click.exceptions.Abort, getattr(_typer_click.exceptions, "Abort", clic
 
 # Modules under edgebench.cli that add commands; each has register(app).
 COMMAND_MODULES = (
-    "core", "probe", "run", "runs", "compare", "gate", "numerics", "report", "roofline", "doctor",
+    "core", "probe", "run", "runs", "compare", "gate", "numerics", "report", "roofline", "doctor", "lab",
 )  # fmt: skip
 
 

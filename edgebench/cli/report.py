@@ -144,6 +144,7 @@ def fit(
             devices=list(device) if device else None,
             models=list(counts),
             run_order=order,
+            asked=sorted(selected) or None,
         )
         if selected:
             result.verdicts = [v for v in result.verdicts if v.model in selected]

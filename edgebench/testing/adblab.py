@@ -408,3 +408,143 @@ def write_descriptor(lab_dir: Path, name: str, phone: EmulatedPhone, **kwargs: A
     path = lab_dir / f"{name}.toml"
     path.write_text(descriptor_toml(name, phone, **kwargs))
     return path
+
+
+# ---- a standing phone lab: `edgebench lab phone` -------------------------------------------------------
+@dataclass(frozen=True)
+class PhoneLab:
+    """A running emulated phone lab: its descriptor, the adb serial and server, and the supervisor's pid."""
+
+    name: str
+    descriptor: Path
+    serial: str
+    adb_server: str
+    pid: int
+    started: bool  # False when an already running lab was found and kept
+
+
+def _state_dir(state: Path, name: str) -> Path:
+    return state.resolve() / name
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def running_lab(lab_dir: Path, name: str, state: Path) -> PhoneLab | None:
+    """The lab `start_phone_lab` left running for NAME, if its supervisor is still alive."""
+    info_path = _state_dir(state, name) / "lab.json"
+    try:
+        info = json.loads(info_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not _alive(int(info["pid"])) or not Path(info["descriptor"]).exists():
+        return None
+    return PhoneLab(
+        name, Path(info["descriptor"]), info["serial"], info["adb_server"], int(info["pid"]), False
+    )
+
+
+def start_phone_lab(lab_dir: Path, name: str, state: Path, *, timeout: float = 60.0) -> PhoneLab:
+    """Start (or find running) an adb server and an emulated phone on loopback, supervised by a background
+    process of their own, and write lab_dir/NAME.toml; returns once the phone is online.
+
+    The supervisor outlives this call (a cron script starts the lab, then runs the suite); it ends its adb
+    server and adbd when stopped with `stop_phone_lab` (SIGTERM), or when either dies.
+    """
+    found = running_lab(lab_dir, name, state)
+    if found is not None:
+        return found
+    where = _state_dir(state, name)
+    where.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "edgebench.testing.adblab", "serve", "--lab", str(lab_dir.resolve()),
+            "--name", name, "--state", str(state.resolve())]  # fmt: skip
+    log = (where / "supervisor.log").open("ab")
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, start_new_session=True
+    )
+    log.close()
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        ready = sel.select(timeout)
+    line = proc.stdout.readline() if ready else b""
+    proc.stdout.close()
+    if not line:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        raise LabError(
+            f"the emulated phone lab did not start within {timeout:g} s; see {where / 'supervisor.log'}"
+        )
+    info = json.loads(line)
+    return PhoneLab(name, Path(info["descriptor"]), info["serial"], info["adb_server"], proc.pid, True)
+
+
+def stop_phone_lab(name: str, state: Path, timeout: float = 20.0) -> bool:
+    """Stop the supervisor of NAME's lab (it stops its adbd and adb server); False when none was running."""
+    info_path = _state_dir(state, name) / "lab.json"
+    try:
+        pid = int(json.loads(info_path.read_text())["pid"])
+    except (OSError, ValueError, KeyError):
+        return False
+    if not _alive(pid):
+        info_path.unlink(missing_ok=True)
+        return False
+    os.kill(pid, signal.SIGTERM)
+    with contextlib.suppress(LabError):
+        _wait(lambda: not _alive(pid), timeout, f"lab supervisor {pid} to stop")
+        info_path.unlink(missing_ok=True)
+        return True
+    raise LabError(f"lab supervisor {pid} did not stop within {timeout:g} s")
+
+
+def serve_phone_lab(lab_dir: Path, name: str, state: Path) -> int:
+    """The supervisor: adb server + emulated phone, descriptor written, one ready line on stdout, then
+    wait for SIGTERM (or for adbd or the server to die) and stop both."""
+    where = _state_dir(state, name)
+    stop = False
+
+    def on_term(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    with AdbServer.start(where / "adb-home") as server, EmulatedPhone.start(where / "root", server) as phone:
+        descriptor = write_descriptor(lab_dir, name, phone)
+        info = {"descriptor": str(descriptor), "serial": phone.serial, "adb_server": server.address,
+                "pid": os.getpid()}  # fmt: skip
+        (where / "lab.json").write_text(json.dumps(info))
+        sys.stdout.write(json.dumps(info) + "\n")
+        sys.stdout.flush()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)  # the starter has read its line and gone: nothing more goes to its pipe
+        while (
+            not stop and server.proc.poll() is None and phone.proc is not None and phone.proc.poll() is None
+        ):
+            time.sleep(0.5)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m edgebench.testing.adblab serve --lab DIR --name NAME --state DIR` (the supervisor)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m edgebench.testing.adblab")
+    sub = parser.add_subparsers(dest="verb", required=True)
+    serve = sub.add_parser("serve", help="run an adb server and an emulated phone until SIGTERM")
+    serve.add_argument("--lab", type=Path, required=True)
+    serve.add_argument("--name", required=True)
+    serve.add_argument("--state", type=Path, required=True)
+    args = parser.parse_args(argv)
+    return serve_phone_lab(args.lab, args.name, args.state)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

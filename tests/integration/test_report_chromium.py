@@ -585,3 +585,67 @@ def test_report_screenshots_at_two_widths(demo_lab: Fleet, chromium, tmp_path: P
     if keep:
         for width, shot in shots.items():
             shutil.copy(shot, Path(keep) / f"report-{width}.png")
+
+
+# ---- the roofline's labels, as the browser lays them out at 1400 px ---------------------------------------
+LABEL_CHECK = """<script>
+window.addEventListener("load", () => {
+  const out = [];
+  for (const fig of document.querySelectorAll("figure[data-labels]")) {
+    const img = fig.querySelector("img");
+    const r = img.getBoundingClientRect();
+    const boxes = JSON.parse(fig.dataset.labels).map((b) => [
+      r.left + b[0] * r.width, r.top + window.scrollY + b[1] * r.height,
+      r.left + b[2] * r.width, r.top + window.scrollY + b[3] * r.height]);
+    const overlaps = [];
+    for (let i = 0; i < boxes.length; i++)
+      for (let j = i + 1; j < boxes.length; j++) {
+        const a = boxes[i], b = boxes[j];
+        if (a[0] < b[2] && b[0] < a[2] && a[1] < b[3] && b[1] < a[3]) overlaps.push([i, j]);
+      }
+    out.push({plot: fig.dataset.plot, boxes, overlaps, shown: r.width, natural: img.naturalWidth,
+              font_px: parseFloat(fig.dataset.labelPx) * r.width / img.naturalWidth,
+              img: [r.left, r.top + window.scrollY, r.right, r.bottom + window.scrollY]});
+  }
+  const pre = document.createElement("pre");
+  pre.id = "label-check";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def test_roofline_labels_never_overlap_and_read_at_1400_px(demo_lab: Fleet, chromium, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The browser's own layout of the report at 1400 px: every roofline label box (exported by the plot)
+    apart from every other, inside its image, text at least 10 CSS px; the screenshot has ink in each box."""
+    out = demo_lab.root / "reports" / "labels.html"
+    demo_lab.ok("report", "--store", str(demo_lab.db), "--out", str(out))
+    text = out.read_text()
+    assert "<script" not in text  # the report has none; the check is added to a copy only
+    probe = tmp_path / "labels-check.html"
+    probe.write_text(text.replace("</body>", LABEL_CHECK + "</body>"))
+    dom = chromium("--dump-dom", "--window-size=1400,3000", "--virtual-time-budget=5000", probe.as_uri())
+    m = re.search(r'<pre id="label-check">(.*?)</pre>', dom, re.S)
+    assert m, "the label check did not run"
+    import html as _html
+
+    figures = json.loads(_html.unescape(m.group(1)))
+    assert figures and all(f["plot"].startswith("roofline-") for f in figures)
+    from PIL import Image
+
+    bottom = max(f["img"][3] for f in figures)
+    shot = tmp_path / "labels.png"
+    height = int(min(bottom + 50, 16000))
+    chromium(f"--screenshot={shot}", f"--window-size=1400,{height}", out.as_uri())
+    with Image.open(shot) as img:
+        px = np.asarray(img.convert("RGB"), dtype=int)
+    for f in figures:
+        assert len(f["boxes"]) >= 3, f
+        assert f["overlaps"] == [], f  # no two labels intersect as displayed
+        assert f["font_px"] >= 10, f  # legible at this width
+        x0, y0, x1, y1 = f["img"]
+        for b in f["boxes"]:
+            assert x0 - 0.5 <= b[0] < b[2] <= x1 + 0.5 and y0 - 0.5 <= b[1] < b[3] <= y1 + 0.5, (b, f["img"])
+            region = px[int(b[1]) : int(math.ceil(b[3])), int(b[0]) : int(math.ceil(b[2]))]
+            ink = float(np.mean(region.min(axis=2) < 180))
+            assert ink > 0.03, (b, ink)  # the label's text is drawn where its box says

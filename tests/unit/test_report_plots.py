@@ -134,3 +134,71 @@ def test_history_series_carry_the_run_dates() -> None:
         records.append(r)
     _, stepped, _ = frames.history(records)
     assert stepped and stepped[0]["ts"][0].startswith("2026-12-01")
+
+
+def _floor_points() -> pd.DataFrame:
+    """Twelve configurations as the floors frame gives them: clustered pairs (1 and 2 threads) at three
+    memory levels, two of them at the very same spot."""
+    rows = []
+    for i, (model, intensity, level, gbps) in enumerate(
+        [
+            ("tinymlp", 0.5, "L2", 80.0),
+            ("mlp", 0.5, "LLC", 60.0),
+            ("bigmlp", 0.5, "DRAM", 14.0),
+            ("batchmlp", 30.0, "L2", 82.0),
+            ("encoder", 60.0, "L2", 75.0),
+            ("convnet", 1000.0, "L2", 80.0),
+        ]
+    ):
+        for threads in (1, 2):
+            rows.append(
+                {
+                    "device": "local", "runtime": "onnxruntime", "model": model, "threads": threads,
+                    "intensity": intensity, "level": level, "bandwidth_gbps": gbps, "peak_gflops": 300.0,
+                    "achieved_gflops": min(intensity * gbps, 300.0) * (0.4 if threads == 1 else 0.4 + i * 1e-3),
+                }
+            )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_roofline_draws_the_floors_levels_and_labels_every_point_apart() -> None:
+    pts = _floor_points()
+    fig, texts = plots.roofline_figure("local", pts, {})
+    ax = fig.axes[0]
+    roofs = [line.get_label() for line in ax.get_lines()]
+    for level in ("L2", "LLC", "DRAM"):  # every level a floor was charged at is a roof of its own
+        assert any(r.startswith(f"memory: {level} ") for r in roofs), roofs
+    assert any(r.startswith("compute: matmul peak 300") for r in roofs)
+    # Each point sits under the roof of its level: the cache-resident ones no longer above the DRAM line.
+    for row in pts.itertuples():
+        assert row.achieved_gflops <= min(row.intensity * row.bandwidth_gbps, 300.0) * 1.0001
+    assert sorted(t.get_text() for t in texts) == sorted(
+        f"{m} t{t}" for m, t in zip(pts.model, pts.threads, strict=True)
+    )
+    placed = plots.roofline_labelled("local", pts, {})
+    boxes = placed.boxes
+    assert len(boxes) == len(pts) and placed.font_px >= 12
+    for i, a in enumerate(boxes):
+        assert 0 <= a[0] < a[2] <= 1 and 0 <= a[1] < a[3] <= 1
+        for b in boxes[i + 1 :]:
+            assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], (a, b)
+    # The legend is outside the axes: it covers no point and no label.
+    legend = fig.legends[0].get_window_extent(fig.canvas.get_renderer())
+    assert legend.x0 >= ax.get_window_extent(fig.canvas.get_renderer()).x1
+
+
+def test_ceilings_legend_is_beside_the_bars() -> None:
+    ceil = pd.DataFrame(
+        [
+            {"device": "d", "kind": "matmul", "what": "fp32", "backend": "onnxruntime", "best": 0.31,
+             "unit": "TOPS", "datasheet": 0.33, "efficiency": 0.93, "at": "", "nominal_source": "derived"},
+            {"device": "d", "kind": "bandwidth", "what": "triad", "backend": "", "best": 14.0, "unit": "GB/s",
+             "datasheet": None, "efficiency": None, "at": "", "nominal_source": ""},
+        ]
+    )  # fmt: skip
+    fig = plots.ceilings_figure("d", ceil)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        legend = ax.get_legend().get_window_extent(renderer)
+        assert legend.x0 >= ax.get_window_extent(renderer).x1 - 1

@@ -289,7 +289,16 @@ def test_the_shipped_suites_load_and_plan(tmp_path: Path) -> None:
     assert benched == {1, 2}
     assert len({j.model for j in jobs if j.probe == "bench"}) >= 6
 
-    nightly = load_suite(REPO / "suites" / "nightly.toml")
+    # The shipped nightly runs on a fresh machine: its devices are the repository's own lab (local).
+    shipped = load_suite(REPO / "suites" / "nightly.toml")
+    check_devices(shipped, load_lab(REPO / "devices"))
+    assert shipped.devices == ("local",) and {j.probe for j in plan(shipped)} >= {
+        "bench",
+        "matmul",
+        "roofline",
+    }
+
+    nightly = load_suite(REPO / "suites" / "examples" / "nightly-fleet.toml")
     lab = tmp_path / "lab"
     lab.mkdir()
     (lab / "pixel8.toml").write_text('transport = "adb"\nserial = "37281FDJH000XY"\n')

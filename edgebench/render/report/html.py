@@ -1,7 +1,8 @@
 """The HTML report: one self-contained file (inline CSS, plots as base64 PNG), references nothing outside.
 
-`render_html(data)` is pure: ReportData in, a string out. Every section is always there, with its data or
-a one-line "no data" note, so a reader (and a test) finds the same structure in every report.
+`render_html(data)` is pure: ReportData in, a string out. Every section is always there, with its data or,
+when empty, as one line with no heading (what was not measured and the command that measures it), so a
+reader (and a test) finds the same structure in every report.
 
 It opens with the answer (which model fits which chip, what regressed since the suite's previous run,
 whether the devices were healthy) and then gives the detail. A section is one entry in SECTIONS (id,
@@ -23,7 +24,7 @@ from ... import __version__
 from ...analysis.ceilings import BEATS_MARGIN
 from ...analysis.fit import KERNEL_PREDICTOR
 from ...execution.provenance import redact_argv
-from . import frames, plots, workloads
+from . import frames, plots, unmeasured, workloads
 from .data import ReportData
 from .frames import ROOFLINE_PREDICTOR
 from .health import COLUMNS as HEALTH_COLUMNS
@@ -662,11 +663,13 @@ def _roofline(d: ReportData) -> tuple[str, bool]:
     out.append('<div class="figure-row">')
     for device in devices:
         g = pd.concat([fl[fl["device"] == device], pts[pts["device"] == device]], ignore_index=True)
+        plot = plots.roofline_labelled(device, g, peaks.get(device, {}))
         out.append(
             figure(
-                plots.roofline_plot(device, g, peaks.get(device, {})),
+                plot.uri,
                 f"roofline-{device}",
                 f"roofline of {device}: models placed by arithmetic intensity and achieved GFLOP/s",
+                plot.attrs(),
             )
         )
     out.append("</div>")
@@ -1290,15 +1293,19 @@ def render_html(data: ReportData) -> str:
     """The whole report as one HTML document: the answer first, then the detail."""
     groups: dict[str, list[str]] = {}
     nav: dict[str, list[str]] = {}
+    subject = unmeasured.subject_of(data)
     for sid, title, group in SECTIONS:
         body, has_data = BUILDERS[sid](data)
-        state = "data" if has_data else "empty"
         nav.setdefault(group, []).append(
             f'<a href="#{sid}" class="{"" if has_data else "empty"}">{esc(title)}</a>'
         )
+        # An empty section is one line (what was not measured, the command that measures it), no heading.
+        inner = (
+            f"<h2>{esc(title)}</h2>{body}" if has_data else unmeasured.folded_line(sid, title, body, subject)
+        )
+        state = "data" if has_data else "empty"
         groups.setdefault(group, []).append(
-            f'<section id="{sid}" data-section="{sid}" data-state="{state}"><h2>{esc(title)}</h2>'
-            f"{body}</section>"
+            f'<section id="{sid}" data-section="{sid}" data-state="{state}">{inner}</section>'
         )
     runs = ", ".join(r.run_id for r in data.runs[-3:]) + (" and earlier" if len(data.runs) > 3 else "")
     meta = (

@@ -66,9 +66,11 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "", 
     )
 
 
-def figure(uri: str, name: str, caption: str) -> str:
+def figure(uri: str, name: str, caption: str, attrs: dict[str, str] | None = None) -> str:
+    """A plot with its caption; `attrs` adds data-* attributes (e.g. where its labels landed)."""
+    extra = "".join(f' {k}="{esc(v)}"' for k, v in (attrs or {}).items())
     return (
-        f'<figure class="plot" data-plot="{esc(name)}"><img src="{uri}" alt="{esc(caption)}">'
+        f'<figure class="plot" data-plot="{esc(name)}"{extra}><img src="{uri}" alt="{esc(caption)}">'
         f"<figcaption>{esc(caption)}</figcaption></figure>"
     )
 

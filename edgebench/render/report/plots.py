@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import math
 import os
 import textwrap
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -75,70 +77,225 @@ def distinct_labels(labels: Sequence[str], width: int = 32) -> list[str]:
     return out
 
 
-def roofline_figure(device: str, points: pd.DataFrame, peaks: Mapping[str, Any]) -> Figure:
-    """Attainable GFLOP/s vs arithmetic intensity: ceilings as lines, each benched model as a point."""
-    fig = new_figure(height=4.0)
+@dataclass(frozen=True)
+class PlacedLabels:
+    """A figure as a data URI and where its point labels landed: boxes as (left, top, right, bottom) in
+    fractions of the image (origin top left), and the labels' font size in image pixels, so a browser test
+    can check at the displayed width that no two labels overlap and the text is large enough to read."""
+
+    uri: str
+    boxes: tuple[tuple[float, float, float, float], ...]
+    font_px: float
+
+    def attrs(self) -> dict[str, str]:
+        """data-* attributes for the figure element."""
+        boxes = [[round(v, 5) for v in b] for b in self.boxes]
+        return {
+            "data-labels": json.dumps(boxes, separators=(",", ":")),
+            "data-label-px": f"{self.font_px:.2f}",
+        }
+
+
+LABEL_PT = 9.0  # 12.5 px at 100 dpi: legible where the 1000 px figure is shown at its size (1400 px window)
+ROOF_WIDTH_IN, ROOF_HEIGHT_IN = 10.0, 5.2
+# Directions tried around a point, nearest first; then the same further out, with a leader line.
+_DIRECTIONS = [
+    (1, 0.3),
+    (1, -0.3),
+    (-1, 0.3),
+    (-1, -0.3),
+    (0, 1),
+    (0, -1),
+    (1, 1),
+    (-1, 1),
+    (1, -1),
+    (-1, -1),
+]
+_RADII = [5, 12, 22, 34, 48, 64, 84, 108, 136, 170]
+
+
+def _roofs(
+    points: pd.DataFrame, peaks: Mapping[str, Any]
+) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    """(memory roofs as (label, GB/s), compute roofs as (label, GFLOP/s)) for the plot.
+
+    Where the points carry their floors (the memory level each working set was charged at, the bandwidth
+    and the matmul peak it was charged with), the roofs are those levels: each level at the most any floor
+    charged at it used, so every point sits under the roof of the level it lives in unless it beats its
+    floor (which the floors table explains). Without floors: the device's best triad and matmul peaks.
+    """
+    memory: list[tuple[str, float]] = []
+    compute: list[tuple[str, float]] = []
+    if "level" in points and points["level"].notna().any():
+        fl = points.dropna(subset=["level", "bandwidth_gbps"])
+        for level, g in fl.groupby("level", sort=False):
+            gbps = float(g["bandwidth_gbps"].astype(float).max())
+            memory.append((f"{level} {gbps:.0f} GB/s" if gbps >= 10 else f"{level} {gbps:.1f} GB/s", gbps))
+        peak = points["peak_gflops"].astype(float).max()
+        if peak == peak and peak > 0:
+            compute.append((f"matmul peak {peak:.0f} GFLOP/s", float(peak)))
+        memory.sort(key=lambda x: -x[1])
+        return memory, compute
+    bw = peaks.get("bandwidth")
+    if bw:
+        memory.append((f"DRAM (triad) {bw / 1e9:.1f} GB/s", bw / 1e9))
+    for dtype, peak in sorted((peaks.get("flops") or {}).items()):
+        compute.append((f"matmul {dtype} {peak / 1e9:.0f} GFLOP/s", peak / 1e9))
+    return memory, compute
+
+
+def _point_label(row: Any, runtimes: int) -> str:
+    threads = getattr(row, "threads", None)
+    parts = [str(row.model)]
+    if runtimes > 1 and row.runtime:
+        parts.append(f"({row.runtime})")
+    if threads is not None and threads == threads and threads != "":
+        parts.append(f"t{int(threads)}")
+    return " ".join(parts)
+
+
+def _overlaps(a: tuple[float, float, float, float], b: tuple[float, float, float, float], pad: float) -> bool:
+    return a[0] < b[2] + pad and b[0] < a[2] + pad and a[1] < b[3] + pad and b[1] < a[3] + pad
+
+
+def _place_labels(ax: Any, xy: list[tuple[float, float]], labels: list[str], color: list[str]) -> list[Any]:
+    """Annotate each point with its label where it overlaps no other label, no point and stays inside the
+    axes: the nearest free spot of a few directions at growing distances, joined by a leader line when
+    it had to move away. Works in display pixels, so the layout must be final (drawn, engine off)."""
+    renderer = ax.figure.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    pix = [tuple(ax.transData.transform(p)) for p in xy]
+    marks = [(x - 5.0, y - 5.0, x + 5.0, y + 5.0) for x, y in pix]
+    placed: list[tuple[float, float, float, float]] = []
+    texts = []
+    # Crowded points first (the most neighbours within 60 px), so they get the nearest spots.
+    order = sorted(range(len(xy)), key=lambda i: -sum(math.dist(pix[i], p) < 60 for p in pix))
+    for i in order:
+        probe = ax.text(0, 0, labels[i], fontsize=LABEL_PT)
+        bb = probe.get_window_extent(renderer)
+        probe.remove()
+        w, h = bb.width, bb.height
+        x, y = pix[i]
+        best = None
+        for r in _RADII:
+            for dx, dy in _DIRECTIONS:
+                cx, cy = x + r * dx, y + r * dy
+                x0 = cx if dx > 0 else cx - w if dx < 0 else cx - w / 2
+                y0 = cy if dy > 0 else cy - h if dy < 0 else cy - h / 2
+                box = (x0, y0, x0 + w, y0 + h)
+                inside = box[0] >= frame.x0 + 2 and box[2] <= frame.x1 - 2
+                inside = inside and box[1] >= frame.y0 + 2 and box[3] <= frame.y1 - 2
+                if not inside or any(_overlaps(box, o, 2.0) for o in placed + marks):
+                    continue
+                best = (box, r)
+                break
+            if best:
+                break
+        if best is None:  # nowhere free: the nearest spot inside the axes, said by the label test
+            best = ((x + 6, y, x + 6 + w, y + h), 5)
+        box, r = best
+        placed.append(box)
+        texts.append(
+            ax.annotate(
+                labels[i],
+                xy[i],
+                xytext=(box[0] - x, box[1] - y),
+                textcoords="offset pixels",
+                ha="left",
+                va="bottom",
+                fontsize=LABEL_PT,
+                color=color[i],  # the point's colour: a label is read with its point
+                arrowprops={"arrowstyle": "-", "color": color[i], "lw": 0.7, "shrinkA": 0, "shrinkB": 4}
+                if r > 12
+                else None,
+                annotation_clip=False,
+            )
+        )
+    return texts
+
+
+def roofline_figure(device: str, points: pd.DataFrame, peaks: Mapping[str, Any]) -> tuple[Figure, list[Any]]:
+    """Attainable GFLOP/s vs arithmetic intensity: the memory levels the floors use and the matmul peak as
+    roofs, each benched configuration as a point labelled with its model and threads (labels placed apart,
+    the legend outside the axes). Returns the figure and the label artists."""
+    fig = new_figure(height=ROOF_HEIGHT_IN, width=ROOF_WIDTH_IN)
     ax = fig.add_subplot()
     pts = points.dropna(subset=["intensity"])
     xs = pts["intensity"].to_numpy(dtype=float)
-    lo = min([0.05, *xs[xs > 0]]) / 2 if len(xs) else 0.05
-    hi = max([100.0, *xs]) * 2 if len(xs) else 100.0
+    xs = xs[np.isfinite(xs) & (xs > 0)]
+    memory, compute = _roofs(pts, peaks)
+    top = max((g for _, g in compute), default=math.inf)
+    # The range holds every point and every ridge (where a memory roof meets the compute roof).
+    ridges = [top / gbps for _, gbps in memory if math.isfinite(top)]
+    lo = min([*xs, *ridges]) / 4 if len(xs) or ridges else 0.05
+    hi = max([*xs, *ridges]) * 4 if len(xs) or ridges else 100.0
     grid = np.logspace(math.log10(lo), math.log10(hi), 200)
-    bw = peaks.get("bandwidth")
-    flops = peaks.get("flops") or {}
-    styles = ["-", "--", ":", "-."]
-    for i, (dtype, peak) in enumerate(sorted(flops.items())):
-        roof = np.full_like(grid, peak / 1e9)
-        if bw:
-            roof = np.minimum(roof, grid * bw / 1e9)
-        ax.plot(
-            grid,
-            roof,
-            styles[i % 4],
-            color="#57606a",
-            lw=1.5,
-            label=f"ceiling {dtype} ({peak / 1e9:.0f} GFLOP/s)",
-        )
-    if bw and not flops:
-        ax.plot(grid, grid * bw / 1e9, "-", color="#57606a", lw=1.5, label=f"bandwidth {bw / 1e9:.1f} GB/s")
-    elif bw:
-        ax.plot([], [], " ", label=f"bandwidth {bw / 1e9:.1f} GB/s")
+    for i, (label, gbps) in enumerate(memory):
+        ax.plot(grid, np.minimum(grid * gbps, top), ["-", "--", "-.", ":"][i % 4], color=_ROOF_COLORS[i % 4],
+                lw=1.6, label=f"memory: {label}")  # fmt: skip
+    for label, gflops in compute:
+        ax.axhline(gflops, color="#24292f", lw=1.0, ls=(0, (1, 1)), label=f"compute: {label}")
     measured = pts.dropna(subset=["achieved_gflops"])
-    # A few models get legend entries; a fleet gets its names written next to the points instead.
-    crowded = len(measured) > LEGEND_POINTS
-    names = distinct_labels(
-        [f"{r.model} ({r.runtime})" if r.runtime else str(r.model) for r in measured.itertuples()], 36
-    )
-    for i, row in enumerate(measured.itertuples()):
-        color = _PALETTE[i % len(_PALETTE)]
-        name = names[i]
+    measured = measured[np.isfinite(measured["achieved_gflops"].astype(float))]
+    runtimes = measured["runtime"].replace("", np.nan).dropna().nunique()
+    models = sorted(set(measured["model"].astype(str)))
+    color_of = {m: _PALETTE[i % len(_PALETTE)] for i, m in enumerate(models)}
+    xy, labels, colors = [], [], []
+    for row in measured.itertuples():
+        xy.append((float(row.intensity), float(row.achieved_gflops)))
+        labels.append(_point_label(row, runtimes))
+        colors.append(color_of[str(row.model)])
+    if xy:
         ax.scatter(
-            [row.intensity],
-            [row.achieved_gflops],
-            s=30 if crowded else 40,
-            color=color,
-            zorder=3,
-            label=None if crowded else name,
+            [p[0] for p in xy], [p[1] for p in xy], s=36, c=colors, zorder=3, edgecolors="white", lw=0.6
         )
-        if crowded:
-            ax.annotate(
-                name,
-                (row.intensity, row.achieved_gflops),
-                fontsize=6,
-                xytext=(3, 2),
-                textcoords="offset points",
-                color="#1f2328",
-            )
     ax.set_xscale("log")
     ax.set_yscale("log")
-    _style(ax, f"roofline: {device}", "arithmetic intensity (FLOP per weight byte)", "GFLOP/s")
+    ax.set_xlim(lo, hi)
+    ys = [p[1] for p in xy] + [g for _, g in compute] + [lo * g for _, g in memory]
+    if ys:
+        ax.set_ylim(min(ys) / 3, max(ys) * 2.5)
+    only = measured["runtime"].replace("", np.nan).dropna().unique()
+    suffix = f" ({only[0]})" if len(only) == 1 else ""
+    xlabel = (
+        "arithmetic intensity (FLOP per byte moved: weights + inputs + outputs)"
+        if "level" in pts and pts["level"].notna().any()
+        else "arithmetic intensity (FLOP per weight byte)"
+    )
+    _style(ax, f"roofline: {device}{suffix}; points: model tTHREADS", xlabel, "GFLOP/s")
+    ax.tick_params(labelsize=9)
+    ax.xaxis.label.set_size(10)
+    ax.yaxis.label.set_size(10)
+    ax.title.set_size(11)
     if ax.get_legend_handles_labels()[1]:
-        ax.legend(fontsize=7, loc="lower right", framealpha=0.8)
-    return fig
+        fig.legend(loc="outside right upper", fontsize=9, frameon=False)
+    # Place the labels on the final layout: draw once, then keep the axes where the layout put them.
+    fig.canvas.draw()
+    fig.set_layout_engine("none")
+    texts = _place_labels(ax, xy, labels, colors)
+    return fig, texts
+
+
+_ROOF_COLORS = ["#0a7e8c", "#8250df", "#9a6700", "#57606a"]
+
+
+def roofline_labelled(device: str, points: pd.DataFrame, peaks: Mapping[str, Any]) -> PlacedLabels:
+    """The roofline as a data URI with its labels' boxes (see PlacedLabels)."""
+    from matplotlib.text import Text
+
+    fig, texts = roofline_figure(device, points, peaks)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    w, h = fig.bbox.width, fig.bbox.height
+    boxes = []
+    for t in texts:
+        bb = Text.get_window_extent(t, renderer)  # the text alone, not its leader line
+        boxes.append((bb.x0 / w, 1 - bb.y1 / h, bb.x1 / w, 1 - bb.y0 / h))
+    return PlacedLabels(to_data_uri(fig), tuple(boxes), LABEL_PT * DPI / 72)
 
 
 def roofline_plot(device: str, points: pd.DataFrame, peaks: Mapping[str, Any]) -> str:
-    return to_data_uri(roofline_figure(device, points, peaks))
+    return roofline_labelled(device, points, peaks).uri
 
 
 def thread_plot(device: str, curve: pd.DataFrame) -> str:
@@ -264,13 +421,16 @@ def ceilings_figure(device: str, ceil: pd.DataFrame) -> Figure:
             ax.scatter(sheet, ys, marker="|", s=300, color=_PALETTE[1], zorder=3, label="datasheet")
         for y, r in zip(ys, part.itertuples(), strict=True):
             if r.efficiency is not None and r.efficiency == r.efficiency:
-                ax.text(float(r.best), float(y), f" {r.efficiency:.0%}", va="center", fontsize=8)
+                right = max(float(r.best), float(r.datasheet) if r.datasheet == r.datasheet else 0.0)
+                ax.text(right, float(y), f"  {r.efficiency:.0%}", va="center", fontsize=8)
+        ax.margins(x=0.15)  # room for the efficiency beside the longest bar
         ax.set_yticks(ys, labels)
         values = pd.concat([part["best"], sheet]).astype(float).dropna()
         if len(values) and values.min() > 0 and values.max() / values.min() > 20:
             ax.set_xscale("log")
         _style(ax, f"ceilings: {device} ({unit})" if ax is axes[0] else unit, unit, "")
-        ax.legend(fontsize=7, loc="lower right")
+        # Beside the panel, never over a bar or its figures.
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
     return fig
 
 
