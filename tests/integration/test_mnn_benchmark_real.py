@@ -41,6 +41,7 @@ pytestmark = pytest.mark.integration
 TOOL_DIR = "mnn-3.6.1-linux-x86_64"
 THREADS, LOOPS, WARMUP = 2, 30, 3
 ROUNDS = 3
+EXTRA_ROUNDS = 3  # the sub-microsecond test: more rounds while its ratio is out of band
 BUDGET_S = 60.0  # more rounds while another fits, when the first ROUNDS are not conclusive
 LOW, HIGH = 0.75, 1.33  # tool / agent fastest runs
 BROKEN = 2.0  # further off (either way) is a defect whatever the load
