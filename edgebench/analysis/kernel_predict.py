@@ -630,12 +630,18 @@ class TargetPredictor:
         coverage: float = 0.8,
         device_info: Iterable[Mapping[str, Any]] = (),
     ) -> None:
-        from .kernels import nchwc_block
+        from .kernels import mnn_gemm_tile, nchwc_block
 
         self.sources = dict(sources)
         self.coverage = coverage
         self.blocks = {
             info["device"]: nchwc_block(info["fingerprint"])
+            for info in device_info
+            if isinstance(info.get("fingerprint"), Mapping) and info["fingerprint"].get("arch")
+        }
+        # MNN's GEMM tile keyed by each device's ISA; a device without a fingerprint keeps the x86 default
+        self.tiles = {
+            info["device"]: mnn_gemm_tile(info["fingerprint"])
             for info in device_info
             if isinstance(info.get("fingerprint"), Mapping) and info["fingerprint"].get("arch")
         }
@@ -652,13 +658,16 @@ class TargetPredictor:
         self.memory = {
             target: memory_curve(records, target[0], runs[0].threads) for target, runs in self.runs.items()
         }
-        self._graphs: dict[tuple[str, str, str | None, int], list[Kernel] | None] = {}
+        self._graphs: dict[tuple[str, str, str | None, int, int | None], list[Kernel] | None] = {}
         self._held: dict[tuple[str, str | None], list[HeldOut]] = {}
 
     def graph(self, model: str, shapes: str, runtime: str | None, device: str = "") -> list[Kernel] | None:
         """The model's kernels at `shapes` as `runtime` runs them on `device` (its NCHWc block)."""
         block = self.blocks.get(device, 1) if (runtime or "onnxruntime") == "onnxruntime" else 1
-        key = (model, shapes, runtime, block)
+        from .kernels import MNN_GEMM_TILE
+
+        tile = self.tiles.get(device, MNN_GEMM_TILE) if runtime == "mnn" else MNN_GEMM_TILE
+        key = (model, shapes, runtime, block, tile)
         if key not in self._graphs:
             path = self.sources.get(model) or _sample_path(model)
             self._graphs[key] = None
@@ -667,7 +676,9 @@ class TargetPredictor:
                 from .kernels import graph_kernels
 
                 cost = analyze(load_model(path), {k: list(v) for k, v in json.loads(shapes).items()})
-                self._graphs[key] = graph_kernels(cost, runtime or "onnxruntime", nchwc_block=block)
+                self._graphs[key] = graph_kernels(
+                    cost, runtime or "onnxruntime", nchwc_block=block, gemm_tile=tile
+                )
         return self._graphs[key]
 
     def _graphs_of(self, target: tuple[str, str | None]) -> dict[tuple[str, str], list[Kernel]]:
