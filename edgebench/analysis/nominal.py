@@ -21,7 +21,7 @@ is why a derived figure is an upper bound to compare against, not a measurement.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,3 +168,16 @@ def nominal_peak(info: Mapping[str, Any]) -> NominalPeak | None:
         tops = {**(derived.tops if derived else {}), **{k: float(v) for k, v in spec.items()}}
         return NominalPeak(tops, "datasheet", "descriptor [spec] peak_tops")
     return derived
+
+
+def cluster_summary(clusters: Sequence[Mapping[str, Any]]) -> str:
+    """CPU clusters in one line, slowest first: "4x Cortex-A55 1800 MHz cap 446 + 4x Cortex-A76 ..."."""
+    parts = []
+    for c in clusters:
+        bits = [f"{len(c.get('cpus') or ())}x {c.get('core') or 'unknown'}"]
+        if c.get("max_mhz"):
+            bits.append(f"{float(c['max_mhz']):.0f} MHz")
+        if c.get("capacity") is not None:
+            bits.append(f"cap {c['capacity']}")
+        parts.append(" ".join(bits))
+    return " + ".join(parts)
