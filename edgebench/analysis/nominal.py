@@ -35,9 +35,11 @@ class NominalPeak:
     basis: str  # the arithmetic, for the report
 
 
-# 128-bit FMA (ASIMD multiply-accumulate) pipes per core, from Arm's public core descriptions (the
-# Software Optimization Guides' ASIMD FMLA throughput); cores not listed are assumed at 2, said in the basis.
-# Neoverse-V1 has 2 x 256-bit SVE pipes (4 x 128 for NEON); V2 4 x 128-bit SVE2.
+# 128-bit FMA (ASIMD multiply-accumulate) pipes per core: the little in-order cores issue one 128-bit FMLA
+# per cycle, the A7x/Neoverse-N big cores two, the X cores and Neoverse-V four (V1 as 2 x 256-bit SVE, V2
+# 4 x 128-bit SVE2), as Arm describes these cores; not re-checked here against each core's Software
+# Optimization Guide, which is one more reason a derived peak is an upper bound. Cores not listed are
+# assumed at 2, and the basis says so.
 ARM_FMA_PIPES_128: dict[str, int] = {
     "Cortex-A53": 1, "Cortex-A55": 1, "Cortex-A510": 1, "Cortex-A520": 1,
     "Cortex-A72": 2, "Cortex-A73": 2, "Cortex-A75": 2, "Cortex-A76": 2, "Cortex-A77": 2,
@@ -82,8 +84,8 @@ def ops_per_cycle(flags: set[str], arch: str) -> tuple[dict[str, float], str]:
     if arch.startswith(("aarch64", "arm")):
         scale, extra = arm_dtype_scale(flags)
         fp32, _ = arm_core_fp32_per_cycle("", flags, None)
-        isa = "NEON 2x128-bit FMA (assumed)" + (f", {extra}" if extra else "")
-        return {dtype: fp32 * k for dtype, k in scale.items()}, isa
+        named = "NEON 2x128-bit FMA (assumed)" + (f", {extra}" if extra else "")
+        return {dtype: fp32 * k for dtype, k in scale.items()}, named
     if "avx512f" in flags:
         fp32, isa = 64.0, ["AVX-512 2 FMA units"]
     elif "avx2" in flags and "fma" in flags:
