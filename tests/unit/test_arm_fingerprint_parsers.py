@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from edgebench.agent.info import core_name, cpu_clusters, fingerprint
-from edgebench.analysis.kernels import Kernel, mnn_gemm_tile, nchwc_block, runs_gemm_tiles
+from edgebench.analysis.kernels import (
+    Kernel,
+    mark_gemm_tile_reads,
+    mnn_gemm_tile,
+    nchwc_block,
+    runs_gemm_tiles,
+)
 from edgebench.analysis.nominal import derived_peak
 from edgebench.lab.health import DeviceCheck, _fill_agent_facts, check_rows
 from edgebench.render.report.html import _arm_details
@@ -181,6 +187,11 @@ def test_an_arm_fingerprint_never_gets_the_x86_tile_or_nchwc_block() -> None:
     assert runs_gemm_tiles(conv, dims_in, dims_out, mnn_gemm_tile(arm))
     assert not runs_gemm_tiles(conv, dims_in, dims_out, mnn_gemm_tile(x86))
     assert not runs_gemm_tiles(conv, dims_in, dims_out, mnn_gemm_tile({"arch": "riscv64"}))
+    # the profile side: MNN's unary op after that convolution is marked at the arm64 tile only
+    unary = Kernel("elementwise", 0.0, 0.0, 0.0, op_type="UnaryOp")
+    ran = [(conv, dims_in, dims_out), (unary, dims_out, dims_out)]
+    marks = {tile: mark_gemm_tile_reads(ran, tile)[1].reads_gemm_tiles for tile in (12, 24, None)}
+    assert marks == {12: True, 24: False, None: False}
 
 
 def test_the_predictor_keys_each_devices_tile_and_block_by_its_isa() -> None:
