@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from ..records import Record
-from .kernels import KINDS, Kernel, mark_gemm_tile_reads, profile_kernel
+from .kernels import KINDS, MNN_GEMM_TILE, Kernel, mark_gemm_tile_reads, profile_kernel
 
 METHOD = "per-op-kind calibration (profile), in-model scale + per-inference overhead"
 MIN_KIND_KERNELS = 4  # fewer profiled kernels of a kind: it shares the pooled fit
@@ -84,8 +84,11 @@ class ProfiledRun:
         return self.device, self.runtime, self.threads
 
 
-def profiled_runs(records: Iterable[Record]) -> list[ProfiledRun]:
-    """The newest profile of every (device, runtime, threads, model, shapes) in the records."""
+def profiled_runs(
+    records: Iterable[Record], gemm_tiles: Mapping[str, int | None] | None = None
+) -> list[ProfiledRun]:
+    """The newest profile of every (device, runtime, threads, model, shapes) in the records; MNN's unary
+    ops marked at each device's GEMM tile (`gemm_tiles`, by device; a device not in it: the x86 tile)."""
     groups: dict[tuple, list[Record]] = defaultdict(list)
     for r in records:
         if r.probe != "profile" or r.model is None or r.value is None:
@@ -108,7 +111,8 @@ def profiled_runs(records: Iterable[Record]) -> list[ProfiledRun]:
         ops = [r for r in recs if r.metric == "op_time_ms"]
         if all(isinstance(r.annotations.get("order"), int) for r in ops):  # as they ran (older: as stored)
             ops.sort(key=lambda r: r.annotations["order"])
-        kernels = tuple(zip(_record_kernels(ops, runtime), (float(r.value) for r in ops), strict=True))
+        tile = (gemm_tiles or {}).get(device, MNN_GEMM_TILE)
+        kernels = tuple(zip(_record_kernels(ops, runtime, tile), (float(r.value) for r in ops), strict=True))
         speeds = tuple(
             sorted(
                 (str(r.params.get("reference")), float(r.value))
@@ -154,13 +158,15 @@ def speed_span(runs: Sequence[ProfiledRun], share: float = 0.8) -> tuple[float, 
     return float(low), float(high)
 
 
-def _record_kernels(ops: Sequence[Record], runtime: str | None) -> list[Kernel]:
+def _record_kernels(
+    ops: Sequence[Record], runtime: str | None, tile: int | None = MNN_GEMM_TILE
+) -> list[Kernel]:
     """A profile's kernels in the order they ran; on MNN, unary ops reading a GEMM's whole tiles marked."""
     kernels = [_record_kernel(r) for r in ops]
     if runtime != "mnn":
         return kernels
     return mark_gemm_tile_reads(
-        [(k, _dims(r, "inputs"), _dims(r, "outputs")) for k, r in zip(kernels, ops, strict=True)]
+        [(k, _dims(r, "inputs"), _dims(r, "outputs")) for k, r in zip(kernels, ops, strict=True)], tile
     )
 
 
@@ -630,7 +636,7 @@ class TargetPredictor:
         coverage: float = 0.8,
         device_info: Iterable[Mapping[str, Any]] = (),
     ) -> None:
-        from .kernels import nchwc_block
+        from .kernels import mnn_gemm_tile, nchwc_block
 
         self.sources = dict(sources)
         self.coverage = coverage
@@ -639,9 +645,15 @@ class TargetPredictor:
             for info in device_info
             if isinstance(info.get("fingerprint"), Mapping) and info["fingerprint"].get("arch")
         }
+        # MNN's GEMM tile keyed by each device's ISA; a device without a fingerprint keeps the x86 default
+        self.tiles = {
+            info["device"]: mnn_gemm_tile(info["fingerprint"])
+            for info in device_info
+            if isinstance(info.get("fingerprint"), Mapping) and info["fingerprint"].get("arch")
+        }
         records = list(records)
         by_target: dict[tuple, list[ProfiledRun]] = defaultdict(list)
-        for run in profiled_runs(records):
+        for run in profiled_runs(records, self.tiles):
             by_target[run.target].append(run)
         self.runs: dict[tuple[str, str | None], list[ProfiledRun]] = {}
         for (device, runtime, _threads), runs in sorted(by_target.items(), key=lambda kv: str(kv[0])):
@@ -652,13 +664,14 @@ class TargetPredictor:
         self.memory = {
             target: memory_curve(records, target[0], runs[0].threads) for target, runs in self.runs.items()
         }
-        self._graphs: dict[tuple[str, str, str | None, int], list[Kernel] | None] = {}
+        self._graphs: dict[tuple[str, str, str | None, int, int | None], list[Kernel] | None] = {}
         self._held: dict[tuple[str, str | None], list[HeldOut]] = {}
 
     def graph(self, model: str, shapes: str, runtime: str | None, device: str = "") -> list[Kernel] | None:
         """The model's kernels at `shapes` as `runtime` runs them on `device` (its NCHWc block)."""
         block = self.blocks.get(device, 1) if (runtime or "onnxruntime") == "onnxruntime" else 1
-        key = (model, shapes, runtime, block)
+        tile = self.tiles.get(device, MNN_GEMM_TILE) if runtime == "mnn" else MNN_GEMM_TILE
+        key = (model, shapes, runtime, block, tile)
         if key not in self._graphs:
             path = self.sources.get(model) or _sample_path(model)
             self._graphs[key] = None
@@ -667,7 +680,9 @@ class TargetPredictor:
                 from .kernels import graph_kernels
 
                 cost = analyze(load_model(path), {k: list(v) for k, v in json.loads(shapes).items()})
-                self._graphs[key] = graph_kernels(cost, runtime or "onnxruntime", nchwc_block=block)
+                self._graphs[key] = graph_kernels(
+                    cost, runtime or "onnxruntime", nchwc_block=block, gemm_tile=tile
+                )
         return self._graphs[key]
 
     def _graphs_of(self, target: tuple[str, str | None]) -> dict[tuple[str, str], list[Kernel]]:

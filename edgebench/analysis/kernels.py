@@ -231,6 +231,20 @@ _MNN_UNARY = {
 # Output positions per tile of MNN's float GEMM on x86 (its eP): a unary op reading the output of a
 # convolution run as a GEMM over a whole number of these tiles runs ~6x slower per element here
 MNN_GEMM_TILE = 24
+# MNN's float GEMM tile (eP) by ISA: x86-64 is the AVX2 tile above, seen on this lab's MNN 3.x x86-64 wheel;
+# on arm64 MNNGetMatMulPackMode (source/backend/cpu/arm/CommonOptFunctionNeon.cpp, as published for MNN
+# 3.x) packs eP = 12, hP = 8, lP = 1 (the ARMv8.2 FP16 path also eP = 12), read from the source, the
+# slow-unary effect itself not yet measured on ARM. Any other ISA has no tile, so no mark.
+MNN_GEMM_TILES = {"x86_64": MNN_GEMM_TILE, "aarch64": 12}
+_ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
+
+
+def mnn_gemm_tile(fingerprint: Mapping[str, Any]) -> int | None:
+    """MNN's float GEMM tile (output positions) on a device, from its fingerprint's architecture; None
+    where the ISA is not one whose tile is known (then nothing is marked as reading whole tiles)."""
+    _, arch = cpu_isa(fingerprint)
+    arch = arch.lower()
+    return MNN_GEMM_TILES.get(_ARCH_ALIASES.get(arch, arch))
 
 
 @dataclass(frozen=True)
@@ -475,11 +489,14 @@ def _gemm(
     return kind, 2.0 * m * n * k
 
 
-def graph_kernels(cost: ModelCost, runtime: str = "onnxruntime", nchwc_block: int = 1) -> list[Kernel]:
+def graph_kernels(
+    cost: ModelCost, runtime: str = "onnxruntime", nchwc_block: int = 1, gemm_tile: int | None = MNN_GEMM_TILE
+) -> list[Kernel]:
     """The kernels a runtime will dispatch for a model, from its graph (fusion rules in the docstring).
 
     `nchwc_block` is the device's MLAS NCHWc channel block (`nchwc_block`; 1: none): onnxruntime's layout
-    reorders are predicted at it.
+    reorders are predicted at it. `gemm_tile` is MNN's GEMM tile on the device (`mnn_gemm_tile`; None:
+    unknown ISA, no unary op is marked as reading whole tiles).
 
     Shape arithmetic the analysis resolved statically is left out when the model's inputs are fully known
     (runtimes fold it then), kept as `shape` kernels otherwise.
@@ -524,7 +541,7 @@ def graph_kernels(cost: ModelCost, runtime: str = "onnxruntime", nchwc_block: in
         if n.name in absorbed or n.name in hidden:
             continue
         kernels = steps.get(n.name) or [fused.get(n.name) or _nchwc_node_kernel(n, block)]
-        if runtime == "mnn" and _reads_gemm_tiles(n, swish_reads, producer, absorbed):
+        if runtime == "mnn" and _reads_gemm_tiles(n, swish_reads, producer, absorbed, gemm_tile):
             kernels = [replace(k, reads_gemm_tiles=True) for k in kernels]
         out += kernels
     if runtime == "mnn":  # MNN runs a HardSigmoid as a scale, a shift and a ReLU6: three kernels
@@ -603,20 +620,29 @@ def _hard_swish_parts(
     return hidden, reads
 
 
-def runs_gemm_tiles(conv: Kernel, x: Sequence[int] | None, out: Sequence[int] | None) -> bool:
+def runs_gemm_tiles(
+    conv: Kernel, x: Sequence[int] | None, out: Sequence[int] | None, tile: int | None = MNN_GEMM_TILE
+) -> bool:
     """Whether MNN runs a dense convolution as one GEMM over a whole number of `MNN_GEMM_TILE` tiles of
     output positions: a 1x1 or a strided one (a stride-1 kxk runs its own way) whose batch x height x width
-    divides by the tile. From the sizes alone (a profile has no attributes), as both sides see them."""
+    divides by the tile (`mnn_gemm_tile` of the device; None: no tile known, never). From the sizes alone
+    (a profile has no attributes), as both sides see them."""
+    if tile is None:
+        return False
     if conv.op_type not in _CONV or conv.kind not in ("conv", "gemm") or not x or not out or len(x) < 3:
         return False
     cin, _, positions, macs_per_output = conv.geometry
     pointwise = macs_per_output < cin + 1  # a kxk window makes k*k multiply-adds per channel in
     strided = _numel(x[2:]) >= 2 * _numel(out[2:])
-    return (pointwise or strided) and round(positions) % MNN_GEMM_TILE == 0
+    return (pointwise or strided) and round(positions) % tile == 0
 
 
 def _reads_gemm_tiles(
-    n: NodeCost, swish_reads: dict[str, str], producer: dict[str, NodeCost], absorbed: dict[str, NodeCost]
+    n: NodeCost,
+    swish_reads: dict[str, str],
+    producer: dict[str, NodeCost],
+    absorbed: dict[str, NodeCost],
+    tile: int | None = MNN_GEMM_TILE,
 ) -> bool:
     """Whether a graph node runs as an MNN unary op reading a convolution `runs_gemm_tiles` wrote (what a
     BatchNormalization or an activation fused into it counts as the convolution's)."""
@@ -625,11 +651,12 @@ def _reads_gemm_tiles(
     head = absorbed.get(p.name, p) if p is not None else None
     if head is None or head.op_type not in _CONV or not head.input_shapes or not head.output_shapes:
         return False
-    return runs_gemm_tiles(_node_kernel(head), head.input_shapes[0], head.output_shapes[0])
+    return runs_gemm_tiles(_node_kernel(head), head.input_shapes[0], head.output_shapes[0], tile)
 
 
 def mark_gemm_tile_reads(
     kernels: Sequence[tuple[Kernel, Sequence[int] | None, Sequence[int] | None]],
+    tile: int | None = MNN_GEMM_TILE,
 ) -> list[Kernel]:
     """A profile's kernels as they ran, each with its input and output dims: MNN's unary ops that read what
     the kernel before them wrote as a GEMM over whole tiles (`runs_gemm_tiles`) marked so."""
@@ -640,7 +667,7 @@ def mark_gemm_tile_reads(
             before is not None
             and k.op_type == "UnaryOp"
             and _numel(x) == _numel(before[2])
-            and runs_gemm_tiles(*before)
+            and runs_gemm_tiles(*before, tile)
         )
         out.append(replace(k, reads_gemm_tiles=True) if reads else k)
     return out

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..analysis.nominal import cluster_summary
 from ..errors import EdgebenchError, UserError, one_line
 from ..transports.base import validate_env
 from .descriptors import DeviceSpec, Lab
@@ -68,6 +69,8 @@ class DeviceCheck:
     cpu_model: str | None = None
     python: str | None = None
     runtimes: dict[str, Any] = field(default_factory=dict)
+    cpu_flags: list[str] = field(default_factory=list)  # SIMD extensions (x86 flags / Arm Features)
+    cpu_clusters: list[dict[str, Any]] = field(default_factory=list)  # cpus, capacity, max_mhz, core
     sensors: dict[str, int] = field(default_factory=dict)
     sensor_files: dict[str, bool] = field(default_factory=dict)
     runners: dict[str, bool] = field(default_factory=dict)
@@ -184,6 +187,8 @@ def _fill_agent_facts(report: DeviceCheck, fp: dict[str, Any]) -> None:
     report.python = fp.get("python")
     report.cpu_model = fp.get("cpu_model")
     report.runtimes = {k: v for k, v in (fp.get("runtimes") or {}).items() if v}
+    report.cpu_flags = list(fp.get("cpu_flags") or [])
+    report.cpu_clusters = list(fp.get("cpu_clusters") or [])
     # The shell's facts win; the agent fills what a minimal shell could not tell.
     report.arch = report.arch or fp.get("arch")
     report.cores = report.cores or fp.get("cores")
@@ -236,6 +241,8 @@ def check_rows(reports: list[DeviceCheck]) -> list[list[Any]]:
             f"{r.memory_mb:.0f} MB" if r.memory_mb is not None else None,
             r.kernel,
         ]
+        if (r.arch or "").startswith(("aarch64", "arm")):  # Arm: its SIMD features and big.LITTLE clusters
+            system += [" ".join(r.cpu_flags) or None, cluster_summary(r.cpu_clusters) or None]
         versions = [f"py {r.python}"] if r.python else []
         versions += [f"{short[k]} {v}" for k, v in r.runtimes.items() if k in short]
         sensors = [f"{k.split('_')[0]} {v}" for k, v in r.sensors.items()]
