@@ -18,6 +18,15 @@ from edgebench.testing.pytest_ssh import (  # noqa: F401
 
 
 @pytest.fixture(autouse=True)
+def _this_checkout_in_subprocesses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every `python -m edgebench` a test starts runs this checkout's code, whatever edgebench the
+    interpreter has installed (an editable install of another clone would otherwise be what runs)."""
+    root = str(Path(__file__).resolve().parents[1])
+    rest = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH", root if not rest else os.pathsep.join([root, rest]))
+
+
+@pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Built-in models and the local device's workdir go to one session-wide temp cache."""
     cache = tmp_path_factory.getbasetemp() / "xdg-cache"
