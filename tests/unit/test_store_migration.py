@@ -7,6 +7,7 @@ import json
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -167,13 +168,10 @@ def test_report_deltas_pair_as_the_gate_does_a_memory_only_change() -> None:
 
 
 @pytest.mark.integration
-def test_todays_records_have_the_identity_of_migrated_ones(v1_store: Path, tmp_path: Path) -> None:
+def test_todays_records_have_the_identity_of_migrated_ones(v1_store: Path, smoke_run: Any) -> None:
     """The smoke suite that made the fixture, run again now: every record names the same identity params
     as its migrated v1 counterpart, so nightly series and gates go on across the upgrade."""
-    suite = Path(__file__).parents[2] / "suites" / "smoke.toml"
-    res = edgebench("run", suite, "--store", tmp_path / "now.db", "--json", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
-    fresh = [Record(**r) for r in json.loads(res.stdout)["records"]]
+    fresh = [Record(**r) for r in json.loads(smoke_run.stdout)["records"]]
     with Store(v1_store) as st:
         migrated = st.records([BASELINE])
 
