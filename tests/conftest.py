@@ -4,6 +4,7 @@ edgebench.testing so labs can reuse it in their own CI; it is imported here as p
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,33 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A clean working directory (store and reports land here)."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@dataclass(frozen=True)
+class SmokeRun:
+    """The README's main job's `edgebench run suites/smoke.toml --json`, once per test session."""
+
+    folder: Path
+    store: Path
+    suite: Path
+    stdout: str
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
+    """The smoke suite run once on `local` into a store of its own (tests read it, never write it)."""
+    from edgebench.testing.cli import edgebench
+
+    folder = tmp_path_factory.mktemp("smoke")
+    cache = tmp_path_factory.getbasetemp() / "xdg-cache"
+    cache.mkdir(exist_ok=True)
+    env = {"XDG_CACHE_HOME": str(cache)}
+    suite = Path(__file__).parents[1] / "suites" / "smoke.toml"
+    store = folder / "smoke.db"
+    res = edgebench("run", suite, "--store", store, "--json", cwd=folder, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return SmokeRun(folder, store, suite, res.stdout, env)
 
 
 def ci() -> bool:

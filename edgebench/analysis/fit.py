@@ -65,6 +65,14 @@ PROBE = "fit"
 STATS = ("p50", "p90", "p99", "mean", "min", "max")
 WITHIN = 0.10  # the cross-validation figure: share of held-out pairs within +-10%
 AGGREGATE_DEVICE = "*"  # device name of fleet-wide records
+# Held-out models a share within +-10% is judged from (fewer: "too few models to judge", with the command
+# that gives enough). The whole-model predictor fits one point per model on up to 7 coefficients: with
+# fewer than 8 models each held-out calibration falls back to its two- or three-coefficient forms, and
+# the share judges those, not the predictor a fleet gets. The per-kernel predictor fits its coefficients
+# on every profiled kernel and sample, so the held-out models only count how often it lands: one of
+# five moves the share by 20%.
+MIN_JUDGED_MODELS = 8
+MIN_JUDGED_KERNEL_MODELS = 5
 MIN_SAMPLES_P99 = 100
 
 # ---------------------------------------------------------------------------------------------- budgets
@@ -980,6 +988,12 @@ class CvSummary:
     pairs: int
     within: float
     median_abs_err: float
+    models: int = 0  # distinct models held out
+
+    @property
+    def judged(self) -> bool:
+        """Whether enough models were held out to judge the share (MIN_JUDGED_MODELS)."""
+        return self.models >= MIN_JUDGED_MODELS
 
 
 KERNEL_PREDICTOR = "kernel"  # `predictor` param of the per-kernel predictor's cross-validation records
@@ -1016,6 +1030,12 @@ class KernelCvSummary:
     interval: tuple[float, float] | None
     coverage: float
     threads: int | None = None
+    models: int = 0  # distinct models held out
+
+    @property
+    def judged(self) -> bool:
+        """Whether enough models were held out to judge the share (MIN_JUDGED_KERNEL_MODELS)."""
+        return self.models >= MIN_JUDGED_KERNEL_MODELS
 
 
 @dataclass
@@ -1063,6 +1083,7 @@ class FitResult:
                     bounds,
                     self.kernel_coverage,
                     threads.pop() if per_target and len(threads) == 1 else None,
+                    len({(p.device, p.model) for p in pts}),
                 )
             )
         return out
@@ -1088,6 +1109,7 @@ class FitResult:
                     len(pts),
                     float(np.mean(errs <= WITHIN + 1e-12)),
                     float(np.median(errs)),
+                    len({(p.device, p.model) for p in pts}),
                 )
             )
         return out
@@ -1202,7 +1224,16 @@ class FitResult:
             )
         for s in self.cv_summaries():
             ident = {"holdout": s.holdout, "quantity": s.quantity}
-            _summary_records(rec, s.device, s.runtime, s.within, s.median_abs_err, ident, pairs=s.pairs)
+            _summary_records(
+                rec,
+                s.device,
+                s.runtime,
+                s.within,
+                s.median_abs_err,
+                ident,
+                pairs=s.pairs,
+                **judgement(s.models, MIN_JUDGED_MODELS, whole_model_next_step(s.device)),
+            )
         self._kernel_cv_records(rec)
         for row in self.variants:
             rec(
@@ -1248,6 +1279,7 @@ class FitResult:
                 interval=list(s.interval) if s.interval else None,
                 coverage=s.coverage,
                 threads=s.threads,
+                **judgement(s.models, MIN_JUDGED_KERNEL_MODELS, kernel_next_step(s.device, s.threads)),
             )
 
 
@@ -1263,6 +1295,31 @@ def _summary_records(
     """A cross-validation summary's two records (share within +-10%, median error) through `rec`."""
     for metric, value in (("cv_within_10pct", within), ("cv_median_abs_err", median_abs_err)):
         rec(device, runtime, None, metric, value, "ratio", dict(ident), **annotations)
+
+
+def judgement(models: int, needed: int, next_step: str) -> dict[str, Any]:
+    """A share's annotations: how many models were held out, whether that is enough to judge it, and
+    where it is not, the step that gives enough (renderers say "too few models to judge" then)."""
+    out: dict[str, Any] = {"models": models, "judged": models >= needed, "models_needed": needed}
+    if models < needed:
+        out["next_step"] = next_step
+    return out
+
+
+def whole_model_next_step(device: str) -> str:
+    """What gives the whole-model predictor enough models on `device` (every device: DEVICE)."""
+    where = "DEVICE" if device == AGGREGATE_DEVICE else device
+    return f"bench more models there (`edgebench bench MODEL.onnx --device {where}`, one per model)"
+
+
+def kernel_next_step(device: str, threads: int | None) -> str:
+    """What gives the per-kernel predictor enough profiled models on `device`."""
+    where = "DEVICE" if device == AGGREGATE_DEVICE else device
+    at = f" --threads {threads}" if threads else ""
+    return (
+        f"profile more models there (`edgebench profile MODEL.onnx --device {where}{at}`, one per model, "
+        "beside `edgebench run suites/calibrate.toml`)"
+    )
 
 
 def _unit_of(metric: str) -> str:
@@ -1862,7 +1919,9 @@ def _graph_sources(records: Sequence[Record], counts: Mapping[str, ModelCounts])
         if r.probe == "profile" and r.model and r.annotations.get("model_path")
     }
     sources = {model: path for model, path in recorded.items() if Path(path).is_file()}
-    return {**sources, **{n: c.source for n, c in counts.items() if c.source}}
+    # totals read back from the store (`counts_from_records`) name no file: the profile's path stays
+    counted = {n: c.source for n, c in counts.items() if c.source and Path(c.source).is_file()}
+    return {**sources, **counted}
 
 
 def _kernel_cv(kernel: Any, devices: Sequence[str] | None) -> list[KernelCvPoint]:

@@ -62,6 +62,11 @@ FIT_LOSS_SCALE = 0.1  # relative error past which a kernel's residual counts lin
 # others' predictions 0.9-1.7% at the median (synthetic, five seeds), with 100 0.7-0.8%: fewer bootstrap
 # draws' noise in every prediction, for 1.8x the fitting time (`_fit_correction`)
 FOREST_TREES = 100
+# a calibration on fewer kernels than this (the main job's six models and few samples: ~70) grows fewer
+# trees: each costs ~4 ms however few its rows, and a leave-one-model-out check fits one forest per model
+# held out; the bootstrap noise of 30 trees (1-2% at the median, above) is small against +-10%
+FOREST_FULL_ROWS = 200
+FOREST_SMALL_TREES = 30
 PROFILED_SHARE_KEPT = 0.2  # a kernel keeps at least this share of its profiled time, the profiler's off
 
 
@@ -445,9 +450,8 @@ def _fit_correction(runs: Sequence[ProfiledRun], partial: KernelCalibration) -> 
         return None
     from sklearn.ensemble import RandomForestRegressor  # lazily: costs a second of every CLI start
 
-    forest = RandomForestRegressor(
-        n_estimators=FOREST_TREES, min_samples_leaf=3, max_features=0.5, random_state=0
-    )
+    trees = FOREST_TREES if len(rows) >= FOREST_FULL_ROWS else FOREST_SMALL_TREES
+    forest = RandomForestRegressor(n_estimators=trees, min_samples_leaf=3, max_features=0.5, random_state=0)
     return forest.fit(np.asarray(rows), np.asarray(target))
 
 

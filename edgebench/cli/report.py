@@ -274,6 +274,13 @@ def _show(result, run_id: str, no_store: bool) -> None:  # type: ignore[no-untyp
     """The verdicts as a table on stdout (full width when piped), the trust figures after it."""
     from rich.text import Text
 
+    from ..analysis.fit import (
+        MIN_JUDGED_KERNEL_MODELS,
+        MIN_JUDGED_MODELS,
+        kernel_next_step,
+        whole_model_next_step,
+    )
+
     style = {"fits": "green", "does not fit": "bold red", "uncertain": "yellow"}
     table = make_table(
         f"fit ({'not stored' if no_store else 'run ' + run_id})",
@@ -304,13 +311,23 @@ def _show(result, run_id: str, no_store: bool) -> None:  # type: ignore[no-untyp
     names = {"latency_min_ms": "fastest inference", "latency_p50_ms": "p50", "memory_mb": "peak memory"}
     for s in result.cv_summaries():
         if s.device == "*" and s.holdout == "model" and s.quantity in names:
-            note(
-                f"edgebench: cross-validated whole-model prediction of {names[s.quantity]}: "
+            share = (
                 f"{s.within:.0%} of {s.pairs} held-out pairs within ±10%, median error {s.median_abs_err:.1%}"
+                if s.judged
+                else f"too few models to judge ({s.models} held out, {MIN_JUDGED_MODELS} needed: "
+                f"{whole_model_next_step(s.device)})"
             )
+            note(f"edgebench: cross-validated whole-model prediction of {names[s.quantity]}: {share}")
     for k in result.kernel_cv_summaries():
         bounds = f", measured / predicted {k.interval[0]:.2f}-{k.interval[1]:.2f}" if k.interval else ""
         where = "all devices" if k.device == "*" else f"{k.device} {k.runtime or ''}".strip()
+        if not k.judged:
+            note(
+                f"edgebench: cross-validated per-kernel prediction of p50 on {where}: too few models to "
+                f"judge ({k.models} held out, {MIN_JUDGED_KERNEL_MODELS} needed: "
+                f"{kernel_next_step(k.device, k.threads)})"
+            )
+            continue
         note(
             f"edgebench: cross-validated per-kernel prediction of p50 on {where}: {k.within:.0%} of "
             f"{k.pairs} held-out profiles within ±10%, median error {k.median_abs_err:.1%}{bounds}"

@@ -248,7 +248,7 @@ def run_profile(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     calibration = None
     if runtime == "onnxruntime":
         calibration = device.ensure_files([calibration_model()], timeout)[0]
-    references = speed_reference_files(runtime)
+    references = speed_reference_files(runtime) if params.speed_references else {}
     remote_references = device.ensure_files(list(references.values()), timeout)
     task = profile_task(
         params, runtime, remote_model, remote_inputs, remote_tmp_dir(device), calibration, remote_references

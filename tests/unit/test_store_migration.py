@@ -7,6 +7,7 @@ import json
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -124,8 +125,9 @@ def test_report_on_a_migrated_store_matches_what_v1_printed(v1_store: Path, tmp_
         else:
             assert a == b
     # memory_mb's cross-validation now predicts the model's own memory, not the process peak v1 printed
-    cv = [line for line in old if line.startswith("- latency_")]
-    assert cv and all(line in new for line in cv)
+    # v1 printed shares over its three models; three are now too few to judge (fit.MIN_JUDGED_MODELS)
+    cv = [line.split(":")[0] for line in old if line.startswith("- latency_")]
+    assert cv and all(f"{q}: too few models to judge: 3 held out, 8 needed" in out.read_text() for q in cv)
 
 
 def test_a_failed_migration_leaves_the_v1_store_as_it_was(
@@ -167,13 +169,10 @@ def test_report_deltas_pair_as_the_gate_does_a_memory_only_change() -> None:
 
 
 @pytest.mark.integration
-def test_todays_records_have_the_identity_of_migrated_ones(v1_store: Path, tmp_path: Path) -> None:
+def test_todays_records_have_the_identity_of_migrated_ones(v1_store: Path, smoke_run: Any) -> None:
     """The smoke suite that made the fixture, run again now: every record names the same identity params
     as its migrated v1 counterpart, so nightly series and gates go on across the upgrade."""
-    suite = Path(__file__).parents[2] / "suites" / "smoke.toml"
-    res = edgebench("run", suite, "--store", tmp_path / "now.db", "--json", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
-    fresh = [Record(**r) for r in json.loads(res.stdout)["records"]]
+    fresh = [Record(**r) for r in json.loads(smoke_run.stdout)["records"]]
     with Store(v1_store) as st:
         migrated = st.records([BASELINE])
 

@@ -716,6 +716,19 @@ def deltas(records: Sequence[Record], run_order: Sequence[str], threshold: float
 ROOFLINE_PREDICTOR = "roofline"  # fit's whole-model predictor: cross-validation records without `predictor`
 
 
+TOO_FEW = "too few models to judge"
+
+
+def _too_few_text(p: dict[str, Any]) -> str:
+    """Why a share is not judged and what gives enough ("" where it is judged)."""
+    if p.get("judged", True) is not False:
+        return ""
+    return (
+        f"{TOO_FEW}: {p.get('models', 0)} held out, {p.get('models_needed', '?')} needed; "
+        f"{p.get('next_step') or 'measure more models'}"
+    )
+
+
 def fit_tables(fit_records: Sequence[Record]) -> dict[str, pd.DataFrame]:
     """Verdicts, cross-validation summaries, cross-validation points and calibrations from `fit` records;
     the summaries and points name their predictor (`roofline`, or fit's KERNEL_PREDICTOR) and a summary
@@ -723,6 +736,7 @@ def fit_tables(fit_records: Sequence[Record]) -> dict[str, pd.DataFrame]:
     verdicts, summaries, points, calib = [], [], [], []
     predicted: dict[tuple, dict[str, float]] = {}
     intervals: dict[tuple, tuple[tuple[float, ...], Any]] = {}  # (device, runtime, predictor)
+    judged: dict[tuple, tuple[bool, str]] = {}  # (device, runtime, predictor, holdout, quantity)
     for r in fit_records:
         if r.probe != "fit":
             continue
@@ -762,6 +776,9 @@ def fit_tables(fit_records: Sequence[Record]) -> dict[str, pd.DataFrame]:
             predictor = p.get("predictor") or ROOFLINE_PREDICTOR
             if p.get("interval"):
                 intervals[(r.device, r.runtime or "", predictor)] = (tuple(p["interval"]), p.get("coverage"))
+            # fit runs stored before shares were judged by their held-out models: judged
+            ident = (r.device, r.runtime or "", predictor, p.get("holdout"), p.get("quantity"))
+            judged[ident] = (p.get("judged", True) is not False, _too_few_text(p))
             summaries.append(
                 {
                     "device": r.device,
@@ -817,6 +834,12 @@ def fit_tables(fit_records: Sequence[Record]) -> dict[str, pd.DataFrame]:
         found = [intervals.get((r.device, r.runtime, r.predictor)) for r in summ.itertuples()]
         summ["interval"] = [f[0] if f else None for f in found]
         summ["coverage"] = [f[1] if f else None for f in found]
+        verdict = [
+            judged.get((r.device, r.runtime, r.predictor, r.holdout, r.quantity), (True, ""))
+            for r in summ.itertuples()
+        ]
+        summ["judged"] = [j for j, _ in verdict]
+        summ["too_few"] = [why for _, why in verdict]
     return {
         "verdicts": pd.DataFrame(
             verdicts,

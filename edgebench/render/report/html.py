@@ -938,6 +938,17 @@ def _ops(d: ReportData) -> tuple[str, bool]:
         '<p class="note">Each profile names the input shapes it ran at: a dynamic dimension left at 1 '
         "makes a model look many times faster than at its real size.</p>"
     ]
+    from ...models.kernel_samples import is_kernel_sample
+
+    # kernel samples are one kernel each, the kernel predictor's calibration: named in one line, not drawn
+    samples = sorted({m for m in top["model"] if is_kernel_sample(m)})
+    if samples:
+        out.append(
+            f'<p class="note" data-kernel-samples="{len(samples)}">{len(samples)} kernel samples profiled '
+            f"to calibrate the per-kernel predictor (one kernel each, not drawn): {esc(', '.join(samples))}."
+            "</p>"
+        )
+    top = top[~top["model"].isin(samples)]
     for (device, model, runtime), g in top.groupby(["device", "model", "runtime"], sort=True):
         shape = shapes.get((device, model, runtime), "input shapes not recorded")
         out.append(
@@ -1053,6 +1064,9 @@ def _kernel_cv_kpis(summ: Any) -> list[str]:
     for r in kernel.itertuples():
         where = "all devices" if r.device == "*" else f"{r.device} {r.runtime}".strip()
         iv = interval_text(r.interval, r.coverage)
+        if not r.judged:
+            out.append(_too_few_tile(f"cv-kernel-{r.quantity}", r, f"per-kernel predictor ({where})"))
+            continue
         out.append(
             f'<div class="kpi" data-kpi="cv-kernel-{esc(r.quantity)}" data-device="{esc(r.device)}">'
             f"<b>{pct(r.cv_within_10pct)}</b><span>within ±10%: p50 of a model never profiled, "
@@ -1062,6 +1076,14 @@ def _kernel_cv_kpis(summ: Any) -> list[str]:
             + "</span></div>"
         )
     return out
+
+
+def _too_few_tile(kpi: str, r: Any, what: str) -> str:
+    """A share's tile where too few models were held out to judge it: says so, and what gives enough."""
+    return (
+        f'<div class="kpi too-few" data-kpi="{esc(kpi)}" data-device="{esc(r.device)}" data-judged="no">'
+        f"<b>{esc(frames.TOO_FEW)}</b><span>{esc(what)}: {esc(r.quantity)}<br>{esc(r.too_few)}</span></div>"
+    )
 
 
 def _prediction(d: ReportData) -> tuple[str, bool]:
@@ -1108,6 +1130,10 @@ def _prediction(d: ReportData) -> tuple[str, bool]:
         for (holdout, quantity), what in labels.items():
             found = whole[(whole["holdout"] == holdout) & (whole["quantity"] == quantity)]
             for r in found.itertuples():
+                if not r.judged:
+                    kpi = f"cv-{holdout}-{quantity}"
+                    out.append(_too_few_tile(kpi, r, f"{what} (whole-model predictor)"))
+                    continue
                 out.append(
                     f'<div class="kpi" data-kpi="cv-{esc(holdout)}-{esc(quantity)}">'
                     f"<b>{pct(r.cv_within_10pct)}</b><span>within ±10%: {esc(what)} (whole-model "
@@ -1147,7 +1173,7 @@ def _prediction(d: ReportData) -> tuple[str, bool]:
                     r.holdout,
                     r.quantity,
                     int(r.pairs),
-                    pct(r.cv_within_10pct),
+                    pct(r.cv_within_10pct) if r.judged else frames.TOO_FEW,
                     pct(r.cv_median_abs_err),
                     interval_text(r.interval, r.coverage),
                 ]

@@ -407,6 +407,8 @@ def _cv(data: ReportData) -> list[str]:
         out += [
             f"- {r.quantity}: {_pct(r.cv_within_10pct)} of {int(r.pairs)} pairs within ±10%, "
             f"median error {_pct(r.cv_median_abs_err)}"
+            if r.judged
+            else f"- {r.quantity}: {r.too_few}"
             for r in whole.itertuples()
         ]
     if kernel:
@@ -420,6 +422,9 @@ def _kernel_cv(summ: Any) -> list[str]:
     for r in summ[summ["predictor"] == KERNEL_PREDICTOR].itertuples():
         where = "all devices" if r.device == "*" else f"{r.device} {r.runtime}".strip()
         iv = interval_text(r.interval, r.coverage)
+        if not r.judged:
+            out.append(f"- per-kernel predictor, {r.quantity} ({where}): {r.too_few}")
+            continue
         out.append(
             f"- per-kernel predictor, {r.quantity} ({where}): {_pct(r.cv_within_10pct)} of {int(r.pairs)} "
             f"held-out profiles within ±10%, median error {_pct(r.cv_median_abs_err)}"
