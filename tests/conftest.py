@@ -4,6 +4,7 @@ edgebench.testing so labs can reuse it in their own CI; it is imported here as p
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,13 +19,15 @@ from edgebench.testing.pytest_ssh import (  # noqa: F401
 )
 
 
-@pytest.fixture(autouse=True)
-def _this_checkout_in_subprocesses(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(autouse=True, scope="session")
+def _this_checkout_in_subprocesses() -> Iterator[None]:
     """Every `python -m edgebench` a test starts runs this checkout's code, whatever edgebench the
     interpreter has installed (an editable install of another clone would otherwise be what runs)."""
     root = str(Path(__file__).resolve().parents[1])
     rest = os.environ.get("PYTHONPATH")
-    monkeypatch.setenv("PYTHONPATH", root if not rest else os.pathsep.join([root, rest]))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", root if not rest else os.pathsep.join([root, rest]))
+        yield
 
 
 @pytest.fixture(autouse=True)
