@@ -107,6 +107,7 @@ def bench(
 ) -> int:
     """Benchmark models' latency, load time and memory on a device (several: which ran faster)."""
     from ..execution.oneshot import DeviceAccess, run_now
+    from ..execution.repeats import interleave
     from ..models.refs import resolve_model
     from ..probes.common import check_runtime
     from ..render.bench_summary import comparison_lines, summarize_bench, summary_lines
@@ -120,17 +121,19 @@ def bench(
     check_inputs(params.inputs)
     refuse_native_only(params, spec.agent, spec.name, spec.source)
     runtimes = [check_runtime(ref, runtime) for ref in refs]  # usage errors: refused before a run is stored
-    jobs = [
-        Job(
-            device=spec.name,
-            probe="bench",
-            model=ref,
-            runtime=runtime,
-            params=params.given(),
-            timeout_s=timeout,
-        )
-        for ref in refs
-    ]
+    jobs = interleave(
+        [
+            Job(
+                device=spec.name,
+                probe="bench",
+                model=ref,
+                runtime=runtime,
+                params=params.given(),
+                timeout_s=timeout,
+            )
+            for ref in refs
+        ]
+    )
     names, chosen = ", ".join(r.name for r in refs), ", ".join(dict.fromkeys(runtimes))
     note(f"edgebench: bench {names} on {spec.name} ({chosen})")
     access = DeviceAccess(lock_dir, lease_timeout)
