@@ -1,14 +1,20 @@
 """Regression gates: pair two runs' records, test each pair, give a verdict and an exit code.
 
-A regression needs both
+A regression needs both (asv's rule)
   * magnitude: the change of the rule's statistic (ratio of candidate to baseline, e.g. of medians for
-    p50) may reach the threshold: FAIL when the one-sided (1 - alpha) percentile-bootstrap bound
-    (`scipy.stats.bootstrap`) reaches it, so a gate set at 5% catches a true 5% slowdown;
+    p50) is over the threshold; when it is not but its one-sided (1 - alpha) upper bound reaches the
+    threshold, the pair is NOISY (a threshold-sized change is not ruled out);
   * significance: a one-sided test that the candidate is worse, Benjamini-Hochberg corrected across all
-    pairs of the gate (`scipy.stats.false_discovery_control`). The test is Mann-Whitney U
-    (`scipy.stats.mannwhitneyu`) for location statistics (p50, mean) and a permutation test of the
-    statistic itself (`scipy.stats.permutation_test`) for tail statistics (p90, p99, min, max), since a
-    tail can move while the median stays.
+    pairs of the gate (`scipy.stats.false_discovery_control`).
+
+The unit of evidence is the invocation (a fresh agent process; `repeats = N` measures a configuration in
+N of them): with >= 2 invocations per side the test is Welch's t on the log of each invocation's
+statistic (analysis.invocations). With one invocation on either side only that invocation's samples are
+left, which share its disturbance and are autocorrelated: they are tested (Mann-Whitney U for p50 and
+mean, a permutation test of the statistic for tails, a bootstrap bound) but can never make a FAIL: the
+pair is NOISY with the hint to repeat, or PASS when a threshold-sized change is ruled out. Then `guard`:
+a change within the history's run-to-run spread (>= 4 earlier runs of the configuration in the store) is
+not a FAIL, and a pair measured disturbed (analysis.disturbance) is NOISY with the evidence.
 
 Verdicts: PASS, FAIL, NOISY (a threshold-sized change can neither be shown nor ruled out; carries a power
 estimate of the samples per side that would settle it), INCOMPLETE (the rule cannot be evaluated: too few
@@ -802,13 +808,9 @@ def judge_samples(
     what = rule.describe(unit)
     delta = abs(test.candidate_stat - test.baseline_stat)
     worse_sig, better_sig = q_worse < opts.alpha, q_better < opts.alpha
-    if worse_sig and test.ci_high >= frame.limit and delta > rule.min_delta:
+    if worse_sig and test.effect >= frame.limit and delta > rule.min_delta:
         return PairVerdict(
-            key,
-            rule,
-            FAIL,
-            f"significantly worse (q={q_worse:.2g}) and the change may reach the {what}",
-            **common,
+            key, rule, FAIL, f"significantly worse (q={q_worse:.2g}) and over the {what}", **common
         )
     if better_sig or test.ci_high < frame.limit or delta <= rule.min_delta:
         if better_sig and test.effect <= frame.better_limit:
@@ -834,6 +836,15 @@ def judge_samples(
     else:
         need, what_n = samples_to_settle(test, frame, opts), "samples"
     more = "" if need is None else f"; ~{need} {what_n} per side would settle it at {opts.power:.0%} power"
+    if worse_sig:
+        return PairVerdict(
+            key,
+            rule,
+            NOISY,
+            f"significantly worse (q={q_worse:.2g}) but under the {what}, which the change may reach{more}",
+            samples_needed=need,
+            **common,
+        )
     return PairVerdict(
         key,
         rule,
