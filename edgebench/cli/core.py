@@ -223,8 +223,23 @@ def results(
         note(f"edgebench: wrote {len(frame)} records to {parquet}")
     else:
         show_records(records, f"results ({', '.join(run_ids) if run_ids else 'all runs'})")
+        warn(disturbed_lines(records), "disturbed job ")
         warn([f"{e['device']} {e['probe']} {e['model'] or ''}: {e['error']}" for e in errors], "failed job ")
     return 0
+
+
+def disturbed_lines(records: list[Record]) -> list[str]:
+    """One line per job whose measured disturbance passes the default threshold (analysis.disturbance):
+    `local mlp onnxruntime bench {"threads":2} invocation 2: others used 63% of the CPUs`."""
+    from ..analysis.disturbance import Thresholds, by_job
+
+    out = []
+    for (_, device, model, runtime, probe, params, inv), d in sorted(by_job(records).items()):
+        why = Thresholds().evidence(d)
+        if why:
+            where = f" invocation {inv}" if inv else ""
+            out.append(f"{device} {model} {runtime} {probe} {params}{where}: {why}")
+    return out
 
 
 def json_columns(frame):  # type: ignore[no-untyped-def]
