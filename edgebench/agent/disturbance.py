@@ -1,4 +1,4 @@
-"""What else used the device while a task ran: read at the task's start and end (stdlib only: runs on devices).
+"""What else used the device while a task ran, read at the task's start and end (stdlib only: on devices).
 
 From /proc/stat the machine's busy and steal jiffies (per CPU, for the CPUs the agent may run on), from
 os.times the agent's own CPU time, from /proc/self/task/*/schedstat how long the agent's threads waited on

@@ -858,7 +858,9 @@ def judge_samples(
 ONE_INVOCATION_HINT = f"one invocation per side: use repeats >= {RECOMMENDED_INVOCATIONS}"
 
 
-def guard(v: PairVerdict, test: SampleTest, base: Side, cand: Side, floor: HistoryFloor | None) -> PairVerdict:
+def guard(
+    v: PairVerdict, test: SampleTest, base: Side, cand: Side, floor: HistoryFloor | None
+) -> PairVerdict:
     """What the samples cannot back is never a FAIL: one invocation per side (its samples share one
     invocation's disturbance), a change within the history's run-to-run spread, or a side measured
     disturbed (the pair is NOISY with the evidence; a candidate that passed although it alone was

@@ -426,7 +426,9 @@ def _fraction(t: TableReader, key: str) -> float | None:
     else:
         number = float(value)
         if number >= 1:
-            raise t.error(key, f'{value!r} as a fraction is {number:.0%}: write "{value}%" or a fraction below 1')
+            raise t.error(
+                key, f'{value!r} as a fraction is {number:.0%}: write "{value}%" or a fraction below 1'
+            )
     if not math.isfinite(number) or number < 0:
         raise t.error(key, "must not be negative")
     return number

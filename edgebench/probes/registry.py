@@ -395,14 +395,6 @@ class ThermalParams(ProbeParams):
     precision: str | None = param(
         None, ID, "choice", "Native runners: fp32, fp16 or low.", choices=PRECISIONS, native_only=True
     )
-    repeats: int = param(
-        1,
-        PO,
-        "int",
-        "Measure in N independent invocations (fresh agent processes), interleaved across models; "
-        "the gate judges on their statistics (use 3 or more).",
-        minimum=1,
-    )
     runner: str | None = param(
         None, ID, "str", "Native runners: which runner of the descriptor.", native_only=True, cli=False
     )
@@ -419,14 +411,6 @@ class ThermalParams(ProbeParams):
     )
     precision: str | None = param(
         None, ID, "choice", "Native runners: fp32, fp16 or low.", choices=PRECISIONS, native_only=True
-    )
-    repeats: int = param(
-        1,
-        PO,
-        "int",
-        "Measure in N independent invocations (fresh agent processes), interleaved across models; "
-        "the gate judges on their statistics (use 3 or more).",
-        minimum=1,
     )
     runner: str | None = param(
         None, ID, "str", "Native runners: which runner of the descriptor.", native_only=True, cli=False
@@ -477,14 +461,6 @@ class PowerParams(ProbeParams):
     )
     precision: str | None = param(
         None, ID, "choice", "Native runners: fp32, fp16 or low.", choices=PRECISIONS, native_only=True
-    )
-    repeats: int = param(
-        1,
-        PO,
-        "int",
-        "Measure in N independent invocations (fresh agent processes), interleaved across models; "
-        "the gate judges on their statistics (use 3 or more).",
-        minimum=1,
     )
     runner: str | None = param(
         None, ID, "str", "Native runners: which runner of the descriptor.", native_only=True, cli=False

@@ -51,7 +51,9 @@ def key(model: str = "m", metric: str = "latency_ms", stat: str = "p50", probe: 
 
 def sampled(values: tuple[float, ...], invocations: int = 5) -> Side:
     """A side measured in `invocations` invocations (the values split in order); 1: within-run only."""
-    groups = tuple(tuple(g) for g in np.array_split(np.asarray(values), invocations)) if invocations > 1 else ()
+    groups = (
+        tuple(tuple(g) for g in np.array_split(np.asarray(values), invocations)) if invocations > 1 else ()
+    )
     return Side(float(np.median(values)), "ms", values, invocations=groups)
 
 
@@ -111,7 +113,9 @@ def test_high_noise_is_noisy_and_the_power_estimate_settles_it() -> None:
     assert f"~{v.samples_needed} invocations (repeats) per side" in v.reason
     n = v.samples_needed
     settled = [
-        one(sampled(lognormal(rng, 10.0, 0.15, 4 * n), n), sampled(lognormal(rng, 10.0, 0.15, 4 * n), n)).verdict
+        one(
+            sampled(lognormal(rng, 10.0, 0.15, 4 * n), n), sampled(lognormal(rng, 10.0, 0.15, 4 * n), n)
+        ).verdict
         for _ in range(10)
     ]
     assert settled.count(PASS) >= 8, settled
@@ -287,7 +291,9 @@ def _store_run(
             ctx.record("peak_rss_mb", 80.0, "MB"),
         ]
         params = {"threads": 1, "repeats": invocations}
-        job = Job("local", "bench", ModelRef(model, Path(f"{model}.onnx")), "onnxruntime", params, invocation=i)
+        job = Job(
+            "local", "bench", ModelRef(model, Path(f"{model}.onnx")), "onnxruntime", params, invocation=i
+        )
         store.save_job(run_id, JobOutcome(job, "ok", recs, [ctx.samples("latency_ms", "ms", tuple(part))]))
     store.finish_run(run_id, "ok")
 

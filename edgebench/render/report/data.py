@@ -155,7 +155,7 @@ def _regression(
         return stored[-1]["result"], f"the verdicts of stored gate run {stored[-1]['run_id']}"
     result = gate_runs(store, previous, latest, list(rules) if rules is not None else default_rules())
     where = rules_source or "the default gate rules"
-    return result.to_dict(), f"no stored gate run compared them: the gate applied for this report with {where}"
+    return result.to_dict(), f"no stored gate run compared them: the gate applied here with {where}"
 
 
 def _fit_records(

@@ -1241,9 +1241,9 @@ def _deltas(d: ReportData) -> tuple[str, bool]:
         )
     moved = int((df["direction"] != "same").sum())
     head = (
-        f'<p class="note">Raw deltas: {moved} measurement(s) moved by 5% or more, earliest vs latest selected '
-        "run. A direction, not a verdict: the gate's rule and test judge regressions (the regressions "
-        "section).</p>"
+        f'<p class="note">Raw deltas: {moved} measurement(s) moved by 5% or more, earliest vs latest '
+        "selected run. A direction, not a verdict: the gate's rule and test judge regressions (the "
+        "regressions section).</p>"
     )
     return head + table(
         [
