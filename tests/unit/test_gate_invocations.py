@@ -189,3 +189,35 @@ def test_the_gate_table_fits_120_columns_and_wide_keeps_every_column(tmp_path: P
     assert (
         wide.returncode == 1 and "┃ q " in wide.stdout and max(len(x) for x in wide.stdout.splitlines()) > 120
     )
+
+
+def test_the_reports_regression_section_says_whose_verdicts_it_shows(tmp_path: Path) -> None:
+    """One verdict per question: a stored gate run's verdicts when one compared the two runs, else the
+    suite's [[gate]] rules applied now, and the section says which."""
+    from edgebench.cli.report import _gate_rules
+    from edgebench.render.report.data import load_report_data
+
+    suite = tmp_path / "nightly.toml"
+    suite.write_text(
+        'name = "nightly"\ndevices = ["local"]\nmodels = ["builtin:mlp"]\n[[probe]]\nkind = "bench"\n'
+        '[[gate]]\nmetric = "latency_ms"\nstat = "p50"\nmax_slowdown = "50%"\n'
+    )
+    rules, source = _gate_rules(suite)
+    with Store(tmp_path / "r.db") as st:
+        for run, meds in (
+            ("20261201T000000Z-aaaaaa", [10.0, 10.1, 9.9]),
+            ("20261202T000000Z-bbbbbb", [13.0, 13.1, 12.9]),
+        ):
+            st.begin_run(run, "suite", {}, suite="nightly")
+            records, samples = _side(run, meds)
+            job = Job("local", "bench", ModelRef("m", Path("m.onnx")), "onnxruntime", {"threads": 1})
+            st.save_job(run, JobOutcome(job, "ok", records, samples))
+            st.finish_run(run, "ok")
+        applied = load_report_data(st, gate_rules=rules, gate_rules_source=source)
+        assert "the [[gate]] rules of nightly.toml" in applied.regression_source
+        assert applied.regression is not None and applied.regression["verdict"] == "PASS"  # +30% < 50%
+        res = gate_runs(st, "20261201T000000Z-aaaaaa", "20261202T000000Z-bbbbbb", default_rules())
+        st.save_gate("gate1", {**res.to_dict(), "gate_run": "gate1"}, [])
+        stored = load_report_data(st, gate_rules=rules, gate_rules_source=source)
+    assert stored.regression_source == "the verdicts of stored gate run gate1"
+    assert stored.regression is not None and stored.regression["verdict"] == "FAIL"
