@@ -28,6 +28,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from edgebench.testing.cli import edgebench
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "integration"))
@@ -106,8 +108,12 @@ def one_trial(folder: Path) -> dict[str, tuple[bool, str, bool]]:
     return out
 
 
+@pytest.mark.timeout(300 + 240 * TRIALS)  # five suite runs a trial, on a host that may be busy
 def test_gate_false_alarms_and_power_on_real_runs(tmp_path: Path) -> None:
-    trials = [one_trial(tmp_path / f"t{i}") for i in range(TRIALS)]
+    trials = []
+    for i in range(TRIALS):
+        trials.append(one_trial(tmp_path / f"t{i}"))
+        print(f"trial {i + 1}: {trials[-1]}", flush=True)
     for name in ("same", "same busy", "heavy", "heavy busy"):
         got = [t[name] for t in trials]
         verdicts = Counter(v for _, v, _ in got)
