@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from edgebench.results.store import Store
 from edgebench.testing.cli import edgebench
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "integration"))
@@ -70,8 +71,20 @@ def run(suite: Path, store: Path, cwd: Path) -> str:
     return str(json.loads(res.stdout)["run_id"])
 
 
-def gate(store: Path, base: str, cand: str, cwd: Path) -> list[dict]:  # type: ignore[type-arg]
-    res = edgebench("gate", "--store", store, "--baseline", base, "--candidate", cand, "--json", cwd=cwd)
+def gate(store: Path, base: str, cand: str, cwd: Path, *extra: str) -> list[dict]:  # type: ignore[type-arg]
+    res = edgebench(
+        "gate",
+        "--store",
+        store,
+        "--baseline",
+        base,
+        "--candidate",
+        cand,
+        "--json",
+        "--no-store",
+        *extra,
+        cwd=cwd,
+    )
     assert res.returncode in (0, 1), res.stderr
     return [p for p in json.loads(res.stdout)["pairs"] if p["metric"] == "latency_ms"]
 
@@ -105,6 +118,19 @@ def one_trial(folder: Path) -> dict[str, tuple[bool, str, bool]]:
             enc_p50["verdict"],
             "measured disturbed" in enc_p50["reason"],
         )
+        # The statistics alone, the disturbance guard off: what the invocations say on this host.
+        alone = gate(store, base, cand, folder, "--max-wait", "100%")
+        enc_alone = next(p for p in alone if p["model"] == "enc" and p.get("stat") == "p50")
+        print(
+            f"  {name}, --max-wait 100%: enc {enc_alone['verdict']} {enc_alone['change']:+.1%}, any FAIL: "
+            f"{any(p['verdict'] == 'FAIL' for p in alone)}",
+            flush=True,
+        )
+    with Store(store) as st:
+        shares = sorted(r.value or 0.0 for r in st.records() if r.metric == "disturbance_others_cpu_share")
+    print(
+        f"  others' CPU share over the trial's jobs: median {shares[len(shares) // 2]:.0%}, max {shares[-1]:.0%}"
+    )
     return out
 
 
