@@ -12,6 +12,7 @@ import os
 import sys
 import traceback
 
+from . import disturbance
 from .protocol import PROTOCOL, ProtocolError, parse_task
 
 # kind -> module in this package exposing run(task) -> (result dict, warnings list)
@@ -64,8 +65,16 @@ def run_task(document: dict) -> dict:
     except ProtocolError as exc:
         raise TaskError("usage", str(exc)) from None
     module = importlib.import_module(f"{__package__}.{TASKS[task.KIND]}")
+    start = disturbance.snapshot()
     result, warnings = module.run(task.to_dict())
-    return {"ok": True, "protocol": PROTOCOL, "kind": task.KIND, "result": result, "warnings": warnings}
+    return {
+        "ok": True,
+        "protocol": PROTOCOL,
+        "kind": task.KIND,
+        "result": result,
+        "warnings": warnings,
+        "disturbance": disturbance.delta(start, disturbance.snapshot()),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,14 +1,20 @@
 """Regression gates: pair two runs' records, test each pair, give a verdict and an exit code.
 
-A regression needs both
+A regression needs both (asv's rule)
   * magnitude: the change of the rule's statistic (ratio of candidate to baseline, e.g. of medians for
-    p50) may reach the threshold: FAIL when the one-sided (1 - alpha) percentile-bootstrap bound
-    (`scipy.stats.bootstrap`) reaches it, so a gate set at 5% catches a true 5% slowdown;
+    p50) is over the threshold; when it is not but its one-sided (1 - alpha) upper bound reaches the
+    threshold, the pair is NOISY (a threshold-sized change is not ruled out);
   * significance: a one-sided test that the candidate is worse, Benjamini-Hochberg corrected across all
-    pairs of the gate (`scipy.stats.false_discovery_control`). The test is Mann-Whitney U
-    (`scipy.stats.mannwhitneyu`) for location statistics (p50, mean) and a permutation test of the
-    statistic itself (`scipy.stats.permutation_test`) for tail statistics (p90, p99, min, max), since a
-    tail can move while the median stays.
+    pairs of the gate (`scipy.stats.false_discovery_control`).
+
+The unit of evidence is the invocation (a fresh agent process; `repeats = N` measures a configuration in
+N of them): with >= 2 invocations per side the test is Welch's t on the log of each invocation's
+statistic (analysis.invocations). With one invocation on either side only that invocation's samples are
+left, which share its disturbance and are autocorrelated: they are tested (Mann-Whitney U for p50 and
+mean, a permutation test of the statistic for tails, a bootstrap bound) but can never make a FAIL: the
+pair is NOISY with the hint to repeat, or PASS when a threshold-sized change is ruled out. Then `guard`:
+a change within the history's run-to-run spread (>= 4 earlier runs of the configuration in the store) is
+not a FAIL, and a pair measured disturbed (analysis.disturbance) is NOISY with the evidence.
 
 Verdicts: PASS, FAIL, NOISY (a threshold-sized change can neither be shown nor ruled out; carries a power
 estimate of the samples per side that would settle it), INCOMPLETE (the rule cannot be evaluated: too few
@@ -39,6 +45,15 @@ import numpy as np
 
 from ..errors import ConfigError, UserError
 from ..records import Record, Samples
+from .disturbance import DEFAULT_MAX_WAIT, Thresholds, by_job
+from .disturbance import PREFIX as DISTURBANCE_PREFIX
+from .invocations import (
+    MIN_INVOCATIONS,
+    RECOMMENDED_INVOCATIONS,
+    HistoryFloor,
+    invocation_test,
+    invocations_to_settle,
+)
 from .stats import MIN_SAMPLES_FOR_P90, MIN_SAMPLES_FOR_P99
 
 PASS, FAIL, NOISY, MISSING, IMPROVED = "PASS", "FAIL", "NOISY", "MISSING", "IMPROVED"
@@ -249,27 +264,47 @@ def record_key(r: Record | Samples, stat: str | None = None) -> PairKey:
 
 @dataclass(frozen=True)
 class Side:
-    """One run's view of a pair: the stored value(s) and, when kept, the raw samples behind them."""
+    """One run's view of a pair: the stored value(s) and, when kept, the raw samples behind them, by
+    invocation (each a fresh agent process), with what disturbed those invocations."""
 
     value: float
     unit: str
-    samples: tuple[float, ...] | None = None
+    samples: tuple[float, ...] | None = None  # every invocation's samples pooled
     n_records: int = 1
+    invocations: tuple[tuple[float, ...], ...] = ()  # samples per invocation (empty: one, `samples`)
+    disturbed: tuple[str, ...] = ()  # evidence per disturbed invocation ("others used 63% of the CPUs")
+
+    def per_invocation(self) -> tuple[tuple[float, ...], ...]:
+        """Samples by invocation; a side without invocation marks is one invocation."""
+        if self.invocations:
+            return self.invocations
+        return (self.samples,) if self.samples else ()
 
 
-def collect_side(records: Iterable[Record], samples: Iterable[Samples]) -> dict[PairKey, Side]:
-    """Group one run's records by pair key; attach the samples whose params equal the records' minus stat.
+def collect_side(
+    records: Iterable[Record], samples: Iterable[Samples], max_wait: float = DEFAULT_MAX_WAIT
+) -> dict[PairKey, Side]:
+    """Group one run's records by pair key; attach the samples whose params equal the records' minus stat,
+    kept apart by invocation (the `invocation` annotation of a repeated job), and the evidence of the
+    invocations whose `disturbance_*` records pass `max_wait` (analysis.disturbance).
 
     Several records under one key (a repeated job) are summarised by their median; their samples pooled.
     A key whose every value is missing or not finite (NaN outputs, say) keeps a NaN value, so a candidate
     that lost its number fails rather than going missing.
     """
-    pooled: dict[PairKey, list[float]] = defaultdict(list)
+    records = list(records)
+    by_inv: dict[PairKey, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for s in samples:
-        pooled[record_key(s, stat="")] += [float(v) for v in s.values if v is not None and math.isfinite(v)]
+        inv = int(s.annotations.get("invocation") or 0)
+        by_inv[record_key(s, stat="")][inv] += [
+            float(v) for v in s.values if v is not None and math.isfinite(v)
+        ]
+    disturbed = _disturbed(records, max_wait)
     values: dict[PairKey, list[float]] = defaultdict(list)
     units: dict[PairKey, str] = {}
     for r in records:
+        if r.metric.startswith(DISTURBANCE_PREFIX):
+            continue
         key = record_key(r)
         units[key] = r.unit
         if r.value is not None and math.isfinite(r.value):
@@ -277,10 +312,34 @@ def collect_side(records: Iterable[Record], samples: Iterable[Samples]) -> dict[
     out = {}
     for key, unit in units.items():
         vals = values.get(key, [])
-        raw = pooled.get(replace(key, stat=""))
+        series = replace(key, stat="")
+        groups = [tuple(v) for _, v in sorted(by_inv.get(series, {}).items()) if v]
+        raw = tuple(x for g in groups for x in g)
         value = float(np.median(vals)) if vals else math.nan
-        out[key] = Side(value, unit, tuple(raw) if raw and vals else None, len(vals))
+        kept = bool(raw and vals)
+        out[key] = Side(
+            value,
+            unit,
+            raw if kept else None,
+            len(vals),
+            tuple(groups) if kept and len(groups) > 1 else (),
+            disturbed.get(series, ()),
+        )
     return out
+
+
+def _disturbed(records: Sequence[Record], max_wait: float) -> dict[PairKey, tuple[str, ...]]:
+    """The evidence of each disturbed invocation, by the pair key (stat-less) of what it measured."""
+    thresholds = Thresholds(max_wait)
+    out: dict[PairKey, list[str]] = defaultdict(list)
+    for (_, device, model, runtime, probe, params, inv), d in sorted(by_job(records).items()):
+        why = thresholds.evidence(d)
+        if why is None:
+            continue
+        where = f"invocation {inv}: " if inv else ""
+        for metric in STAT_METRICS:
+            out[PairKey(device, model, runtime, probe, metric, "", params)].append(where + why)
+    return {k: tuple(v) for k, v in out.items()}
 
 
 # ---- statistics (pure) ---------------------------------------------------------------------------------
@@ -294,6 +353,7 @@ class GateOptions:
     resamples: int = 2000  # bootstrap and permutation resamples
     seed: int = 0
     strict: bool = False
+    max_wait: float = DEFAULT_MAX_WAIT  # beyond it (others' CPU share, run-queue wait) a job is disturbed
 
 
 def stat_of(x: np.ndarray, stat: str, axis: int = -1) -> np.ndarray:
@@ -374,6 +434,40 @@ class SampleTest:
     p_better: float
     se_log: float  # bootstrap standard error of log effect (relative) or of the effect (absolute)
     method: str
+    level: str = "sample"  # "invocation": n counts invocations and the test compares their statistics
+
+
+def test_invocations(base: Side, cand: Side, rule: GateRule, opts: GateOptions) -> SampleTest:
+    """One pair's significance and magnitude from each invocation's statistic (analysis.invocations)."""
+    bstats = [float(stat_of(np.asarray(x, dtype=float), rule.stat)) for x in base.per_invocation()]
+    cstats = [float(stat_of(np.asarray(x, dtype=float), rule.stat)) for x in cand.per_invocation()]
+    t = invocation_test(bstats, cstats, rule.threshold.relative, rule.worse == "higher", opts.alpha)
+    method = f"welch t on log {rule.stat} of {t.n_baseline} vs {t.n_candidate} invocations"
+    return SampleTest(
+        t.n_baseline,
+        t.n_candidate,
+        t.baseline,
+        t.candidate,
+        t.effect,
+        t.ci_low,
+        t.ci_high,
+        t.p_worse,
+        t.p_better,
+        t.se,
+        method if rule.threshold.relative else method.replace(" log", ""),
+        level="invocation",
+    )
+
+
+def test_pair(
+    base: Side, cand: Side, rule: GateRule, opts: GateOptions, rng: np.random.Generator
+) -> SampleTest:
+    """Invocation-level when both sides have >= 2 invocations; else within one invocation's samples (which
+    `guard` never lets FAIL)."""
+    if min(len(base.per_invocation()), len(cand.per_invocation())) >= MIN_INVOCATIONS:
+        return test_invocations(base, cand, rule, opts)
+    assert base.samples is not None and cand.samples is not None
+    return test_samples(base.samples, cand.samples, rule, opts, rng)
 
 
 def test_samples(
@@ -714,13 +808,9 @@ def judge_samples(
     what = rule.describe(unit)
     delta = abs(test.candidate_stat - test.baseline_stat)
     worse_sig, better_sig = q_worse < opts.alpha, q_better < opts.alpha
-    if worse_sig and test.ci_high >= frame.limit and delta > rule.min_delta:
+    if worse_sig and test.effect >= frame.limit and delta > rule.min_delta:
         return PairVerdict(
-            key,
-            rule,
-            FAIL,
-            f"significantly worse (q={q_worse:.2g}) and the change may reach the {what}",
-            **common,
+            key, rule, FAIL, f"significantly worse (q={q_worse:.2g}) and over the {what}", **common
         )
     if better_sig or test.ci_high < frame.limit or delta <= rule.min_delta:
         if better_sig and test.effect <= frame.better_limit:
@@ -737,8 +827,24 @@ def judge_samples(
         if worse_sig:
             why = f"significantly worse (q={q_worse:.2g}) but {why}"
         return PairVerdict(key, rule, PASS, why, **common)
-    need = samples_to_settle(test, frame, opts)
-    more = "" if need is None else f"; ~{need} samples per side would settle it at {opts.power:.0%} power"
+    if test.level == "invocation":
+        limit = math.log(frame.limit) if frame.relative else frame.limit
+        need = invocations_to_settle(
+            test.se_log, test.n_baseline, test.n_candidate, limit, opts.alpha, opts.power
+        )
+        what_n = "invocations (repeats)"
+    else:
+        need, what_n = samples_to_settle(test, frame, opts), "samples"
+    more = "" if need is None else f"; ~{need} {what_n} per side would settle it at {opts.power:.0%} power"
+    if worse_sig:
+        return PairVerdict(
+            key,
+            rule,
+            NOISY,
+            f"significantly worse (q={q_worse:.2g}) but under the {what}, which the change may reach{more}",
+            samples_needed=need,
+            **common,
+        )
     return PairVerdict(
         key,
         rule,
@@ -747,6 +853,37 @@ def judge_samples(
         samples_needed=need,
         **common,
     )
+
+
+ONE_INVOCATION_HINT = f"one invocation per side: use repeats >= {RECOMMENDED_INVOCATIONS}"
+
+
+def guard(
+    v: PairVerdict, test: SampleTest, base: Side, cand: Side, floor: HistoryFloor | None
+) -> PairVerdict:
+    """What the samples cannot back is never a FAIL: one invocation per side (its samples share one
+    invocation's disturbance), a change within the history's run-to-run spread, or a side measured
+    disturbed (the pair is NOISY with the evidence; a candidate that passed although it alone was
+    disturbed still passes, since a disturbance only slows)."""
+    if test.level != "invocation":
+        if v.verdict == FAIL:
+            v = replace(v, verdict=NOISY, reason=f"looks worse ({v.reason}), but {ONE_INVOCATION_HINT}")
+        elif v.verdict in (NOISY, IMPROVED):
+            v = replace(v, reason=f"{v.reason}; {ONE_INVOCATION_HINT}")
+    if floor is not None and v.rule.threshold.relative:
+        within = test.effect > 0 and abs(math.log(test.effect)) <= floor.log_spread
+        if v.verdict == FAIL and within:
+            v = replace(v, verdict=NOISY, reason=f"{v.reason}, but within the history: {floor.text()}")
+        else:
+            v = replace(v, reason=f"{v.reason}; history: {floor.text()}")
+    evidence = [f"baseline: {w}" for w in base.disturbed] + [f"candidate: {w}" for w in cand.disturbed]
+    if evidence:
+        shown = "; ".join(evidence[:3]) + (f"; +{len(evidence) - 3} more" if len(evidence) > 3 else "")
+        if v.verdict in (FAIL, IMPROVED) or (v.verdict == PASS and base.disturbed):
+            v = replace(v, verdict=NOISY, reason=f"measured disturbed ({shown}); without it: {v.reason}")
+        else:
+            v = replace(v, reason=f"{v.reason}; measured disturbed ({shown})")
+    return v
 
 
 def too_few(key: PairKey, rule: GateRule, base: Side, cand: Side, need: int) -> PairVerdict:
@@ -802,7 +939,7 @@ def with_rule_stats(sides: dict[PairKey, Side], rules: Sequence[GateRule]) -> di
             if wanted in out or not rule.matches(wanted):
                 continue
             values = np.asarray(side.samples, dtype=float)
-            out[wanted] = Side(float(stat_of(values, rule.stat)), side.unit, side.samples, n_records=0)
+            out[wanted] = replace(side, value=float(stat_of(values, rule.stat)), n_records=0)
     return out
 
 
@@ -814,8 +951,11 @@ def evaluate(
     candidate_failures: Sequence[JobFailure] = (),
     baseline_run: str = "baseline",
     candidate_run: str = "candidate",
+    floors: Mapping[PairKey, HistoryFloor] | None = None,
 ) -> GateResult:
-    """Judge every baseline pair some rule covers; pure given its inputs (seeded resampling)."""
+    """Judge every baseline pair some rule covers; pure given its inputs (seeded resampling).
+
+    `floors`: each pair's run-to-run spread from the store's history (`gate_runs` reads it), if known."""
     from scipy import stats as sps  # lazily: scipy costs a second of every CLI start
 
     opts = opts or GateOptions()
@@ -824,7 +964,7 @@ def evaluate(
         check_stat(rule.stat)
     baseline = with_rule_stats(baseline, rules)
     candidate = with_rule_stats(candidate, rules)
-    pending: list[tuple[PairKey, GateRule, SampleTest, str]] = []
+    pending: list[tuple[PairKey, GateRule, SampleTest, Side, Side]] = []
     done: list[PairVerdict] = []
     for key in sorted(baseline):
         for rule in rules:
@@ -851,18 +991,24 @@ def evaluate(
                 done.append(judge_single(key, rule, base, cand))
             else:
                 need = min_samples_for(rule.stat, opts.min_samples)
-                if min(len(base.samples), len(cand.samples)) < need:
+                each = min(len(x) for x in (*base.per_invocation(), *cand.per_invocation()))
+                if min(len(base.samples), len(cand.samples)) < need or each < min_samples_for(rule.stat, 1):
                     done.append(too_few(key, rule, base, cand, need))
                 else:
-                    pending.append(
-                        (key, rule, test_samples(base.samples, cand.samples, rule, opts, rng), cand.unit)
-                    )
+                    pending.append((key, rule, test_pair(base, cand, rule, opts, rng), base, cand))
     if pending:
-        q_worse = sps.false_discovery_control([t.p_worse for _, _, t, _ in pending], method="bh")
-        q_better = sps.false_discovery_control([t.p_better for _, _, t, _ in pending], method="bh")
+        q_worse = sps.false_discovery_control([t.p_worse for _, _, t, _, _ in pending], method="bh")
+        q_better = sps.false_discovery_control([t.p_better for _, _, t, _, _ in pending], method="bh")
+        floors = floors or {}
         done += [
-            judge_samples(k, r, t, float(qw), float(qb), u, opts)
-            for (k, r, t, u), qw, qb in zip(pending, q_worse, q_better, strict=True)
+            guard(
+                judge_samples(k, r, t, float(qw), float(qb), c.unit, opts),
+                t,
+                b,
+                c,
+                floors.get(replace(k, stat=r.stat)),
+            )
+            for (k, r, t, b, c), qw, qb in zip(pending, q_worse, q_better, strict=True)
         ]
     unpaired = sum(1 for k in candidate if k not in baseline and any(r.matches(k) for r in rules))
     order = {v: i for i, v in enumerate(VERDICTS)}
@@ -924,15 +1070,44 @@ def gate_runs(
         )
         for e in store.errors([candidate])
     ]
-    base = collect_side(store.records([baseline]), store.samples([baseline]))
-    cand = collect_side(store.records([candidate]), store.samples([candidate]))
-    result = evaluate(base, cand, rules, opts, failures, baseline, candidate)
+    opts = opts or GateOptions()
+    base = collect_side(store.records([baseline]), store.samples([baseline]), opts.max_wait)
+    cand = collect_side(store.records([candidate]), store.samples([candidate]), opts.max_wait)
+    floors = history_floors(store, candidate, [k for k, s in base.items() if s.samples and k.stat])
+    result = evaluate(base, cand, rules, opts, failures, baseline, candidate, floors)
     warned = {"baseline": store.jobs([baseline]), "candidate": store.jobs([candidate])}
     verdicts = tuple(
         replace(v, warnings=job_warnings(v.key, warned)) if v.verdict == FAIL else v for v in result.verdicts
     )
     changed = fingerprint_changes(store.device_info([baseline]), store.device_info([candidate]))
     return replace(result, verdicts=verdicts, notes=result.notes + tuple(changed))
+
+
+def history_floors(store: Any, candidate: str, keys: Sequence[PairKey]) -> dict[PairKey, HistoryFloor]:
+    """Each key's run-to-run spread over the stored runs made before the candidate (the baseline among
+    them): one value per run (the median of its records under the key), a floor once there are
+    `invocations.MIN_HISTORY` of them."""
+    from .invocations import history_floor
+
+    runs = {r.run_id: r for r in store.runs()}
+    made = runs[candidate].created
+    earlier = [rid for rid, r in runs.items() if r.kind != "gate" and r.created < made and rid != candidate]
+    if not earlier or not keys:
+        return {}
+    wanted = set(keys)
+    per_run: dict[PairKey, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for device, model, probe, metric in sorted({(k.device, k.model, k.probe, k.metric) for k in keys}):
+        for r in store.records(earlier, device=device, model=None if model == "-" else model, probe=probe,
+                               metric=metric):  # fmt: skip
+            key = record_key(r)
+            if key in wanted and r.value is not None and math.isfinite(r.value):
+                per_run[key][r.run_id].append(float(r.value))
+    out = {}
+    for key, by_run in per_run.items():
+        floor = history_floor([float(np.median(v)) for v in by_run.values()])
+        if floor is not None:
+            out[key] = floor
+    return out
 
 
 # Words of the warnings that say a measurement was disturbed (outliers, a warm device, retries), as the

@@ -107,6 +107,7 @@ def bench(
 ) -> int:
     """Benchmark models' latency, load time and memory on a device (several: which ran faster)."""
     from ..execution.oneshot import DeviceAccess, run_now
+    from ..execution.repeats import interleave
     from ..models.refs import resolve_model
     from ..probes.common import check_runtime
     from ..render.bench_summary import comparison_lines, summarize_bench, summary_lines
@@ -120,17 +121,19 @@ def bench(
     check_inputs(params.inputs)
     refuse_native_only(params, spec.agent, spec.name, spec.source)
     runtimes = [check_runtime(ref, runtime) for ref in refs]  # usage errors: refused before a run is stored
-    jobs = [
-        Job(
-            device=spec.name,
-            probe="bench",
-            model=ref,
-            runtime=runtime,
-            params=params.given(),
-            timeout_s=timeout,
-        )
-        for ref in refs
-    ]
+    jobs = interleave(
+        [
+            Job(
+                device=spec.name,
+                probe="bench",
+                model=ref,
+                runtime=runtime,
+                params=params.given(),
+                timeout_s=timeout,
+            )
+            for ref in refs
+        ]
+    )
     names, chosen = ", ".join(r.name for r in refs), ", ".join(dict.fromkeys(runtimes))
     note(f"edgebench: bench {names} on {spec.name} ({chosen})")
     access = DeviceAccess(lock_dir, lease_timeout)
@@ -220,8 +223,23 @@ def results(
         note(f"edgebench: wrote {len(frame)} records to {parquet}")
     else:
         show_records(records, f"results ({', '.join(run_ids) if run_ids else 'all runs'})")
+        warn(disturbed_lines(records), "disturbed job ")
         warn([f"{e['device']} {e['probe']} {e['model'] or ''}: {e['error']}" for e in errors], "failed job ")
     return 0
+
+
+def disturbed_lines(records: list[Record]) -> list[str]:
+    """One line per job whose measured disturbance passes the default threshold (analysis.disturbance):
+    `local mlp onnxruntime bench {"threads":2} invocation 2: others used 63% of the CPUs`."""
+    from ..analysis.disturbance import Thresholds, by_job
+
+    out = []
+    for (_, device, model, runtime, probe, params, inv), d in sorted(by_job(records).items()):
+        why = Thresholds().evidence(d)
+        if why:
+            where = f" invocation {inv}" if inv else ""
+            out.append(f"{device} {model} {runtime} {probe} {params}{where}: {why}")
+    return out
 
 
 def json_columns(frame):  # type: ignore[no-untyped-def]

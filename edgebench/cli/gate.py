@@ -34,6 +34,13 @@ _GATE_SEED = typer.Option(0, "--seed", help="Seed of the bootstrap and permutati
 _GATE_JUNIT = typer.Option(None, "--junit", help="Write JUnit XML (one testcase per pair).")
 _GATE_MARKDOWN = typer.Option(None, "--markdown", help="Write a Markdown summary (for a PR comment).")
 _GATE_NO_STORE = typer.Option(False, "--no-store", help="Do not keep the verdicts as a gate run.")
+_GATE_MAX_WAIT = typer.Option(
+    "10%",
+    "--max-wait",
+    help="A job is disturbed (its pairs NOISY, never FAIL) when other processes took more than this share "
+    "of its CPUs, or its threads waited this share of their time on a run queue.",
+)
+_GATE_WIDE = typer.Option(False, "--wide", help="Every column at full width (default: fit 120 columns).")
 _HISTORY_DEVICE = typer.Option(..., "--device", "-d", help="Device name as stored.")
 _HISTORY_MODEL = typer.Option(..., "--model", "-m", help="Model name as stored (its file stem).")
 _HISTORY_METRIC = typer.Option("latency_ms", "--metric")
@@ -79,6 +86,8 @@ def gate(
     junit: Path = _GATE_JUNIT,
     markdown: Path = _GATE_MARKDOWN,
     no_store: bool = _GATE_NO_STORE,
+    max_wait: str = _GATE_MAX_WAIT,
+    wide: bool = _GATE_WIDE,
     as_json: bool = JSON_OPT,
 ) -> int:
     """Compare a candidate run with a baseline: exit 0 pass, 1 regression, 2 usage, 3 lab failure."""
@@ -99,7 +108,8 @@ def gate(
     slowdown = parse_percent(max_slowdown, "--max-slowdown") if max_slowdown is not None else None
     overrides = rules_from_suite(suite) if suite is not None else []
     rules = merge_rules(default_rules(), overrides, slowdown)
-    opts = GateOptions(alpha=alpha, min_samples=min_samples, seed=seed, strict=strict)
+    wait = parse_percent(max_wait, "--max-wait")
+    opts = GateOptions(alpha=alpha, min_samples=min_samples, seed=seed, strict=strict, max_wait=wait)
     run_id = None if no_store else new_run_id()
     with open_store(store) as st:
         base_id = st.resolve_run(baseline, "--baseline run")
@@ -115,7 +125,7 @@ def gate(
     if as_json:
         print_json(records_json(records, gate_run=run_id, **result.to_dict()))
     else:
-        _show_gate(result, run_id)
+        _show_gate(result, run_id, wide)
     for n in result.notes:
         note(f"edgebench: note: {n}")
     return result.exit_code
@@ -180,26 +190,45 @@ _STYLE = {
 }
 
 
-def _show_gate(result, run_id: str | None) -> None:  # type: ignore[no-untyped-def]
-    """The pairs (FAIL first, with the jobs' warnings under them), then every rule and what it covered."""
+TABLE_WIDTH = 120  # the gate's tables fit this many columns unless --wide
+
+
+def _gate_console(wide: bool):  # type: ignore[no-untyped-def]
+    """Full width with --wide (a pipe: unlimited); else at most 120 columns, cells wrapped to fit."""
+    from rich.console import Console
+
+    if wide:
+        return console()
+    tty = sys.stdout.isatty()
+    width = min(Console().width, TABLE_WIDTH) if tty else TABLE_WIDTH
+    return Console(file=sys.stdout, width=width, soft_wrap=False, no_color=not tty, highlight=False)
+
+
+def _show_gate(result, run_id: str | None, wide: bool = False) -> None:  # type: ignore[no-untyped-def]
+    """The pairs (FAIL first, with the jobs' warnings under them), then every rule and what it covered.
+    Fits 120 columns (baseline and candidate values and q in the change cell, text wrapped) unless wide."""
     from rich.text import Text
 
-    out = console()
-    table = make_table(
-        f"gate: baseline {result.baseline} -> candidate {result.candidate}",
-        ["verdict", "measurement", "baseline", "candidate", "change [CI]", "q", "n", "why"],
-    )
+    out = _gate_console(wide)
+    columns = ["verdict", "measurement", "baseline", "candidate", "change [CI]", "q", "n", "why"]
+    if not wide:
+        columns = ["verdict", "measurement", "change [CI]", "n", "why"]
+    table = make_table(f"gate: baseline {result.baseline} -> candidate {result.candidate}", columns)
     for v in result.verdicts:
         stat = f"[{v.key.stat}]" if v.key.stat else ""
         params = "" if v.key.params == "{}" else f" {v.key.params}"
         why = v.reason + "".join(f"\n! {w}" for w in v.warnings)
+        what = f"{v.key.device} {v.key.model} {v.key.runtime}\n{v.key.probe}:{v.key.metric}{stat}{params}"
+        q = "-" if v.q_value is None else f"{v.q_value:.2g}"
+        if wide:
+            cells = [_num(v.baseline, v.unit), _num(v.candidate, v.unit), v.change_text(), q]
+        else:
+            values = f"{_num(v.baseline, v.unit)} -> {_num(v.candidate, v.unit)}"
+            cells = [f"{v.change_text()}\n{values}" + ("" if q == "-" else f"\nq={q}")]
         table.add_row(
             Text(v.verdict, style=_STYLE.get(v.verdict, "")),
-            Text(f"{v.key.device} {v.key.model} {v.key.runtime}\n{v.key.probe}:{v.key.metric}{stat}{params}"),
-            Text(_num(v.baseline, v.unit)),
-            Text(_num(v.candidate, v.unit)),
-            Text(v.change_text()),
-            Text("-" if v.q_value is None else f"{v.q_value:.2g}"),
+            Text(what),
+            *[Text(c) for c in cells],
             Text(f"{v.n_baseline}/{v.n_candidate}"),
             Text(why),
         )

@@ -40,6 +40,18 @@ def suite_runs(st, suite: Path) -> list[str]:  # type: ignore[no-untyped-def]
     return [r.run_id for r in runs if r.run_id in set(ids) | gated]
 
 
+def _gate_rules(suite: Path | None):  # type: ignore[no-untyped-def]
+    """The rules `edgebench gate --suite` would apply: the suite's [[gate]] tables over the defaults."""
+    from ..analysis.gate import default_rules, merge_rules, rules_from_suite
+
+    if suite is None:
+        return None, ""
+    overrides = rules_from_suite(suite)
+    if not overrides:
+        return default_rules(), "the default gate rules (the suite has no [[gate]] table)"
+    return merge_rules(default_rules(), overrides), f"the [[gate]] rules of {suite.name} over the defaults"
+
+
 def _budgets(suite: Path | None, items: list[str] | None):  # type: ignore[no-untyped-def]
     from ..analysis.fit import budgets_from_suite, parse_budgets
 
@@ -102,9 +114,10 @@ def report(
         raise UserError("--out is required (e.g. --out reports/nightly.html, or .md for Markdown)")
     kind = format_for(out, fmt)
     budgets = _budgets(suite, budget)
+    rules, rules_source = _gate_rules(suite)
     with open_store(store) as st:
         run_ids = resolve_runs(st, run) if run else (suite_runs(st, suite) if suite is not None else None)
-        data = load_report_data(st, run_ids, budgets, title)
+        data = load_report_data(st, run_ids, budgets, title, rules, rules_source)
     text = render(data, kind)
     write_report(text, out)
     warn(data.fit_warnings)

@@ -22,12 +22,18 @@ def error_kind(exc: BaseException) -> str:
 
 
 def record_context(run_id: str, job: Job) -> RecordContext:
+    """The identity every record of the job shares; a repeated job's records carry which invocation of how
+    many they come from (annotations: the invocations of one configuration pair as one measurement)."""
+    from .repeats import repeats_of
+
+    notes = {"invocation": job.invocation, "repeats": repeats_of(job)} if job.invocation else {}
     return RecordContext(
         run_id=run_id,
         device=job.device,
         probe=job.probe,
         model=job.model.name if job.model else None,
         runtime=job.runtime,
+        base_annotations=notes,
     )
 
 

@@ -25,6 +25,9 @@ class Job:
     # of its content, or "path:<suite-relative path>" when it is missing. Set by the planner, so the key
     # follows what is measured, not where the checkout lives, and a changed model is a new job.
     identity: dict[str, str] = field(default_factory=dict)
+    # Which of the configuration's independent invocations this job is (1..repeats; 0: not repeated). Each
+    # is its own job (a fresh agent process), so the gate can judge on invocation-level statistics.
+    invocation: int = 0
 
     @property
     def key(self) -> str:
@@ -38,6 +41,8 @@ class Job:
         }
         if "model" in self.identity:
             ident["model_content"] = self.identity["model"]
+        if self.invocation:
+            ident["invocation"] = self.invocation
         digest = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
         return f"{self.device}/{self.probe}/{self.model.name if self.model else '-'}/{digest}"
 

@@ -229,6 +229,7 @@ def outcome_to_json(outcome: JobOutcome) -> dict[str, Any]:
             "params": job.params,
             "timeout_s": job.timeout_s,
             "identity": job.identity,
+            "invocation": job.invocation,
             "key": job.key,
         },
         "status": outcome.status,
@@ -255,6 +256,7 @@ def outcome_from_json(data: dict[str, Any]) -> JobOutcome:
         params=j["params"],
         timeout_s=j["timeout_s"],
         identity=j.get("identity") or {},
+        invocation=int(j.get("invocation") or 0),
     )
     return JobOutcome(
         job,

@@ -50,6 +50,7 @@ from ..probes.params import ParamError
 from ..probes.registry import KINDS, RUNTIMES, ProbeKind
 from ..tomlread import TableReader, load_toml
 from .jobs import Job
+from .repeats import interleave
 
 # Params naming host files (kind "path" in the probe registry) resolve against the suite file, like models.
 PATH_PARAMS = ("inputs", "reference")
@@ -177,7 +178,8 @@ def check_devices(suite: Suite, lab: Lab) -> None:
 
 
 def plan(suite: Suite, timeout_s: float | None = None) -> list[Job]:
-    """The suite's jobs, device by device in the suite's order; keys are stable across processes and
+    """The suite's jobs, device by device in the suite's order (a configuration with `repeats = N` once per
+    invocation, round-robin: `execution.repeats`); keys are stable across processes and
     checkouts: files count by content (sha256), missing ones by their path relative to the suite."""
     jobs: list[Job] = []
     seen: set[str] = set()
@@ -200,7 +202,7 @@ def plan(suite: Suite, timeout_s: float | None = None) -> list[Job]:
                     if job.key not in seen:  # two probe tables asking the same thing measure it once
                         seen.add(job.key)
                         jobs.append(job)
-    return jobs
+    return interleave(jobs)
 
 
 def file_identity(job: Job, base: Path, hashes: HashCache) -> dict[str, str]:
@@ -404,19 +406,30 @@ def _gates(r: TableReader, path: Path) -> list[GateSpec]:
 
 
 def _fraction(t: TableReader, key: str) -> float | None:
-    """'5%' or 0.05 -> 0.05."""
+    """'5%' or 0.05 -> 0.05. A string without % ("10") and a bare number of 1 or more (10) are errors: read
+    as fractions they would allow 1000%; a threshold of 100% or more is written with %, "150%"."""
     value = t.get(key, (str, float, int), None)
     if value is None:
         return None
     if isinstance(value, str):
         text = value.strip()
         try:
-            number = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+            float(text.rstrip("%"))
+        except ValueError:
+            raise t.error(key, f'expected a percentage like "5%" or a fraction, got {value!r}') from None
+        if not text.endswith("%"):
+            raise t.error(key, f'{value!r} has no %: write "{text}%" (or a fraction, 0.05 for 5%)')
+        try:
+            number = float(text[:-1]) / 100.0
         except ValueError:
             raise t.error(key, f'expected a percentage like "5%" or a fraction, got {value!r}') from None
     else:
         number = float(value)
-    if number < 0:
+        if number >= 1:
+            raise t.error(
+                key, f'{value!r} as a fraction is {number:.0%}: write "{value}%" or a fraction below 1'
+            )
+    if not math.isfinite(number) or number < 0:
         raise t.error(key, "must not be negative")
     return number
 

@@ -40,6 +40,8 @@ class AgentReply:
     result: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     duration_s: float = 0.0
+    # What else used the device while the task ran (agent.disturbance.delta); empty when unknown.
+    disturbance: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -186,7 +188,12 @@ class Device:
             )
         if not document.get("ok"):
             raise agent_error(self.name, document.get("error") or {})
-        return AgentReply(document.get("result") or {}, list(document.get("warnings") or []), res.duration_s)
+        return AgentReply(
+            document.get("result") or {},
+            list(document.get("warnings") or []),
+            res.duration_s,
+            dict(document.get("disturbance") or {}),
+        )
 
     def fingerprint(self, timeout: float = 120.0) -> dict[str, Any]:
         """What the device is (kernel, CPU, cores, runtimes); asked once per Device."""

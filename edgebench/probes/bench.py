@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..agent.protocol import BenchTask
+from ..analysis.disturbance import Disturbance
 from ..analysis.stats import OUTLIER_Z, summarize
 from ..execution.jobs import Job
 from ..lab.device import AgentReply, Device
@@ -56,7 +57,9 @@ def run_bench(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     reply = device.run_agent(
         bench_task(params, runtime, remote_model, remote_inputs), job_timeout(device, job)
     )
-    return with_model_bytes(bench_records(ctx, reply), job)
+    out = with_model_bytes(bench_records(ctx, reply), job)
+    out.records += Disturbance.from_reply(reply.disturbance).to_records(ctx)
+    return out
 
 
 def effective_threads(ctx: RecordContext, result: dict[str, Any]) -> None:

@@ -104,6 +104,14 @@ class BenchParams(ProbeParams):
         minimum=1,
         native_only=True,
     )
+    repeats: int = param(
+        1,
+        PO,
+        "int",
+        "Measure in N independent invocations (fresh agent processes), interleaved across models; "
+        "the gate judges on their statistics (use 3 or more).",
+        minimum=1,
+    )
     runner: str | None = param(
         None, ID, "str", "Native runners: which runner of the descriptor.", native_only=True, cli=False
     )

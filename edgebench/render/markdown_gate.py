@@ -16,7 +16,11 @@ _MARK = {
 _ICON = {"PASS": "✅", "FAIL": "❌", "INCOMPLETE": "⚠️", "LAB FAILURE": "🔌"}
 _HEAD = "| change [CI] | verdict | measurement | baseline → candidate | n | why |"
 _ALIGN = "| ---: | --- | --- | --- | ---: | --- |"
-MAX_ROWS = 200  # a PR comment holds 65536 characters: past this many rows, say how many were left out
+# A PR comment holds 65536 characters but is read on one screen or two: past this many rows a table says
+# how many it left out, and a reason longer than MAX_WHY characters is cut (the JSON and JUnit keep all).
+MAX_ROWS = 25
+MAX_WHY = 400
+MAX_NOTES = 10
 
 
 def _cell(text: str) -> str:
@@ -35,6 +39,8 @@ def _measurement(v: PairVerdict) -> str:
 
 def _row(v: PairVerdict) -> str:
     why = v.reason + "".join(f"<br>⚠ {w}" for w in v.warnings)
+    if len(why) > MAX_WHY:
+        why = why[: MAX_WHY - 1] + "…"
     q = "" if v.q_value is None or "q=" in v.reason else f" (q={v.q_value:.2g})"
     cells = [
         f"**{v.change_text()}**" if v.change is not None else "-",
@@ -91,8 +97,10 @@ def gate_markdown(result: GateResult) -> str:
             "",
             "</details>",
         ]
-    for n in result.notes:
+    for n in result.notes[:MAX_NOTES]:
         lines += ["", f"> {n}"]
+    if len(result.notes) > MAX_NOTES:
+        lines += ["", f"> {len(result.notes) - MAX_NOTES} more note(s) left out: see the JSON output"]
     if result.unpaired_candidate:
         lines += [
             "",

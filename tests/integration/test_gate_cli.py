@@ -37,8 +37,13 @@ BENCH = [
     "0.3",
     "--max-seconds",
     "10",
+    "--repeats",  # three invocations per side: the gate judges on their statistics, never one process's
+    "3",
 ]
 ALLOW = ["--max-slowdown", "100%"]
+# What these tests check is the gate's outputs for a FAIL; a measured disturbance makes a pair NOISY
+# (tests/unit/test_gate_invocations.py), and this host's other work would: allow any here.
+QUIET_ENOUGH = ["--max-wait", "100%"]
 
 
 def mlp(path: Path, width: int, layers: int, batch: int = 16) -> Path:
@@ -122,6 +127,7 @@ def test_heavier_model_of_the_same_name_fails_with_a_junit_failure(runs: tuple[P
         "--store",
         "e.db",
         *ALLOW,
+        *QUIET_ENOUGH,
         "--junit",
         "reports/gate.xml",
         "--markdown",
@@ -144,7 +150,17 @@ def test_heavier_model_of_the_same_name_fails_with_a_junit_failure(runs: tuple[P
     assert "**FAIL**" in (cwd / "reports" / "gate.md").read_text()
     doc = json.loads(
         edgebench(
-            "gate", "--baseline", first, "--candidate", heavier, "--store", "e.db", *ALLOW, "--json", cwd=cwd
+            "gate",
+            "--baseline",
+            first,
+            "--candidate",
+            heavier,
+            "--store",
+            "e.db",
+            *ALLOW,
+            *QUIET_ENOUGH,
+            "--json",
+            cwd=cwd,
         ).stdout
     )
     assert doc["verdict"] == "FAIL" and doc["exit_code"] == 1
@@ -300,9 +316,16 @@ def test_real_pytest_benchmark_results_import_and_gate(tmp_path: Path) -> None:
     res = edgebench(
         "gate", "--baseline", base, "--candidate", cand, "--store", "pb.db", *ALLOW, "--json", cwd=tmp_path
     )
-    assert res.returncode == 1, res.stdout + res.stderr
+    # One pytest-benchmark file is one process: its rounds share that invocation's disturbance, so a 20x
+    # slowdown seen in them is NOISY (never FAIL) with the hint to repeat; --strict fails on it.
+    assert res.returncode == 0, res.stdout + res.stderr
     [pair] = json.loads(res.stdout)["pairs"]
-    assert pair["model"] == "test_speed.py::test_work" and pair["verdict"] == "FAIL"
+    assert pair["model"] == "test_speed.py::test_work" and pair["verdict"] == "NOISY"
     assert pair["n_baseline"] >= 30 and pair["method"].startswith("mann-whitney")
+    assert "one invocation per side: use repeats >= 3" in pair["reason"] and pair["change"] > 5
+    strict = edgebench(
+        "gate", "--baseline", base, "--candidate", cand, "--store", "pb.db", *ALLOW, "--strict", cwd=tmp_path
+    )
+    assert strict.returncode == 1, strict.stdout + strict.stderr
     res = edgebench("gate", "--baseline", base, "--candidate", base, "--store", "pb.db", cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr

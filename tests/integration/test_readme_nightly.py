@@ -81,9 +81,12 @@ def test_the_readme_nightly_example_runs_as_written(lab_folder: Path) -> None:
     block = nightly_block()
     assert 'edgebench gate --baseline "$LAST"' in block and "LAST=" in block
     assert block.startswith("edgebench lab phone --lab devices")
+    # One verdict per question: the gate runs first, and the report shows its stored verdicts.
+    assert block.index("edgebench gate") < block.index("edgebench report")
     first = bash(block, tmp_path)  # the first night: nothing to gate against yet, said in one line
     assert first.returncode == 2, first.stderr
     assert "edgebench: error:" in first.stderr and "only 1 run(s) of suite nightly" in first.stderr
+    assert (tmp_path / "reports" / "nightly.html").is_file()  # the first night is reported all the same
     # The phone's descriptor as the block wrote it: adb on loopback, this interpreter as its Python.
     phone = tomllib.loads((tmp_path / "devices" / "phone.toml").read_text())
     assert phone["transport"] == "adb" and phone["serial"].startswith("127.0.0.1:")
@@ -115,4 +118,5 @@ def test_the_readme_nightly_example_runs_as_written(lab_folder: Path) -> None:
     assert gates[0]["gate"]["candidate"] == nights[1]["run_id"]
     assert gates[0]["gate"]["verdict"] == verdict and gates[0]["gate"]["exit_code"] == second.returncode
     assert nights[1]["run_id"] in report and nights[0]["run_id"] in report
+    assert f"the verdicts of stored gate run {gates[0]['run_id']}" in report
     assert all(set(r["devices"]) == {"local", "phone"} for r in nights), nights  # the phone was measured

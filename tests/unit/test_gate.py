@@ -49,8 +49,12 @@ def key(model: str = "m", metric: str = "latency_ms", stat: str = "p50", probe: 
     return PairKey("phone", model, "onnxruntime", probe, metric, stat, '{"threads":1}')
 
 
-def sampled(values: tuple[float, ...]) -> Side:
-    return Side(float(np.median(values)), "ms", values)
+def sampled(values: tuple[float, ...], invocations: int = 5) -> Side:
+    """A side measured in `invocations` invocations (the values split in order); 1: within-run only."""
+    groups = (
+        tuple(tuple(g) for g in np.array_split(np.asarray(values), invocations)) if invocations > 1 else ()
+    )
+    return Side(float(np.median(values)), "ms", values, invocations=groups)
 
 
 def one(base: Side, cand: Side, rule: GateRule = LATENCY, k: PairKey | None = None, **opts: object):
@@ -66,8 +70,22 @@ def test_same_distribution_passes_and_clear_slowdown_fails() -> None:
     slow = one(base, sampled(lognormal(rng, 12.0, 0.02, 50)))
     assert slow.verdict == FAIL
     assert slow.change == pytest.approx(0.2, abs=0.02)
-    assert slow.q_value is not None and slow.q_value < 1e-6
+    assert slow.q_value is not None and slow.q_value < 1e-3
+    assert slow.method == "welch t on log p50 of 5 vs 5 invocations"
+
+
+def test_one_invocation_per_side_is_never_a_fail() -> None:
+    """Within-run samples share their invocation's disturbance: a clear slowdown seen in one invocation per
+    side is NOISY with the hint, and a change ruled out still passes."""
+    rng = np.random.default_rng(1)
+    base = sampled(lognormal(rng, 10.0, 0.02, 50), invocations=1)
+    slow = one(base, sampled(lognormal(rng, 12.0, 0.02, 50), invocations=1))
+    assert slow.verdict == NOISY and "one invocation per side: use repeats >= 3" in slow.reason
     assert slow.method.startswith("mann-whitney")
+    same = one(base, sampled(lognormal(rng, 10.0, 0.02, 50), invocations=1))
+    assert same.verdict == PASS
+    mixed = one(sampled(lognormal(rng, 10.0, 0.02, 50)), sampled(lognormal(rng, 12.0, 0.02, 50), 1))
+    assert mixed.verdict == NOISY and "one invocation" in mixed.reason
 
 
 def test_small_significant_change_under_the_threshold_passes() -> None:
@@ -92,11 +110,13 @@ def test_high_noise_is_noisy_and_the_power_estimate_settles_it() -> None:
     rng = np.random.default_rng(5)
     v = one(sampled(lognormal(rng, 10.0, 0.15, 20)), sampled(lognormal(rng, 10.0, 0.15, 20)))
     assert v.verdict == NOISY and v.samples_needed is not None and v.samples_needed > 20
-    assert f"~{v.samples_needed} samples per side" in v.reason
+    assert f"~{v.samples_needed} invocations (repeats) per side" in v.reason
     n = v.samples_needed
     settled = [
-        one(sampled(lognormal(rng, 10.0, 0.15, n)), sampled(lognormal(rng, 10.0, 0.15, n)), seed=i).verdict
-        for i in range(10)
+        one(
+            sampled(lognormal(rng, 10.0, 0.15, 4 * n), n), sampled(lognormal(rng, 10.0, 0.15, 4 * n), n)
+        ).verdict
+        for _ in range(10)
     ]
     assert settled.count(PASS) >= 8, settled
 
@@ -104,12 +124,14 @@ def test_high_noise_is_noisy_and_the_power_estimate_settles_it() -> None:
 def test_tail_statistic_uses_a_permutation_test() -> None:
     rng = np.random.default_rng(6)
     p99 = GateRule("latency_ms", "higher", Threshold(0.10, True), stat="p99", probe="bench")
-    base = lognormal(rng, 10.0, 0.02, 400)
-    tail = np.array(lognormal(rng, 10.0, 0.02, 400))
-    tail[:20] *= 1.6  # 5% of inferences hit a slow path: the median barely moves
-    v = one(sampled(base), sampled(tuple(tail)), p99, key(stat="p99"))
-    assert v.verdict == FAIL and v.method.startswith("permutation")
-    few = one(sampled(base[:50]), sampled(tuple(tail[:50])), p99, key(stat="p99"))
+    base = lognormal(rng, 10.0, 0.02, 2000)
+    tail = np.array(lognormal(rng, 10.0, 0.02, 2000)).reshape(5, 400)
+    tail[:, :20] *= 1.6  # 5% of inferences hit a slow path: the median barely moves
+    v = one(sampled(base), sampled(tuple(tail.ravel())), p99, key(stat="p99"))
+    assert v.verdict == FAIL and v.method == "welch t on log p99 of 5 vs 5 invocations"
+    within = one(sampled(base[:400], 1), sampled(tuple(tail[0]), 1), p99, key(stat="p99"))
+    assert within.verdict == NOISY and within.method.startswith("permutation")
+    few = one(sampled(base[:50]), sampled(tuple(tail.ravel()[:50])), p99, key(stat="p99"))
     assert few.verdict == INCOMPLETE and f"needs at least {MIN_SAMPLES_FOR_P99}" in few.reason
 
 
@@ -255,16 +277,24 @@ def test_bad_gate_tables_name_the_file_and_key(tmp_path: Path, gate: str, needle
     assert "\n" not in str(err.value)
 
 
-def _store_run(store: Store, run_id: str, values: tuple[float, ...], model: str = "m") -> None:
+def _store_run(
+    store: Store, run_id: str, values: tuple[float, ...], model: str = "m", invocations: int = 4
+) -> None:
+    """A bench run of `invocations` repeated jobs (the values split between them), as `repeats` stores it."""
     store.begin_run(run_id, "bench", {})
-    ctx = RecordContext(run_id, "local", "bench", model, "onnxruntime", {"threads": 1})
-    recs = [
-        ctx.record("latency_ms", float(np.percentile(values, 50)), "ms", stat="p50"),
-        ctx.record("latency_ms", float(np.mean(values)), "ms", stat="mean"),
-        ctx.record("peak_rss_mb", 80.0, "MB"),
-    ]
-    job = Job("local", "bench", ModelRef(model, Path(f"{model}.onnx")), "onnxruntime", {"threads": 1})
-    store.save_job(run_id, JobOutcome(job, "ok", recs, [ctx.samples("latency_ms", "ms", values)]))
+    for i, part in enumerate(np.array_split(np.asarray(values), invocations), 1):
+        notes = {"invocation": i, "repeats": invocations}
+        ctx = RecordContext(run_id, "local", "bench", model, "onnxruntime", {"threads": 1}, notes)
+        recs = [
+            ctx.record("latency_ms", float(np.percentile(part, 50)), "ms", stat="p50"),
+            ctx.record("latency_ms", float(np.mean(part)), "ms", stat="mean"),
+            ctx.record("peak_rss_mb", 80.0, "MB"),
+        ]
+        params = {"threads": 1, "repeats": invocations}
+        job = Job(
+            "local", "bench", ModelRef(model, Path(f"{model}.onnx")), "onnxruntime", params, invocation=i
+        )
+        store.save_job(run_id, JobOutcome(job, "ok", recs, [ctx.samples("latency_ms", "ms", tuple(part))]))
     store.finish_run(run_id, "ok")
 
 

@@ -23,18 +23,25 @@ from edgebench.results.store import Store
 from edgebench.testing.cli import edgebench
 
 
-def store_bench(st: Store, run_id: str, samples: np.ndarray, suite: str | None = "nightly") -> None:
-    """One bench job as the probe stores it: its records (p99 refused under 100 samples), samples and
-    warnings (the outlier warning when the samples hold outliers)."""
+def store_bench(
+    st: Store, run_id: str, samples: np.ndarray, suite: str | None = "nightly", invocations: int = 1
+) -> None:
+    """Bench jobs as the probe stores them: their records (p99 refused under 100 samples), samples and
+    warnings (the outlier warning when the samples hold outliers); `invocations` repeated jobs split the
+    samples between them."""
     st.begin_run(run_id, "suite", {"git_commit": "abc123"}, suite=suite)
-    ctx = RecordContext(run_id, "phone", "bench", "enc", "onnxruntime", {"threads": 2})
-    reply = AgentReply(
-        {"latencies_ms": [float(v) for v in samples], "load_ms": 20.0, "first_inference_ms": 9.0,
-         "peak_rss_mb": 50.0, "rss_before_load_mb": 30.0}
-    )  # fmt: skip
-    result = bench_records(ctx, reply)
-    job = Job("phone", "bench", ModelRef("enc", Path("enc.onnx")), "onnxruntime", {"threads": 2, "runs": 97})
-    st.save_job(run_id, JobOutcome(job, "ok", result.records, result.samples, warnings=result.warnings))
+    for i, part in enumerate(np.array_split(samples, invocations), 1):
+        notes = {"invocation": i, "repeats": invocations} if invocations > 1 else {}
+        ctx = RecordContext(run_id, "phone", "bench", "enc", "onnxruntime", {"threads": 2}, notes)
+        reply = AgentReply(
+            {"latencies_ms": [float(v) for v in part], "load_ms": 20.0, "first_inference_ms": 9.0,
+             "peak_rss_mb": 50.0, "rss_before_load_mb": 30.0}
+        )  # fmt: skip
+        result = bench_records(ctx, reply)
+        params = {"threads": 2, "runs": 97, **({"repeats": invocations} if invocations > 1 else {})}
+        model = ModelRef("enc", Path("enc.onnx"))
+        job = Job("phone", "bench", model, "onnxruntime", params, invocation=i if invocations > 1 else 0)
+        st.save_job(run_id, JobOutcome(job, "ok", result.records, result.samples, warnings=result.warnings))
     st.finish_run(run_id, "ok")
 
 
@@ -137,15 +144,15 @@ def test_nothing_compared_is_incomplete(tmp_path: Path) -> None:
 def test_a_fail_shows_the_stored_outlier_warnings(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     path = tmp_path / "lab.db"
-    slow = 13.0 * np.exp(rng.normal(0, 0.02, 120))
+    slow = 13.0 * np.exp(rng.normal(0, 0.02, 360))
     slow[:3] = 200.0  # a disturbed device: three samples far out, which the probe warns of
     with Store(path) as st:
-        store_bench(st, "20261201T010000Z-aaaaaa", 10.0 * np.exp(rng.normal(0, 0.02, 120)))
-        store_bench(st, "20261202T010000Z-bbbbbb", slow)
+        store_bench(st, "20261201T010000Z-aaaaaa", 10.0 * np.exp(rng.normal(0, 0.02, 360)), invocations=3)
+        store_bench(st, "20261202T010000Z-bbbbbb", slow, invocations=3)
         warned = st.jobs(["20261202T010000Z-bbbbbb"])[0]["warnings"]
     assert any("outliers" in w for w in warned)
-    res = gate(path, tmp_path, "--markdown", tmp_path / "g.md")
-    assert res.returncode == 1
+    res = gate(path, tmp_path, "--markdown", tmp_path / "g.md", "--wide")
+    assert res.returncode == 1, res.stdout + res.stderr
     assert "candidate: 3 of 120 samples are outliers" in res.stdout  # under the FAIL, in full
     md = (tmp_path / "g.md").read_text()
     first_row = next(line for line in md.splitlines() if line.startswith("| **+"))

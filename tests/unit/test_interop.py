@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from pytest_benchmark.stats import Stats
 
-from edgebench.analysis.gate import FAIL, default_rules, gate_runs
+from edgebench.analysis.gate import NOISY, default_rules, gate_runs
 from edgebench.cli import main
 from edgebench.errors import UserError
 from edgebench.execution.jobs import Job, JobOutcome
@@ -139,7 +139,9 @@ def test_import_with_raw_data_is_gated_statistically(tmp_path: Path) -> None:
         assert st.run(ra).provenance["git_commit"] == "deadbeef"
         res = gate_runs(st, ra, rb, default_rules())
         [v] = res.verdicts
-        assert v.verdict == FAIL and v.method.startswith("mann-whitney") and v.n_candidate == 30
+        # One pytest-benchmark file is one process: a +30% seen in its rounds is NOISY, never FAIL.
+        assert v.verdict == NOISY and v.method.startswith("mann-whitney") and v.n_candidate == 30
+        assert "one invocation per side" in v.reason
         back = export_run(st, ra)
     assert back["benchmarks"][0]["stats"]["median"] == pytest.approx(0.010, rel=0.03)
 

@@ -182,6 +182,14 @@ def test_builtin_models_and_mnn_files_pick_their_runtime(suite_dir: Path) -> Non
             HEAD + BENCH + '[[gate]]\nmetric = "latency_ms"\nmax_slowdown = "five"\n',
             "gate[0].max_slowdown: expected a percentage",
         ),
+        (  # read as a fraction, "10" would allow 1000%: every pair would pass
+            HEAD + BENCH + '[[gate]]\nmetric = "latency_ms"\nmax_slowdown = "10"\n',
+            "gate[0].max_slowdown: '10' has no %: write \"10%\"",
+        ),
+        (
+            HEAD + BENCH + '[[gate]]\nmetric = "peak_rss_mb"\nmax_increase = 10\n',
+            "gate[0].max_increase: 10 as a fraction is 1000%",
+        ),
         (HEAD + BENCH + "[policy]\nretry = 3\n", "policy.retry: unknown key"),
         (HEAD + BENCH + "[policy]\nstore_timeout = 0\n", "policy.store_timeout: must be a positive number"),
         (HEAD + BENCH + "params = {threads = []}\n", "probe[0].params.threads: an empty list gives no jobs"),

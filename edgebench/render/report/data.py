@@ -65,8 +65,13 @@ def load_report_data(
     run_ids: Sequence[str] | None = None,
     budgets: Sequence[Budget] = (),
     title: str | None = None,
+    gate_rules: Sequence[Any] | None = None,
+    gate_rules_source: str = "",
 ) -> ReportData:
-    """Read the selected runs (default: every run in the store) and what the report needs of them."""
+    """Read the selected runs (default: every run in the store) and what the report needs of them.
+
+    `gate_rules`: the rules (analysis.gate) the regression section applies when no stored gate run
+    compared the two runs (the suite's `[[gate]]` rules merged with the defaults; None: the defaults)."""
     all_runs = store.runs()
     if not all_runs:
         raise UserError(f"{store.path}: the store has no runs yet (run `edgebench bench` or `edgebench run`)")
@@ -86,7 +91,7 @@ def load_report_data(
     ungated = [r for r in records if r.probe != "gate"]
     fit_records, fit_source, warnings = _fit_records(ungated, samples, devices, budgets, ids)
     health, health_order = _health_records(store, all_runs, {r.device for r in records})
-    regression, regression_source = _regression(store, all_runs, runs)
+    regression, regression_source = _regression(store, all_runs, runs, gate_rules, gate_rules_source)
     return ReportData(
         title=title or _default_title(runs),
         generated=utc_now(),
@@ -131,8 +136,14 @@ def previous_suite_run(all_runs: Sequence[RunInfo], selected: Sequence[RunInfo])
 
 
 def _regression(
-    store: Store, all_runs: Sequence[RunInfo], selected: Sequence[RunInfo]
+    store: Store,
+    all_runs: Sequence[RunInfo],
+    selected: Sequence[RunInfo],
+    rules: Sequence[Any] | None = None,
+    rules_source: str = "",
 ) -> tuple[dict[str, Any] | None, str]:
+    """One verdict per question: the stored gate run that compared these two runs when there is one (the
+    verdicts the release pipeline saw), else the gate applied now with the given rules; and which."""
     from ...analysis.gate import default_rules, gate_runs
 
     pair = previous_suite_run(all_runs, selected)
@@ -141,9 +152,10 @@ def _regression(
     previous, latest = pair
     stored = [g for g in store.gates() if (g["baseline"], g["candidate"]) == (previous, latest)]
     if stored:
-        return stored[-1]["result"], f"gate run {stored[-1]['run_id']}"
-    result = gate_runs(store, previous, latest, default_rules())
-    return result.to_dict(), "computed for this report with the default gate rules"
+        return stored[-1]["result"], f"the verdicts of stored gate run {stored[-1]['run_id']}"
+    result = gate_runs(store, previous, latest, list(rules) if rules is not None else default_rules())
+    where = rules_source or "the default gate rules"
+    return result.to_dict(), f"no stored gate run compared them: the gate applied here with {where}"
 
 
 def _fit_records(

@@ -653,7 +653,10 @@ def history(
 
 
 def deltas(records: Sequence[Record], run_order: Sequence[str], threshold: float = 0.05) -> pd.DataFrame:
-    """With two or more runs: each measurement in the earliest run that has it vs the latest that has it."""
+    """With two or more runs: each measurement in the earliest run that has it vs the latest that has it.
+
+    Raw deltas: `direction` says which way the value moved ("up", "down", or "same" under `threshold`),
+    never better or worse; whether a move is a regression is the gate's question (its rule, its test)."""
     order = {rid: i for i, rid in enumerate(run_order)}
     by_key: dict[RecordKey, dict[str, float]] = {}
     for r in records:
@@ -675,11 +678,10 @@ def deltas(records: Sequence[Record], run_order: Sequence[str], threshold: float
         runs = sorted(values, key=order.__getitem__)
         base, last = values[runs[0]], values[runs[-1]]
         change = (last - base) / abs(base) if base else float("nan")
-        better_up = metric in HIGHER_IS_BETTER
         if change != change or abs(change) < threshold:
-            verdict = "same"
+            direction = "same"
         else:
-            verdict = "better" if (change > 0) == better_up else "worse"
+            direction = "up" if change > 0 else "down"
         rows.append(
             {
                 "device": device,
@@ -693,7 +695,7 @@ def deltas(records: Sequence[Record], run_order: Sequence[str], threshold: float
                 "latest_run": runs[-1],
                 "latest": last,
                 "change": change,
-                "verdict": verdict,
+                "direction": direction,
             }
         )
     cols = [
@@ -708,7 +710,7 @@ def deltas(records: Sequence[Record], run_order: Sequence[str], threshold: float
         "latest_run",
         "latest",
         "change",
-        "verdict",
+        "direction",
     ]
     return pd.DataFrame(rows, columns=cols)
 
@@ -1099,9 +1101,13 @@ def health(
     records: Sequence[Record],
 ) -> pd.DataFrame:
     """Per device over the selected runs: jobs ok and failed, jobs whose warnings say the device was
-    disturbed (outliers, not cooled down, transport retries), lab failures, and what `doctor` records
-    (probe `doctor`) say. Further health figures join here as more `notes`."""
+    disturbed (outliers, not cooled down, transport retries) or whose measured disturbance passes the
+    default threshold (others' CPU share, run-queue wait: analysis.disturbance), lab failures, and what
+    `doctor` records (probe `doctor`) say. Further health figures join here as more `notes`."""
+    from ...analysis.disturbance import Thresholds, by_job, summary
+
     selected = {r.run_id for r in runs}
+    measured = by_job(r for r in records if r.run_id in selected)
     rows = []
     for device in sorted({j["device"] for j in jobs if j["run_id"] in selected}):
         mine = [j for j in jobs if j["device"] == device and j["run_id"] in selected]
@@ -1112,6 +1118,16 @@ def health(
             notes.append(
                 f"{d['probe']} {d.get('model') or ''}: {_disturbance(d['warnings'])}".replace("  ", " ")
             )
+        mine_measured = {k: d for k, d in measured.items() if k[1] == device}
+        flagged = [(k, why) for k, d in sorted(mine_measured.items()) if (why := Thresholds().evidence(d))]
+        for k, why in flagged[:3]:
+            inv = f" invocation {k[6]}" if k[6] else ""
+            notes.append(f"measured: {k[4]} {'' if k[2] == '-' else k[2]}{inv}: {why}".replace("  ", " "))
+        if len(flagged) > 3:
+            notes.append(f"measured: {len(flagged) - 3} more disturbed job(s)")
+        if mine_measured and not flagged:
+            worst = max(mine_measured.values(), key=lambda d: d.others_cpu_share or 0.0)
+            notes.append(f"measured: {len(mine_measured)} job(s) quiet (at worst {summary(worst)})")
         for r in records:
             if r.probe == "doctor" and r.device == device and r.value is not None:
                 verdict = r.annotations.get("verdict") or r.params.get("verdict") or ""
@@ -1122,14 +1138,14 @@ def health(
         elif lab:
             status = "lab errors"
         else:
-            status = "disturbed" if disturbed else ("jobs failed" if failed else "ok")
+            status = "disturbed" if disturbed or flagged else ("jobs failed" if failed else "ok")
         rows.append(
             {
                 "device": device,
                 "status": status,
                 "jobs": len(mine),
                 "failed": len(failed),
-                "disturbed": len(disturbed),
+                "disturbed": max(len(disturbed), len(flagged)),
                 "notes": notes,
                 "runs": len({j["run_id"] for j in mine}),
             }

@@ -54,7 +54,7 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("contention", "Contention with a co-running load", DETAIL),
     ("history", "History", DETAIL),
     ("prediction", "How far to trust the predictions", DETAIL),
-    ("deltas", "Changes between runs", DETAIL),
+    ("deltas", "Changes between runs (raw deltas)", DETAIL),
     ("summary", "Runs and devices", DETAIL),
     ("errors", "Errors", DETAIL),
 )
@@ -505,7 +505,8 @@ def _job_health(d: ReportData) -> tuple[str, bool]:
     ]
     note = (
         '<p class="note">Per device over the selected runs: jobs, failed jobs, and jobs whose warnings say '
-        "the device was disturbed (outlier samples, not cooled down, transport retries); a disturbed "
+        "the device was disturbed (outlier samples, not cooled down, transport retries) or whose measured "
+        "disturbance passed 10% (other processes' share of the CPUs, run-queue wait); a disturbed "
         "device's numbers are noisier than its silicon.</p>"
     )
     return note + table(
@@ -1243,12 +1244,12 @@ def _deltas(d: ReportData) -> tuple[str, bool]:
     df = frames.deltas(d.measurements, d.run_order)
     if df.empty:
         return nodata("measurements repeated across runs"), False
-    df = df.assign(order=df["verdict"].map({"worse": 0, "better": 1, "same": 2})).sort_values(
+    df = df.assign(order=df["direction"].map({"up": 0, "down": 1, "same": 2})).sort_values(
         ["order", "device", "model", "metric"]
     )
     rows = []
     for r in df.itertuples():
-        change = f'<span class="{r.verdict}">{pct(r.change, signed=True)}</span>'
+        change = esc(pct(r.change, signed=True))
         rows.append(
             [
                 esc(r.device),
@@ -1260,13 +1261,15 @@ def _deltas(d: ReportData) -> tuple[str, bool]:
                 fmt(r.baseline),
                 fmt(r.latest),
                 change,
-                esc(r.verdict),
+                esc(r.direction),
                 esc(f"{r.baseline_run} → {r.latest_run}"),
             ]
         )
-    worse = int((df["verdict"] == "worse").sum())
+    moved = int((df["direction"] != "same").sum())
     head = (
-        f'<p class="note">{worse} measurement(s) worse by more than 5%, earliest vs latest selected run.</p>'
+        f'<p class="note">Raw deltas: {moved} measurement(s) moved by 5% or more, earliest vs latest '
+        "selected run. A direction, not a verdict: the gate's rule and test judge regressions (the "
+        "regressions section).</p>"
     )
     return head + table(
         [
@@ -1279,7 +1282,7 @@ def _deltas(d: ReportData) -> tuple[str, bool]:
             "baseline",
             "latest",
             "change",
-            "verdict",
+            "direction",
             "runs",
         ],
         rows,

@@ -77,14 +77,19 @@ def render_markdown(data: ReportData) -> str:
     out += _cv(data)
     if len(data.runs) >= 2:
         d = frames.deltas(data.measurements, data.run_order)
-        changed = d[d["verdict"] != "same"] if not d.empty else d
-        out += ["", "## Changes between runs", ""]
+        changed = d[d["direction"] != "same"] if not d.empty else d
+        out += ["", "## Changes between runs (raw deltas)", ""]
+        out += [
+            "_Earliest vs latest selected run, moves of 5% or more: a direction, not a verdict (the gate's "
+            "rule and test judge regressions, above)._",
+            "",
+        ]
         if changed.empty:
-            out.append("_No measurement changed by more than 5%._")
+            out.append("_No measurement moved by more than 5%._")
         else:
             out.append(
                 md_table(
-                    ["device", "model", "metric", "params", "baseline", "latest", "change", "verdict"],
+                    ["device", "model", "metric", "params", "baseline", "latest", "change", "direction"],
                     [
                         [
                             r.device,
@@ -94,7 +99,7 @@ def render_markdown(data: ReportData) -> str:
                             r.baseline,
                             r.latest,
                             _pct(r.change, signed=True),
-                            r.verdict,
+                            r.direction,
                         ]
                         for r in changed.itertuples()
                     ],

@@ -1,0 +1,155 @@
+"""False alarms and power of the gate on real runs (issue 38's trials), on the local device.
+
+One trial: a baseline run of a two-model suite (`repeats = 3`, onnx.helper MLPs), then four candidate
+runs, each gated against that baseline:
+  same        the same models;
+  same busy   the same models, two busy loops (`setsid sh -c 'while :; do :; done'`) running throughout;
+  heavy       `enc` 15% heavier (23 MatMul layers instead of 20, same name);
+  heavy busy  the heavier `enc` with the busy loops.
+Counted per scenario: whether any bench pair FAILed (false alarm for `same`), and the heavier `enc`'s
+verdict. Bars (issue 38): same code FAIL in 0 of 20 quiet and at most 1 of 20 busy trials; heavier never
+PASS. The heavier model's FAIL rate is reported with how many of its trials were measured disturbed (a
+shared CI host is rarely quiet: disturbed pairs are NOISY by design, so ">= 19/20 FAIL quietly" is only
+asserted over trials the agent measured quiet).
+
+EDGEBENCH_FULL_TRIALS=1 runs 20 trials (about 15 minutes); the default is 1 trial (about a minute), which
+still asserts that no same-code trial FAILs and no heavier trial PASSes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from edgebench.results.store import Store
+from edgebench.testing.cli import edgebench
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "integration"))
+from test_gate_invocations import LAYERS, mlp  # noqa: E402
+
+TRIALS = (
+    20
+    if os.environ.get("EDGEBENCH_FULL_TRIALS") == "1"
+    else int(os.environ.get("EDGEBENCH_GATE_TRIALS", "1"))
+)
+SUITE = """name = "trial"
+devices = ["local"]
+models = [{{name = "enc", path = "{enc}"}}, {{name = "dec", path = "{dec}"}}]
+[[probe]]
+kind = "bench"
+params = {{ threads = 1, runs = 30, warmup = 1, warmup_seconds = 0.05, min_seconds = 0.15, repeats = 3 }}
+"""
+
+
+@contextmanager
+def busy_loops(n: int = 2) -> Iterator[None]:
+    """Two shell busy loops in their own sessions, ended by their process group ids."""
+    procs = [subprocess.Popen(["setsid", "sh", "-c", "while :; do :; done"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+
+
+def run(suite: Path, store: Path, cwd: Path) -> str:
+    res = edgebench("run", suite, "--store", store, "--json", cwd=cwd)
+    assert res.returncode == 0, res.stderr
+    return str(json.loads(res.stdout)["run_id"])
+
+
+def gate(store: Path, base: str, cand: str, cwd: Path, *extra: str) -> list[dict]:  # type: ignore[type-arg]
+    res = edgebench(
+        "gate",
+        "--store",
+        store,
+        "--baseline",
+        base,
+        "--candidate",
+        cand,
+        "--json",
+        "--no-store",
+        *extra,
+        cwd=cwd,
+    )
+    assert res.returncode in (0, 1), res.stderr
+    return [p for p in json.loads(res.stdout)["pairs"] if p["metric"] == "latency_ms"]
+
+
+def one_trial(folder: Path) -> dict[str, tuple[bool, str, bool]]:
+    """scenario -> (any bench pair FAILed, the enc p50 verdict, the enc pair measured disturbed)."""
+    folder.mkdir()
+    enc, heavy = mlp(folder / "enc.onnx", LAYERS), mlp(folder / "enc-heavy.onnx", LAYERS + 3)
+    dec = mlp(folder / "dec.onnx", LAYERS // 2)
+    plain, heavier = folder / "plain.toml", folder / "heavy.toml"
+    plain.write_text(SUITE.format(enc=enc, dec=dec))
+    heavier.write_text(SUITE.format(enc=heavy, dec=dec))
+    store = folder / "t.db"
+    base = run(plain, store, folder)
+    out = {}
+    for name, suite, busy in (
+        ("same", plain, False),
+        ("same busy", plain, True),
+        ("heavy", heavier, False),
+        ("heavy busy", heavier, True),
+    ):
+        if busy:
+            with busy_loops():
+                cand = run(suite, store, folder)
+        else:
+            cand = run(suite, store, folder)
+        pairs = gate(store, base, cand, folder)
+        enc_p50 = next(p for p in pairs if p["model"] == "enc" and p.get("stat") == "p50")
+        out[name] = (
+            any(p["verdict"] == "FAIL" for p in pairs),
+            enc_p50["verdict"],
+            "measured disturbed" in enc_p50["reason"],
+        )
+        # The statistics alone, the disturbance guard off: what the invocations say on this host.
+        alone = gate(store, base, cand, folder, "--max-wait", "100%")
+        enc_alone = next(p for p in alone if p["model"] == "enc" and p.get("stat") == "p50")
+        print(
+            f"  {name}, --max-wait 100%: enc {enc_alone['verdict']} {enc_alone['change']:+.1%}, any FAIL: "
+            f"{any(p['verdict'] == 'FAIL' for p in alone)}",
+            flush=True,
+        )
+    with Store(store) as st:
+        shares = sorted(r.value or 0.0 for r in st.records() if r.metric == "disturbance_others_cpu_share")
+    print(
+        f"  others' CPU share over the trial's jobs: median {shares[len(shares) // 2]:.0%}, max {shares[-1]:.0%}"
+    )
+    return out
+
+
+@pytest.mark.timeout(300 + 240 * TRIALS)  # five suite runs a trial, on a host that may be busy
+def test_gate_false_alarms_and_power_on_real_runs(tmp_path: Path) -> None:
+    trials = []
+    for i in range(TRIALS):
+        trials.append(one_trial(tmp_path / f"t{i}"))
+        print(f"trial {i + 1}: {trials[-1]}", flush=True)
+    for name in ("same", "same busy", "heavy", "heavy busy"):
+        got = [t[name] for t in trials]
+        verdicts = Counter(v for _, v, _ in got)
+        print(
+            f"{name}: any FAIL in {sum(f for f, _, _ in got)}/{TRIALS}; enc {dict(verdicts)}; "
+            f"enc measured disturbed in {sum(d for _, _, d in got)}/{TRIALS}"
+        )
+    assert sum(t["same"][0] for t in trials) == 0
+    assert sum(t["same busy"][0] for t in trials) <= max(1, TRIALS // 20)
+    assert all(t[s][1] != "PASS" for t in trials for s in ("heavy", "heavy busy"))
+    quiet_heavy = [t["heavy"][1] for t in trials if not t["heavy"][2]]
+    if len(quiet_heavy) >= 5:
+        assert quiet_heavy.count("FAIL") >= 0.9 * len(quiet_heavy), quiet_heavy
