@@ -13,7 +13,8 @@ from edgebench.testing.cli import edgebench
 
 pytestmark = pytest.mark.integration
 
-QUICK = ["--rounds", "2", "--runs", "20", "--matmul-n", "256", "--bandwidth-mb", "16", "--timeout", "300"]
+# Five rounds: each side's corroborated fastest round needs more than two on a loaded host (two read 2.2)
+QUICK = ["--rounds", "5", "--runs", "40", "--matmul-n", "256", "--bandwidth-mb", "16", "--timeout", "300"]
 
 
 def test_doctor_measures_the_harness_against_bare_loops_and_the_report_shows_it(
@@ -30,7 +31,7 @@ def test_doctor_measures_the_harness_against_bare_loops_and_the_report_shows_it(
     overhead = got[("harness_overhead", "onnxruntime", None)]
     # Generous: the figure is the product's; this test holds that it is measured and sane on every device.
     assert 0.5 < overhead["value"] < 2.0, overhead
-    assert overhead["annotations"]["bare_p50_ms"] > 0 and overhead["annotations"]["rounds"] == 2
+    assert overhead["annotations"]["bare_p50_ms"] > 0 and overhead["annotations"]["rounds"] == 5
     assert got[("noise_cv", "onnxruntime", None)]["value"] >= 0
     # every runtime the device has is checked, LiteRT on its own flatbuffer model
     runtimes = {r["runtime"] for r in doc["records"] if r["metric"] == "harness_overhead"}
