@@ -102,12 +102,9 @@ class ConfirmRun:
 def _job_matches(job: JobModel, key: PairKey) -> bool:
     import json
 
-    if (job.device, job.probe, job.model, job.runtime or "-") != (
-        key.device,
-        key.probe,
-        key.model,
-        key.runtime,
-    ):
+    if (job.device, job.probe, job.model) != (key.device, key.probe, key.model):
+        return False
+    if job.runtime is not None and job.runtime != key.runtime:  # None: the model format's default runtime
         return False
     identity = json.loads(key.params)
     return job.status == "ok" and all(identity[k] == v for k, v in job.params.items() if k in identity)
