@@ -157,3 +157,32 @@ def test_a_failed_job_stops_with_its_error() -> None:
 
     out = confirm_target(broken, target(), ConfirmBudget(), deadline=math.inf)
     assert out.decisions == {} and out.error == "baseline job failed: device vanished"
+
+
+# ---- the confirmed verdicts in place of the first stage's ------------------------------------------------
+def test_confirmed_verdicts_replace_the_first_stage_and_the_exit_code_follows() -> None:
+    from edgebench.analysis.gate import GateOptions, Side, evaluate
+    from edgebench.cli.gate_confirm import apply
+    from edgebench.execution.confirm import ConfirmRun, TargetResult, Unconfirmable
+
+    rng = np.random.default_rng(0)
+    other = PairKey("board", "other", "onnxruntime", "bench", "latency_ms", "p50", '{"threads":1}')
+    base = {k: Side(10.0, "ms", tuple(10 * np.exp(rng.normal(0, 0.02, 40)))) for k in (KEY, other)}
+    cand = {k: Side(20.0, "ms", tuple(20 * np.exp(rng.normal(0, 0.02, 40)))) for k in (KEY, other)}
+    first = evaluate(base, cand, [RULE], GateOptions())
+    assert [v.verdict for v in first.verdicts] == [FAIL, FAIL] and first.exit_code == 1
+    same = np.exp(rng.normal(0, 0.01, 9))
+    decision = decide(same, same[::-1], RULE, 0.01, final=True)
+    run = ConfirmRun("confirm-run", [TargetResult(target(), {Question(KEY, RULE): decision})])
+    skipped = [Unconfirmable(Question(other, RULE), "the baseline run kept no model for it")]
+    out = apply(first, run, skipped)
+    by_model = {v.key.model: v for v in out.verdicts}
+    assert by_model["net"].verdict == PASS and "first stage: FAIL" in by_model["net"].reason
+    assert by_model["net"].n_baseline == 9 and by_model["net"].method.startswith("confirm:")
+    assert by_model["other"].verdict == FAIL
+    assert by_model["other"].warnings[-1] == "not confirmed: the baseline run kept no model for it"
+    assert out.rules[0].counts[FAIL] == 1 and out.rules[0].counts[PASS] == 1 and out.exit_code == 1
+    cleared = apply(first, run, [])
+    assert cleared.exit_code == 1  # the other pair was not part of the run: its FAIL stays as it was
+    only = evaluate({KEY: base[KEY]}, {KEY: cand[KEY]}, [RULE], GateOptions())
+    assert apply(only, run, []).exit_code == 0 and apply(only, run, []).overall == PASS
