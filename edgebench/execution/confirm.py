@@ -18,6 +18,7 @@ Every job is stored in one run of kind `confirm` (its records annotated with `co
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -100,8 +101,6 @@ class ConfirmRun:
 
 # ---- planning: which stored jobs measured a pair, and their kept models ----------------------------------
 def _job_matches(job: JobModel, key: PairKey) -> bool:
-    import json
-
     if (job.device, job.probe, job.model) != (key.device, key.probe, key.model):
         return False
     if job.runtime is not None and job.runtime != key.runtime:  # None: the model format's default runtime

@@ -12,6 +12,7 @@ the file no longer has that content at store time the hash is still recorded, wi
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import sqlite3
@@ -138,8 +139,6 @@ def insert_job_model(db: sqlite3.Connection, run_id: str, job_id: int, model: st
 def job_models(db: sqlite3.Connection, root: Path, run_ids: Iterable[str]) -> list[JobModel]:
     """The jobs of these runs that recorded a model, oldest first, with their kept copies (None where the
     copy is missing)."""
-    import json
-
     ids = list(run_ids)
     if not ids:
         return []
