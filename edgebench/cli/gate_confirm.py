@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.confirm import PairedDecision, min_pairs_for
-from ..analysis.gate import NOISY, VERDICTS, GateResult, PairVerdict, rule_report
+from ..analysis.gate import NOISY, VERDICTS, GateResult, PairVerdict, job_warnings, rule_report
 from ..errors import UserError
 from ..execution.confirm import ConfirmBudget, ConfirmRun, Question, Unconfirmable, confirm, plan
 from .common import note, open_lab
@@ -48,11 +48,16 @@ def check_args(budget: ConfirmBudget) -> None:
 
 
 def confirm_gate(store: Any, result: GateResult, args: ConfirmArgs) -> tuple[GateResult, dict[str, Any]]:
-    """Re-measure the gate's FAIL, NOISY and INCOMPLETE pairs; the result with the confirmed verdicts and
+    """Re-measure the gate's FAIL, NOISY and INCOMPLETE pairs (and a PASS whose jobs warned of a disturbed
+    device); the result with the confirmed verdicts and
     the JSON to add to the gate's document (`confirm_run`, `confirmations`)."""
     check_args(args.budget)
+    warned = {"baseline": store.jobs([result.baseline]), "candidate": store.jobs([result.candidate])}
     targets, skipped = plan(
-        result.verdicts, store.job_models([result.baseline]), store.job_models([result.candidate])
+        result.verdicts,
+        store.job_models([result.baseline]),
+        store.job_models([result.candidate]),
+        disturbed=lambda key: bool(job_warnings(key, warned)),
     )
     if not targets:
         confirmed = apply(result, ConfirmRun(""), skipped)

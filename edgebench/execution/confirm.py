@@ -27,7 +27,17 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.confirm import START_PAIRS, PairedDecision, decide
-from ..analysis.gate import FAIL, INCOMPLETE, NOISY, GateRule, PairKey, collect_side, with_rule_stats
+from ..analysis.gate import (
+    FAIL,
+    IMPROVED,
+    INCOMPLETE,
+    NOISY,
+    PASS,
+    GateRule,
+    PairKey,
+    collect_side,
+    with_rule_stats,
+)
 from ..errors import EdgebenchError, one_line
 from ..lab.descriptors import DeviceSpec
 from ..models.refs import ModelRef
@@ -121,15 +131,22 @@ def _job_for(found: Sequence[JobModel], key: PairKey, side: str) -> JobModel | s
 
 
 def plan(
-    verdicts: Sequence[Any], baseline_jobs: Sequence[JobModel], candidate_jobs: Sequence[JobModel]
+    verdicts: Sequence[Any],
+    baseline_jobs: Sequence[JobModel],
+    candidate_jobs: Sequence[JobModel],
+    disturbed: Callable[[PairKey], bool] = lambda key: False,
 ) -> tuple[list[ConfirmTarget], list[Unconfirmable]]:
-    """Targets for the gate's FAIL, NOISY and INCOMPLETE pairs that both sides measured; the others say
-    why they cannot be confirmed. Pairs measured by the same two jobs share one target."""
+    """Targets for the gate's FAIL, NOISY and INCOMPLETE pairs that both sides measured, and for PASS or
+    IMPROVED pairs whose jobs said the device was disturbed (`disturbed`: a disturbed baseline can hide a
+    slowdown as well as a disturbed candidate can fake one); the others say why they cannot be confirmed.
+    Pairs measured by the same two jobs share one target."""
     grouped: dict[tuple[int, int], list[Question]] = {}
     jobs: dict[int, JobModel] = {}
     skipped = []
     for v in verdicts:
-        if v.verdict not in CONFIRMABLE or v.baseline is None or v.candidate is None:
+        if v.baseline is None or v.candidate is None:
+            continue
+        if v.verdict not in CONFIRMABLE and not (v.verdict in (PASS, IMPROVED) and disturbed(v.key)):
             continue
         q = Question(v.key, v.rule)
         base, cand = _job_for(baseline_jobs, v.key, BASELINE), _job_for(candidate_jobs, v.key, CANDIDATE)

@@ -186,3 +186,19 @@ def test_confirmed_verdicts_replace_the_first_stage_and_the_exit_code_follows() 
     assert cleared.exit_code == 1  # the other pair was not part of the run: its FAIL stays as it was
     only = evaluate({KEY: base[KEY]}, {KEY: cand[KEY]}, [RULE], GateOptions())
     assert apply(only, run, []).exit_code == 0 and apply(only, run, []).overall == PASS
+
+
+def test_a_pass_is_confirmed_only_when_its_jobs_were_disturbed(tmp_path: __import__("pathlib").Path) -> None:
+    from edgebench.analysis.gate import GateOptions, Side, evaluate
+    from edgebench.execution.confirm import plan
+    from edgebench.results.models import JobModel
+
+    copy = tmp_path / "kept.onnx"
+    copy.write_bytes(b"m")
+    side = Side(10.0, "ms", tuple(10 * np.exp(np.random.default_rng(1).normal(0, 0.02, 40))))
+    [passed] = evaluate({KEY: side}, {KEY: side}, [RULE], GateOptions()).verdicts
+    assert passed.verdict == PASS
+    jobs = [JobModel(1, "b", "board", "bench", "net", None, {"threads": 1}, "ok", "ab", copy)]
+    assert plan([passed], jobs, jobs) == ([], [])
+    [t], skipped = plan([passed], jobs, jobs, disturbed=lambda key: True)
+    assert skipped == [] and t.questions == (Question(KEY, RULE),) and t.baseline.model.path == copy
