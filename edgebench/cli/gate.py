@@ -37,8 +37,9 @@ _GATE_NO_STORE = typer.Option(False, "--no-store", help="Do not keep the verdict
 _GATE_CONFIRM = typer.Option(
     False,
     "--confirm",
-    help="Before a FAIL (and for NOISY/INCOMPLETE pairs, or a PASS its jobs call disturbed): measure the baseline's model (its kept copy) and "
-    "the candidate's alternately on the same device, A B / B A, and decide on those pairs (needs --lab).",
+    help="Before a FAIL (and for NOISY/INCOMPLETE pairs, or a PASS its jobs call disturbed): measure the "
+    "baseline's model (its kept copy) and the candidate's alternately on the same device, A B / B A, and "
+    "decide on those pairs (needs --lab).",
 )
 _GATE_CONFIRM_BUDGET = typer.Option(
     300.0, "--confirm-budget", help="Seconds --confirm may measure in all (shared by the pairs it confirms)."
