@@ -12,9 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.confirm import PairedDecision, min_pairs_for
-from ..analysis.gate import NOISY, VERDICTS, GateResult, PairVerdict, job_warnings, rule_report
+from ..analysis.gate import NOISY, VERDICTS, GateResult, PairVerdict, rule_report
 from ..errors import UserError
-from ..execution.confirm import ConfirmBudget, ConfirmRun, Question, Unconfirmable, confirm, plan
+from ..execution.confirm import (
+    ConfirmBudget,
+    ConfirmRun,
+    Question,
+    Unconfirmable,
+    confirm,
+    disturbed_jobs,
+    plan,
+)
 from .common import note, open_lab
 
 
@@ -52,12 +60,12 @@ def confirm_gate(store: Any, result: GateResult, args: ConfirmArgs) -> tuple[Gat
     device); the result with the confirmed verdicts and
     the JSON to add to the gate's document (`confirm_run`, `confirmations`)."""
     check_args(args.budget)
-    warned = {"baseline": store.jobs([result.baseline]), "candidate": store.jobs([result.candidate])}
+    warned = store.jobs([result.baseline, result.candidate])
     targets, skipped = plan(
         result.verdicts,
         store.job_models([result.baseline]),
         store.job_models([result.candidate]),
-        disturbed=lambda key: bool(job_warnings(key, warned)),
+        disturbed=lambda key: bool(disturbed_jobs(key, warned)),
     )
     if not targets:
         confirmed = apply(result, ConfirmRun(""), skipped)

@@ -28,6 +28,7 @@ from typing import Any
 
 from ..analysis.confirm import START_PAIRS, PairedDecision, decide
 from ..analysis.gate import (
+    DISTURBANCE_WORDS,
     FAIL,
     IMPROVED,
     INCOMPLETE,
@@ -117,6 +118,19 @@ def _job_matches(job: JobModel, key: PairKey) -> bool:
         return False
     identity = json.loads(key.params)
     return job.status == "ok" and all(identity[k] == v for k, v in job.params.items() if k in identity)
+
+
+def disturbed_jobs(key: PairKey, jobs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The warnings of the stored jobs (`Store.jobs`) that measured the pair and said the device was
+    disturbed (outliers, no cool-down, transport retries): reason enough to confirm a PASS."""
+    found = []
+    for j in jobs:
+        model = JobModel(
+            0, "", j["device"], j["probe"], j["model"] or "", j["runtime"], j["params"], j["status"], "", None
+        )
+        if _job_matches(model, key):
+            found += [w for w in j.get("warnings") or [] if any(d in w.lower() for d in DISTURBANCE_WORDS)]
+    return found
 
 
 def _job_for(found: Sequence[JobModel], key: PairKey, side: str) -> JobModel | str:

@@ -130,6 +130,9 @@ def test_confirm_fails_a_15_percent_heavier_model_beside_busy_loops(tmp_path: Pa
     else:
         assert verdicts.count("FAIL") >= 1, evidence
     if FULL:  # the false-alarm side: the same file in both runs
-        unchanged = [trial(tmp_path / f"same{i}", light, light, i % 2 == 0)["verdict"] for i in range(10)]
-        print(f"unchanged model: verdicts {unchanged}")
+        unchanged = []
+        for i in range(10):
+            pair = trial(tmp_path / f"same{i}", light, light, i % 2 == 0)
+            unchanged.append(pair["verdict"])
+            print(f"unchanged trial {i}: {pair['verdict']}: {pair['reason']}", flush=True)
         assert "FAIL" not in unchanged, unchanged
