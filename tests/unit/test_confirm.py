@@ -202,3 +202,13 @@ def test_a_pass_is_confirmed_only_when_its_jobs_were_disturbed(tmp_path: __impor
     assert plan([passed], jobs, jobs) == ([], [])
     [t], skipped = plan([passed], jobs, jobs, disturbed=lambda key: True)
     assert skipped == [] and t.questions == (Question(KEY, RULE),) and t.baseline.model.path == copy
+
+
+def test_disturbance_is_read_from_jobs_that_named_no_runtime() -> None:
+    from edgebench.execution.confirm import disturbed_jobs
+
+    job = {"device": "board", "probe": "bench", "model": "net", "runtime": None, "params": {"threads": 1}}
+    noisy = {**job, "status": "ok", "warnings": ["12 of 80 samples are outliers: the device was disturbed"]}
+    assert disturbed_jobs(KEY, [noisy]) == noisy["warnings"]
+    assert disturbed_jobs(KEY, [{**noisy, "params": {"threads": 2}}]) == []
+    assert disturbed_jobs(KEY, [{**noisy, "warnings": ["p99 needs at least 368 samples"]}]) == []
