@@ -41,6 +41,20 @@ _GATE_MAX_WAIT = typer.Option(
     "of its CPUs, or its threads waited this share of their time on a run queue.",
 )
 _GATE_WIDE = typer.Option(False, "--wide", help="Every column at full width (default: fit 120 columns).")
+_GATE_CONFIRM = typer.Option(
+    False,
+    "--confirm",
+    help="Before a FAIL (and for NOISY/INCOMPLETE pairs, or a PASS its jobs call disturbed): measure the "
+    "baseline's model (its kept copy) and the candidate's alternately on the same device, A B / B A, and "
+    "decide on those pairs (needs --lab).",
+)
+_GATE_CONFIRM_BUDGET = typer.Option(
+    300.0, "--confirm-budget", help="Seconds --confirm may measure in all (shared by the pairs it confirms)."
+)
+_GATE_CONFIRM_PAIRS = typer.Option(
+    20, "--confirm-pairs", help="Most A/B pairs per confirmed pair (>= 7 at --alpha 0.01; 5 come first)."
+)
+_GATE_LAB = typer.Option(Path("devices"), "--lab", help="Folder of device descriptors (for --confirm).")
 _HISTORY_DEVICE = typer.Option(..., "--device", "-d", help="Device name as stored.")
 _HISTORY_MODEL = typer.Option(..., "--model", "-m", help="Model name as stored (its file stem).")
 _HISTORY_METRIC = typer.Option("latency_ms", "--metric")
@@ -88,6 +102,10 @@ def gate(
     no_store: bool = _GATE_NO_STORE,
     max_wait: str = _GATE_MAX_WAIT,
     wide: bool = _GATE_WIDE,
+    confirm: bool = _GATE_CONFIRM,
+    confirm_budget: float = _GATE_CONFIRM_BUDGET,
+    confirm_pairs: int = _GATE_CONFIRM_PAIRS,
+    lab: Path = _GATE_LAB,
     as_json: bool = JSON_OPT,
 ) -> int:
     """Compare a candidate run with a baseline: exit 0 pass, 1 regression, 2 usage, 3 lab failure."""
@@ -115,15 +133,21 @@ def gate(
         base_id = st.resolve_run(baseline, "--baseline run")
         cand_id = st.resolve_run(candidate, "--candidate run")
         result = gate_runs(st, base_id, cand_id, rules, opts)
+        confirmed: dict[str, object] = {}
+        if confirm:
+            from .gate_confirm import confirm_gate, confirm_options
+
+            args = confirm_options(lab, None if no_store else store, confirm_budget, confirm_pairs, alpha)
+            result, confirmed = confirm_gate(st, result, args)
         records = gate_records(result, run_id or cand_id)
         if run_id is not None:
-            st.save_gate(run_id, {**result.to_dict(), "gate_run": run_id}, records)
+            st.save_gate(run_id, {**result.to_dict(), **confirmed, "gate_run": run_id}, records)
     if junit is not None:
         _write(junit, gate_junit(result), "JUnit XML")
     if markdown is not None:
         _write(markdown, gate_markdown(result), "Markdown")
     if as_json:
-        print_json(records_json(records, gate_run=run_id, **result.to_dict()))
+        print_json(records_json(records, gate_run=run_id, **result.to_dict(), **confirmed))
     else:
         _show_gate(result, run_id, wide)
     for n in result.notes:

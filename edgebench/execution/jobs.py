@@ -23,7 +23,9 @@ class Job:
     timeout_s: float | None = None
     # What stands for a file in the job's identity, by role ("model", or a path param's name): "sha256:<hex>"
     # of its content, or "path:<suite-relative path>" when it is missing. Set by the planner, so the key
-    # follows what is measured, not where the checkout lives, and a changed model is a new job.
+    # follows what is measured, not where the checkout lives, and a changed model is a new job. Entries that
+    # name no param and are not "model" tell apart jobs that are otherwise the same (a `gate --confirm`
+    # run measures one model several times: "confirm" = "baseline/3").
     identity: dict[str, str] = field(default_factory=dict)
     # Which of the configuration's independent invocations this job is (1..repeats; 0: not repeated). Each
     # is its own job (a fresh agent process), so the gate can judge on invocation-level statistics.
@@ -43,6 +45,9 @@ class Job:
             ident["model_content"] = self.identity["model"]
         if self.invocation:
             ident["invocation"] = self.invocation
+        extra = {k: v for k, v in self.identity.items() if k != "model" and k not in self.params}
+        if extra:  # only such jobs: every other job keeps the key it always had
+            ident["distinct"] = extra
         digest = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
         return f"{self.device}/{self.probe}/{self.model.name if self.model else '-'}/{digest}"
 

@@ -10,6 +10,9 @@ store written by a newer edgebench is refused):
   3 — `tags` (labels on runs: `run --tag nightly`, `runs --add-tag release-1.2`) and `gates` (one row per
       stored `gate` run: baseline, candidate, overall verdict, exit code and the whole result), so gate
       verdicts are history too. Nothing older changes: the migration only adds the two tables.
+  4 — `job_models`: each stored job's model by content hash (sha256) and the name of its copy in the local
+      model store `<store path>.models/` (`results.models`), so `gate --confirm` can measure a run's model
+      again after the file changed. The migration only adds the table: jobs stored before it have no row.
 
 Run references (`resolve_run`): every verb that takes a run id also takes `latest`, `latest~N` (the N-th
 measurement run before the latest; `gate` and `fit` runs measure nothing and are skipped), `suite:NAME` and
@@ -32,9 +35,12 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 from ..errors import UserError
 from ..execution.jobs import JobOutcome
 from ..records import Record, Samples, utc_now
+from .models import SCHEMA_V4, JobModel, ModelStore, insert_job_model, job_models, keep_for_job, models_dir
 
-SCHEMA_VERSION = 3
-ANALYSIS_KINDS = ("gate", "fit")  # runs that judge other runs and measure nothing: `latest` skips them
+SCHEMA_VERSION = 4
+# Runs that judge other runs (`latest` skips them): gates and fits measure nothing; a `confirm` run holds a
+# gate's re-measurements, never the next baseline.
+ANALYSIS_KINDS = ("gate", "fit", "confirm")
 
 _SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -92,6 +98,7 @@ class Store:
         with "database is locked" (a run's policy `store_timeout`; the run then spools what it finished)."""
         self.path = Path(path)
         self.busy_timeout_s = busy_timeout_s
+        self.models = ModelStore(models_dir(self.path))
         if self.path.exists() and self.path.is_dir():
             raise UserError(f"{self.path}: store path is a directory")
         try:
@@ -147,6 +154,8 @@ class Store:
             self._update_to_2()
         if version < 3:
             self._update_to_3()
+        if version < 4:
+            self._update_to_4()
 
     def _stored_version(self) -> int:
         """The schema version the file holds: 0 for an empty file; a foreign SQLite file is refused."""
@@ -194,6 +203,15 @@ class Store:
                 if stmt.strip():
                     self.db.execute(stmt)
             self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', '3')")
+
+    def _update_to_4(self) -> None:
+        with self._tx():
+            if self._schema_version() >= 4:
+                return
+            for stmt in SCHEMA_V4.split(";"):
+                if stmt.strip():
+                    self.db.execute(stmt)
+            self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', '4')")
 
     def _schema_version(self) -> int:
         row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -247,6 +265,7 @@ class Store:
         Returns False (and stores nothing) when the job already has an ok result in this run.
         """
         job = outcome.job
+        kept = keep_for_job(self.models, job)
         with self._tx():
             if (
                 outcome.ok
@@ -278,6 +297,8 @@ class Store:
                 ),
             )
             job_id = cur.lastrowid
+            if kept is not None and job.model is not None and job_id is not None:
+                insert_job_model(self.db, run_id, job_id, job.model.name, kept)
             self.db.executemany(
                 "INSERT INTO records(job_id, run_id, device, probe, model, runtime, metric, value, unit,"
                 " params, ts, annotations)"
@@ -536,6 +557,10 @@ class Store:
             d["warnings"] = json.loads(d["warnings"] or "[]")
             out.append(d)
         return out
+
+    def job_models(self, run_ids: Iterable[str]) -> list[JobModel]:
+        """The runs' jobs that recorded a model: its content hash and kept copy (`results.models`)."""
+        return job_models(self.db, self.models.root, run_ids)
 
     def device_info(self, run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
         sql, args = _select("SELECT run_id, device, fingerprint, descriptor FROM devices", run_ids, {})

@@ -28,15 +28,15 @@ def v1_store(tmp_path: Path) -> Path:
     return path
 
 
-def test_the_v1_store_migrates_through_v2_to_v3(v1_store: Path) -> None:
+def test_the_v1_store_migrates_through_v2_and_v3_to_v4(v1_store: Path) -> None:
     with Store(v1_store) as st:
         assert st.tags() == {} and st.gates() == []
         st.add_tags(FIRST, ["nightly", "rc-1.2"])
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
     with sqlite3.connect(v1_store) as db:
-        assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
+        assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        assert {"tags", "gates"} <= tables
+        assert {"tags", "gates", "job_models"} <= tables
         assert "annotations" in [r[1] for r in db.execute("PRAGMA table_info(records)")]  # v2 on the way
     with Store(v1_store) as st:  # opening again migrates nothing more and keeps the tags
         assert st.tags() == {FIRST: ["nightly", "rc-1.2"]}

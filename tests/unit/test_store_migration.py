@@ -45,7 +45,7 @@ def test_v1_store_migrates_and_keeps_every_record(v1_store: Path) -> None:
     expected = json.loads((FIXTURE / "exp-results.json").read_text())["records"]
     with Store(v1_store) as st:
         records = st.records()
-    assert schema_version(v1_store) == SCHEMA_VERSION == 3
+    assert schema_version(v1_store) == SCHEMA_VERSION == 4
     assert len(records) == len(expected)
     for got, old in zip(records, expected, strict=True):
         same = ("run_id", "device", "probe", "model", "runtime", "metric", "value", "unit", "ts")

@@ -1,0 +1,168 @@
+"""The local content-addressed model store beside the result store: every benched model's file, kept once.
+
+A job's model is recorded with its content hash (table `job_models`, schema 4) and a copy of the file goes
+to `<store path>.models/<sha256><suffix>`, so `gate --confirm` can push last night's model again after the
+file on disk changed. Copies are written to a temporary name in the same folder and renamed into place
+(atomic: a reader never sees half a file), and a content already kept is not copied again.
+
+The hash a suite's planner put in the job's identity (`Job.identity["model"]`) is what was measured; when
+the file no longer has that content at store time the hash is still recorded, without a copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sqlite3
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..lab.hashing import HashCache
+
+SCHEMA_V4 = """
+CREATE TABLE IF NOT EXISTS job_models(
+    job_id INTEGER PRIMARY KEY REFERENCES jobs(id), run_id TEXT NOT NULL, model TEXT NOT NULL,
+    sha256 TEXT NOT NULL, suffix TEXT NOT NULL, stored TEXT);
+CREATE INDEX IF NOT EXISTS job_models_run ON job_models(run_id);
+"""
+_SUFFIX = re.compile(r"^\.[A-Za-z0-9_]{1,16}$")
+_CHUNK = 1 << 20
+
+
+def models_dir(store_path: Path) -> Path:
+    """Where a store keeps its models: `<store path>.models/`."""
+    return store_path.with_name(store_path.name + ".models")
+
+
+@dataclass(frozen=True)
+class KeptModel:
+    """A model file as the store knows it: its content hash and, when a copy was kept, where."""
+
+    sha256: str
+    suffix: str
+    path: Path | None  # None: the content could not be kept (the file changed or went away first)
+
+
+@dataclass(frozen=True)
+class JobModel:
+    """One stored job with its model's hash and kept copy (a row of `job_models` joined with `jobs`)."""
+
+    job_id: int
+    run_id: str
+    device: str
+    probe: str
+    model: str
+    runtime: str | None
+    params: dict[str, Any]
+    status: str
+    sha256: str
+    path: Path | None  # the kept copy; None when none was kept or it has since been deleted
+
+
+class ModelStore:
+    """The folder of kept models: `keep(path)` hashes a file and keeps a copy named by its content."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.hashes = HashCache()
+
+    def path_for(self, sha256: str, suffix: str) -> Path:
+        return self.root / f"{sha256}{suffix}"
+
+    def keep(self, source: Path, expected: str | None = None) -> KeptModel:
+        """Hash `source` and keep a copy unless that content is kept already. `expected`: the content the
+        job measured ("sha256:<hex>" or bare hex); a file that no longer has it is recorded without a copy.
+        Raises OSError when the source cannot be read at all."""
+        suffix = source.suffix.lower() if _SUFFIX.match(source.suffix) else ""
+        want = expected.removeprefix("sha256:") if expected else None
+        digest = self.hashes.sha256(source)
+        if want is not None and digest != want:
+            return KeptModel(want, suffix, None)
+        target = self.path_for(digest, suffix)
+        if target.is_file() and target.stat().st_size == source.stat().st_size:
+            return KeptModel(digest, suffix, target)
+        copied = self._copy(source, target)
+        if copied != digest:  # the file changed while it was copied: keep nothing under a wrong name
+            target.unlink(missing_ok=True)
+            return KeptModel(want or digest, suffix, None)
+        return KeptModel(digest, suffix, target)
+
+    def _copy(self, source: Path, target: Path) -> str:
+        """Copy to a temporary file in the same folder, fsync, rename into place; the copy's sha256."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".part-", dir=self.root)
+        digest = hashlib.sha256()
+        try:
+            with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
+                while block := src.read(_CHUNK):
+                    digest.update(block)
+                    out.write(block)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return digest.hexdigest()
+
+
+def keep_for_job(models: ModelStore, job: Any) -> KeptModel | None:
+    """Hash and keep the model of a job about to be stored (outside the store's transaction: a big file
+    must not hold the write lock). A file that cannot be read is recorded by the hash the planner gave
+    it, else not at all: keeping the model never costs the job its results."""
+    if job.model is None:
+        return None
+    expected = job.identity.get("model") if job.identity else None
+    expected = expected if expected and expected.startswith("sha256:") else None
+    try:
+        return models.keep(Path(job.model.path), expected)
+    except OSError:
+        if expected is None:
+            return None
+        return KeptModel(expected.removeprefix("sha256:"), Path(job.model.path).suffix.lower(), None)
+
+
+def insert_job_model(db: sqlite3.Connection, run_id: str, job_id: int, model: str, kept: KeptModel) -> None:
+    """The job's `job_models` row, inside the caller's transaction (stored with the job or not at all)."""
+    db.execute(
+        "INSERT OR REPLACE INTO job_models(job_id, run_id, model, sha256, suffix, stored)"
+        " VALUES(?,?,?,?,?,?)",
+        (job_id, run_id, model, kept.sha256, kept.suffix, kept.path.name if kept.path else None),
+    )
+
+
+def job_models(db: sqlite3.Connection, root: Path, run_ids: Iterable[str]) -> list[JobModel]:
+    """The jobs of these runs that recorded a model, oldest first, with their kept copies (None where the
+    copy is missing)."""
+    ids = list(run_ids)
+    if not ids:
+        return []
+    rows = db.execute(
+        "SELECT j.id, j.run_id, j.device, j.probe, m.model, j.runtime, j.params, j.status, m.sha256,"
+        " m.stored FROM job_models m JOIN jobs j ON j.id = m.job_id"
+        f" WHERE m.run_id IN ({','.join('?' * len(ids))}) ORDER BY j.id",
+        ids,
+    )
+    out = []
+    for job_id, run_id, device, probe, model, runtime, params, status, sha, stored in rows:
+        path = root / stored if stored else None
+        out.append(
+            JobModel(
+                job_id,
+                run_id,
+                device,
+                probe,
+                model,
+                runtime,
+                json.loads(params),
+                status,
+                sha,
+                path if path is not None and path.is_file() else None,
+            )
+        )
+    return out

@@ -1,0 +1,214 @@
+"""`gate --confirm`'s paired decision (analysis.confirm) and its alternating loop (execution.confirm) on a
+seeded simulation of invocations: per-invocation noise, drift, and invocations a neighbour disturbed.
+
+References are independent of the code under test: scipy's exact signed-rank p-values for the null
+distribution, a brute-force Walsh average median, and the simulated truth for the interval's coverage.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from edgebench.analysis.confirm import (
+    decide,
+    hodges_lehmann,
+    min_pairs_for,
+    signed_rank_cdf,
+)
+from edgebench.analysis.gate import FAIL, IMPROVED, NOISY, PASS, PairKey, Threshold, default_rules
+from edgebench.execution.confirm import (
+    BASELINE,
+    ConfirmBudget,
+    ConfirmTarget,
+    Question,
+    confirm_target,
+)
+from edgebench.execution.jobs import Job, JobOutcome
+from edgebench.models.refs import ModelRef
+from edgebench.records import RecordContext
+
+RULE = default_rules(0.05)[0]  # latency_ms p50, max slowdown 5%
+KEY = PairKey("board", "net", "onnxruntime", "bench", "latency_ms", "p50", '{"threads":1}')
+
+
+def test_min_pairs_is_seven_at_alpha_001() -> None:
+    assert min_pairs_for(0.01) == 7 and min_pairs_for(0.05) == 5
+    assert 2.0**-7 <= 0.01 < 2.0**-6
+    # Six pairs, every one 2x slower: still no bound at alpha 0.01; the seventh settles it.
+    six = decide([1.0] * 6, [2.0] * 6, RULE, 0.01)
+    assert six.verdict == "" and six.ci_low is None and "needs at least 7" in six.reason
+    assert decide([1.0] * 6, [2.0] * 6, RULE, 0.01, final=True).verdict == NOISY
+    assert decide([1.0] * 7, [2.0] * 7, RULE, 0.01).verdict == FAIL
+
+
+@pytest.mark.parametrize("n", [5, 7, 10, 13])
+def test_null_distribution_matches_scipys_exact_signed_rank_p(n: int) -> None:
+    cdf = signed_rank_cdf(n)
+    rng = np.random.default_rng(n)
+    for _ in range(20):
+        x = rng.normal(0.2, 1.0, n)
+        ranks = stats.rankdata(np.abs(x))
+        t_plus = int(ranks[x > 0].sum())
+        p = stats.wilcoxon(x, alternative="less", method="exact").pvalue
+        assert cdf[t_plus] == pytest.approx(p, rel=1e-12)
+
+
+def test_hodges_lehmann_estimate_is_the_walsh_median_and_its_bounds_cover() -> None:
+    rng = np.random.default_rng(7)
+    e = rng.normal(0.1, 0.2, 9)
+    walsh = [(e[i] + e[j]) / 2 for i, j in itertools.combinations_with_replacement(range(9), 2)]
+    est, low, high = hodges_lehmann(e, 0.05)
+    assert est == pytest.approx(float(np.median(walsh)))
+    assert low in walsh and high in walsh and low < est < high
+    misses_low = misses_high = 0
+    trials = 1000
+    for _ in range(trials):  # the truth is 0.3: each one-sided bound misses it at most alpha of the time
+        _, lo, hi = hodges_lehmann(rng.standard_t(3, 12) * 0.1 + 0.3, 0.05)
+        misses_low += lo > 0.3
+        misses_high += hi < 0.3
+    assert misses_low / trials <= 0.05 + 0.02 and misses_high / trials <= 0.05 + 0.02
+
+
+def test_improved_pass_and_min_delta() -> None:
+    assert decide([2.0] * 8, [1.0] * 8, RULE, 0.01).verdict == IMPROVED
+    same = np.exp(np.random.default_rng(3).normal(0, 0.01, 10))
+    assert decide(same, same[::-1], RULE, 0.01).verdict == PASS
+    absolute = default_rules()[3]  # cosine, max drop 0.001 (absolute)
+    assert absolute.threshold == Threshold(0.001, False)
+    drop = decide([0.999] * 8, [0.99] * 8, absolute, 0.01)
+    assert drop.verdict == FAIL and drop.change == pytest.approx(-0.009)
+
+
+# ---- the alternating loop on simulated invocations ------------------------------------------------------
+class Simulated:
+    """A device whose invocations take `base * heavier` ms, times log-normal noise (sigma 0.03: an
+    invocation's p50 on a shared 2-core host), a slow drift, and now and then (p 0.1) a neighbour that
+    makes one invocation 1.3-2x slower."""
+
+    def __init__(self, seed: int, heavier: float) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.heavier = heavier
+        self.level = 1.0
+        self.calls: list[str] = []
+
+    def __call__(self, job: Job, side: str, pair: int) -> JobOutcome:
+        self.calls.append(side)
+        self.level *= math.exp(self.rng.normal(0, 0.01))
+        value = 10.0 * self.level * math.exp(self.rng.normal(0, 0.03))
+        if self.rng.random() < 0.1:
+            value *= self.rng.uniform(1.3, 2.0)
+        if side != BASELINE:
+            value *= self.heavier
+        ctx = RecordContext("confirm", "board", "bench", "net", "onnxruntime", {"threads": 1})
+        return JobOutcome(job, "ok", [ctx.record("latency_ms", value, "ms", stat="p50")])
+
+
+def target() -> ConfirmTarget:
+    job = Job("board", "bench", ModelRef("net", __import__("pathlib").Path("net.onnx")), None, {"threads": 1})
+    return ConfirmTarget("board", job, job, (Question(KEY, RULE),))
+
+
+def run_trials(heavier: float, trials: int) -> tuple[list[str], list[int]]:
+    verdicts, pairs = [], []
+    for seed in range(trials):
+        measure = Simulated(seed, heavier)
+        out = confirm_target(measure, target(), ConfirmBudget(max_pairs=20), deadline=math.inf)
+        [d] = out.decisions.values()
+        verdicts.append(d.verdict or NOISY)
+        pairs.append(d.n_pairs)
+    return verdicts, pairs
+
+
+def test_alternation_is_a_b_then_b_a_and_starts_with_five_pairs() -> None:
+    measure = Simulated(0, 2.0)
+    out = confirm_target(measure, target(), ConfirmBudget(max_pairs=20), deadline=math.inf)
+    [d] = out.decisions.values()
+    assert measure.calls[:4] == ["baseline", "candidate", "candidate", "baseline"]
+    assert d.verdict == FAIL and 7 <= d.n_pairs <= 20 and len(measure.calls) == 2 * d.n_pairs
+
+
+def test_same_model_never_fails_and_15_percent_heavier_fails() -> None:
+    """Seeded rates (150 trials each, at most 20 pairs): the same model 0 FAIL (103 PASS, the rest NOISY);
+    15% heavier 0 PASS, 122 FAIL (81%), the rest NOISY: a one-sided 99% bound over 1.05 is hard to reach
+    in 20 pairs when one invocation in ten is disturbed, and the gate says NOISY rather than guess."""
+    same, _ = run_trials(1.0, 150)
+    heavier, pairs = run_trials(1.15, 150)
+    assert same.count(FAIL) == 0 and same.count(PASS) >= 0.6 * len(same), same
+    assert heavier.count(PASS) == 0 and heavier.count(FAIL) >= 0.75 * len(heavier), heavier
+    assert min(pairs) >= 7 and max(pairs) <= 20
+
+
+def test_the_time_budget_ends_in_noisy_never_a_guess() -> None:
+    ticks = itertools.count()
+    clock = lambda: float(next(ticks))  # noqa: E731 - every call one second later
+    out = confirm_target(Simulated(1, 1.15), target(), ConfirmBudget(), deadline=12.0, clock=clock)
+    [d] = out.decisions.values()
+    assert d.verdict == NOISY and d.n_pairs < 7 and "needs at least 7" in d.reason
+
+
+def test_a_failed_job_stops_with_its_error() -> None:
+    def broken(job: Job, side: str, pair: int) -> JobOutcome:
+        return JobOutcome(job, "error", error="device vanished", error_kind="lab")
+
+    out = confirm_target(broken, target(), ConfirmBudget(), deadline=math.inf)
+    assert out.decisions == {} and out.error == "baseline job failed: device vanished"
+
+
+# ---- the confirmed verdicts in place of the first stage's ------------------------------------------------
+def test_confirmed_verdicts_replace_the_first_stage_and_the_exit_code_follows() -> None:
+    from edgebench.analysis.gate import GateOptions, Side, evaluate
+    from edgebench.cli.gate_confirm import apply
+    from edgebench.execution.confirm import ConfirmRun, TargetResult, Unconfirmable
+
+    rng = np.random.default_rng(0)
+    other = PairKey("board", "other", "onnxruntime", "bench", "latency_ms", "p50", '{"threads":1}')
+    base = {k: Side(10.0, "ms", tuple(10 * np.exp(rng.normal(0, 0.02, 40)))) for k in (KEY, other)}
+    cand = {k: Side(20.0, "ms", tuple(20 * np.exp(rng.normal(0, 0.02, 40)))) for k in (KEY, other)}
+    first = evaluate(base, cand, [RULE], GateOptions())
+    assert [v.verdict for v in first.verdicts] == [FAIL, FAIL] and first.exit_code == 1
+    same = np.exp(rng.normal(0, 0.01, 9))
+    decision = decide(same, same[::-1], RULE, 0.01, final=True)
+    run = ConfirmRun("confirm-run", [TargetResult(target(), {Question(KEY, RULE): decision})])
+    skipped = [Unconfirmable(Question(other, RULE), "the baseline run kept no model for it")]
+    out = apply(first, run, skipped)
+    by_model = {v.key.model: v for v in out.verdicts}
+    assert by_model["net"].verdict == PASS and "first stage: FAIL" in by_model["net"].reason
+    assert by_model["net"].n_baseline == 9 and by_model["net"].method.startswith("confirm:")
+    assert by_model["other"].verdict == FAIL
+    assert by_model["other"].warnings[-1] == "not confirmed: the baseline run kept no model for it"
+    assert out.rules[0].counts[FAIL] == 1 and out.rules[0].counts[PASS] == 1 and out.exit_code == 1
+    cleared = apply(first, run, [])
+    assert cleared.exit_code == 1  # the other pair was not part of the run: its FAIL stays as it was
+    only = evaluate({KEY: base[KEY]}, {KEY: cand[KEY]}, [RULE], GateOptions())
+    assert apply(only, run, []).exit_code == 0 and apply(only, run, []).overall == PASS
+
+
+def test_a_pass_is_confirmed_only_when_its_jobs_were_disturbed(tmp_path: __import__("pathlib").Path) -> None:
+    from edgebench.analysis.gate import GateOptions, Side, evaluate
+    from edgebench.execution.confirm import plan
+    from edgebench.results.models import JobModel
+
+    copy = tmp_path / "kept.onnx"
+    copy.write_bytes(b"m")
+    side = Side(10.0, "ms", tuple(10 * np.exp(np.random.default_rng(1).normal(0, 0.02, 40))))
+    [passed] = evaluate({KEY: side}, {KEY: side}, [RULE], GateOptions()).verdicts
+    assert passed.verdict == PASS
+    jobs = [JobModel(1, "b", "board", "bench", "net", None, {"threads": 1}, "ok", "ab", copy)]
+    assert plan([passed], jobs, jobs) == ([], [])
+    [t], skipped = plan([passed], jobs, jobs, disturbed=lambda key: True)
+    assert skipped == [] and t.questions == (Question(KEY, RULE),) and t.baseline.model.path == copy
+
+
+def test_disturbance_is_read_from_jobs_that_named_no_runtime() -> None:
+    from edgebench.execution.confirm import disturbed_jobs
+
+    job = {"device": "board", "probe": "bench", "model": "net", "runtime": None, "params": {"threads": 1}}
+    noisy = {**job, "status": "ok", "warnings": ["12 of 80 samples are outliers: the device was disturbed"]}
+    assert disturbed_jobs(KEY, [noisy]) == noisy["warnings"]
+    assert disturbed_jobs(KEY, [{**noisy, "params": {"threads": 2}}]) == []
+    assert disturbed_jobs(KEY, [{**noisy, "warnings": ["p99 needs at least 368 samples"]}]) == []

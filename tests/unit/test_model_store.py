@@ -1,0 +1,122 @@
+"""The content-addressed model store beside the result store: each job's model hash (checked against
+hashlib on the file's bytes), one atomic copy per content, the planner's hash kept when the file changed,
+and a schema 3 store that migrates to 4 with nothing lost."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+from edgebench.execution.jobs import Job, JobOutcome
+from edgebench.models.refs import ModelRef
+from edgebench.records import RecordContext
+from edgebench.results.models import models_dir
+from edgebench.results.store import SCHEMA_VERSION, Store
+
+
+def bench_outcome(
+    run_id: str, model: Path, name: str = "net", identity: dict[str, str] | None = None
+) -> JobOutcome:
+    job = Job("local", "bench", ModelRef(name, model), "onnxruntime", {"threads": 1}, identity=identity or {})
+    ctx = RecordContext(run_id, "local", "bench", name, "onnxruntime", {"threads": 1})
+    return JobOutcome(job, "ok", [ctx.record("latency_ms", 1.0, "ms", stat="p50")])
+
+
+def test_each_job_records_its_model_hash_and_one_copy_per_content(tmp_path: Path) -> None:
+    model = tmp_path / "net.onnx"
+    model.write_bytes(b"first build" * 1000)
+    first = hashlib.sha256(model.read_bytes()).hexdigest()
+    with Store(tmp_path / "s.db") as st:
+        st.begin_run("r1", "bench", {})
+        st.save_job("r1", bench_outcome("r1", model))
+        st.begin_run("r2", "bench", {})
+        st.save_job("r2", bench_outcome("r2", model, name="net-again"))  # same content, another name
+        model.write_bytes(b"second build" * 1000)  # the file changes on disk after the runs
+        st.begin_run("r3", "bench", {})
+        st.save_job("r3", bench_outcome("r3", model))
+        [j1], [j2], [j3] = st.job_models(["r1"]), st.job_models(["r2"]), st.job_models(["r3"])
+    second = hashlib.sha256(model.read_bytes()).hexdigest()
+    assert (j1.sha256, j2.sha256, j3.sha256) == (first, first, second)
+    kept = sorted(p.name for p in models_dir(tmp_path / "s.db").iterdir())
+    assert kept == sorted([f"{first}.onnx", f"{second}.onnx"])  # deduplicated; no temporary files left
+    assert j1.path is not None and j1.path.read_bytes() == b"first build" * 1000  # last night's model
+    assert j1.path == j2.path and (j1.model, j2.model) == ("net", "net-again")
+
+
+def test_a_file_changed_since_the_job_keeps_the_measured_hash_without_a_copy(tmp_path: Path) -> None:
+    model = tmp_path / "net.onnx"
+    model.write_bytes(b"measured")
+    measured = hashlib.sha256(b"measured").hexdigest()
+    model.write_bytes(b"replaced before the job was stored")
+    with Store(tmp_path / "s.db") as st:
+        st.begin_run("r1", "bench", {})
+        st.save_job("r1", bench_outcome("r1", model, identity={"model": f"sha256:{measured}"}))
+        [row] = st.job_models(["r1"])
+    assert row.sha256 == measured and row.path is None  # never a copy of what was not measured
+
+
+def test_a_missing_model_file_never_costs_the_job(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.db") as st:
+        st.begin_run("r1", "bench", {})
+        assert st.save_job("r1", bench_outcome("r1", tmp_path / "gone.onnx"))
+        assert len(st.records(["r1"])) == 1 and st.job_models(["r1"]) == []
+
+
+def as_v3(path: Path) -> None:
+    """What a schema 3 store is: today's minus `job_models`."""
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE job_models")
+        db.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
+
+
+def test_a_v3_store_opens_migrates_and_loses_nothing(tmp_path: Path) -> None:
+    model = tmp_path / "net.onnx"
+    model.write_bytes(b"old")
+    path = tmp_path / "s.db"
+    with Store(path) as st:
+        st.begin_run("old", "bench", {})
+        st.save_job("old", bench_outcome("old", model))
+        st.add_tags("old", ["nightly"])
+        before = (st.records(), st.jobs(), st.tags())
+    as_v3(path)
+    with Store(path) as st:
+        assert st._schema_version() == SCHEMA_VERSION == 4
+        assert (st.records(), st.jobs(), st.tags()) == before
+        assert st.job_models(["old"]) == []  # jobs stored before schema 4 have no row
+        st.begin_run("new", "bench", {})
+        st.save_job("new", bench_outcome("new", model))
+        assert [j.sha256 for j in st.job_models(["new"])] == [hashlib.sha256(b"old").hexdigest()]
+
+
+def test_confirm_runs_are_never_latest(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.db") as st:
+        st.begin_run("20260101T000000Z-aaaaaa", "bench", {})
+        st.begin_run("20260101T000001Z-bbbbbb", "confirm", {})
+        assert st.resolve_run("latest") == "20260101T000000Z-aaaaaa"
+
+
+def test_confirm_jobs_of_one_model_have_distinct_keys() -> None:
+    job = Job(
+        "local",
+        "bench",
+        ModelRef("net", Path("net.onnx")),
+        None,
+        {"threads": 1},
+        identity={"model": "sha256:ab"},
+    )
+    keys = {
+        Job(
+            job.device,
+            job.probe,
+            job.model,
+            None,
+            job.params,
+            identity={**job.identity, "confirm": f"{s}/{i}"},
+        ).key
+        for s in ("baseline", "candidate")
+        for i in range(3)
+    }
+    assert len(keys) == 6 and job.key not in keys
+    plain = Job("local", "bench", ModelRef("net", Path("net.onnx")), None, {"threads": 1})
+    assert plain.key == Job("local", "bench", ModelRef("net", Path("x/net.onnx")), None, {"threads": 1}).key
