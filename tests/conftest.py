@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from edgebench.testing.pytest_adb import *  # noqa: F401,F403
+from edgebench.testing.pytest_adb import *  # noqa: F403
 from edgebench.testing.pytest_ssh import (  # noqa: F401
     fresh_ssh_board,
     net_ssh_board,

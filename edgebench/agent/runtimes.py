@@ -338,7 +338,7 @@ class LiteRtSession:
     def execution(self) -> dict[str, Any]:
         """How LiteRT placed the graph: XNNPACK delegate partitions and whether they cover all of it."""
         interp = self.interpreter
-        ops = interp._get_ops_details()  # noqa: SLF001 - the only view of the placed graph
+        ops = interp._get_ops_details()
         delegated = [op for op in ops if op["op_name"] == "DELEGATE"]
         graph_in = {d["index"] for d in interp.get_input_details()}
         graph_out = {d["index"] for d in interp.get_output_details()}

@@ -394,7 +394,7 @@ def _begin(
                 remeasured_for_changed_models=len(job_notes),
             )
             store.append_provenance(run_id, "resumes", entry)
-    except Exception as exc:  # noqa: BLE001 - a store that refuses the run's first write: nothing ran
+    except Exception as exc:
         if not is_store_trouble(exc):
             raise
         raise StoreTrouble(

@@ -97,7 +97,7 @@ class JobWriter:
             try:
                 apply_entry(self.store, self.run_id, entry)
                 return True
-            except Exception as exc:  # noqa: BLE001 - only store trouble is spooled; the rest re-raised below
+            except Exception as exc:
                 if not is_store_trouble(exc):
                     raise
                 self.trouble = f"{type(exc).__name__}: {exc}"
@@ -115,7 +115,7 @@ class JobWriter:
         while self.pending:
             try:
                 apply_entry(self.store, self.run_id, self.pending[0])
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 if not is_store_trouble(exc):
                     raise
                 self.trouble = f"{type(exc).__name__}: {exc}"

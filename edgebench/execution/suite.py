@@ -344,7 +344,7 @@ def _grid(
     the suite file, probe and key), not as error records once the run is under way."""
     params = t.table("params")
     grid: dict[str, tuple[Any, ...]] = {}
-    for key, value in params._data.items():  # noqa: SLF001 - every key is a param name, taken on purpose
+    for key, value in params._data.items():
         params.raw(key)
         values = tuple(value) if isinstance(value, list) else (value,)
         if not values:
@@ -444,7 +444,7 @@ _BUDGET_NAMES = (
 
 def _budget(t: TableReader) -> dict[str, float]:
     out = {}
-    for key in list(t._data):  # noqa: SLF001 - the budget's keys are the budget names
+    for key in list(t._data):
         if not _BUDGET_KEY.match(key):
             close = difflib.get_close_matches(key, _BUDGET_NAMES, n=1)
             hint = f"did you mean '{close[0]}'? " if close else ""

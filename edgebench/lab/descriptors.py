@@ -207,7 +207,7 @@ def _parse_sensors(r: TableReader) -> Sensors:
 
 def _parse_runners(r: TableReader) -> dict[str, RunnerSpec]:
     runners: dict[str, RunnerSpec] = {}
-    for name in list(r._data):  # noqa: SLF001 - the table's keys are the runner names
+    for name in list(r._data):
         value = r.raw(name)
         if isinstance(value, str):
             runners[name] = RunnerSpec(name=name, path=value)

@@ -592,7 +592,7 @@ def _prepare_for_quantization(source: Path, scratch: Path) -> Path:
             quant_pre_process(str(plain), str(out), skip_symbolic_shape=skip_symbolic)
             if out.is_file():
                 return out
-        except Exception:  # noqa: BLE001, S112 - the next, more lenient pass is tried
+        except Exception:  # noqa: BLE001 - the next, more lenient pass is tried
             continue
     return plain
 

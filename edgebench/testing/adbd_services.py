@@ -356,7 +356,7 @@ class SyncService:
     async def _recv(self, stream: Stream, path: str) -> bool:
         try:
             host, _ = self.fs.resolve(path)
-            handle = open(host, "rb")  # noqa: SIM115 - closed in finally below
+            handle = open(host, "rb")
         except OSError as exc:
             await stream.write(P.sync_fail(f"open failed: {os.strerror(exc.errno or errno.EIO)}"))
             return False

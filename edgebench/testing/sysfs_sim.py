@@ -336,7 +336,7 @@ class Simulator:
         self.util_window = UtilWindow(max(cfg.period_s, 0.5))
         self.burners: list[subprocess.Popen] = []
         self._cap_requested = False
-        self._trace = open(cfg.trace, "a", buffering=1) if cfg.trace else None  # noqa: SIM115 - lives with us
+        self._trace = open(cfg.trace, "a", buffering=1) if cfg.trace else None
         if self._trace and self._trace.tell() == 0:
             self._trace.write(
                 "t_monotonic,util,temp_c,freq_khz,cap_khz,draw_ma,current_ua,voltage_uv,status\n"

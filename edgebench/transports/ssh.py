@@ -157,7 +157,7 @@ class SshTransport:
         )
         try:
             transport.close()
-        except Exception:  # noqa: BLE001, S110 - closing a dead link may fail; it is closed either way
+        except Exception:  # noqa: BLE001 - closing a dead link may fail; it is closed either way
             pass
 
     def _open_client(self, limit: float) -> Any:
@@ -291,7 +291,7 @@ class SshTransport:
             if thing is not None:
                 try:
                     thing.close()
-                except Exception:  # noqa: BLE001, S110 - closing a dead connection may fail; nothing to do
+                except Exception:  # noqa: BLE001 - closing a dead connection may fail; nothing to do
                     pass
         self._sftp = None
         self._client = None
@@ -577,9 +577,7 @@ class SshTransport:
             raise TransferError(f"{what} failed: no such file", device=self.device) from None
         except PermissionError:
             raise TransferError(f"{what} failed: permission denied", device=self.device) from None
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:
+        except Exception as exc:  # noqa: BLE001 - every other failure becomes a typed transfer error
             if expiry.fired or isinstance(exc, socket.timeout | TimeoutError):
                 raise CommandTimeout(argv, timeout, device=self.device) from None
             if not self._alive():
@@ -634,14 +632,14 @@ class _Expiry:
         self._fired.set()
         try:
             self._channel.close()
-        except Exception:  # noqa: BLE001, S110 - a channel on a dead link may fail to close cleanly
+        except Exception:  # noqa: BLE001 - a channel on a dead link may fail to close cleanly
             pass
 
     def _give_up(self) -> None:
         if not self._done.is_set():
             try:
                 self._grace_close.close()
-            except Exception:  # noqa: BLE001, S110
+            except Exception:  # noqa: BLE001
                 pass
 
 
@@ -685,7 +683,7 @@ class _Keepalive:
         def ask() -> None:
             try:
                 self._transport.global_request(KEEPALIVE_REQUEST, wait=True)
-            except Exception:  # noqa: BLE001, S110 - a failing connection is found by the loop
+            except Exception:  # noqa: BLE001 - a failing connection is found by the loop
                 pass
             answered.set()
 
@@ -703,7 +701,7 @@ class _RejectUnknown(paramiko.RejectPolicy):
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
         self._t.refuse_revoked(key)
         spec = self._t.spec
-        known = self._t._known  # noqa: SLF001 - the policy belongs to the transport
+        known = self._t._known
         note = (
             " (its @cert-authority lines are not used: edgebench pins host keys)"
             if known is not None and known.cert_authority_lines

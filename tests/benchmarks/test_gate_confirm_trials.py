@@ -31,7 +31,7 @@ import pytest
 from edgebench.testing.cli import edgebench
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "integration"))
-from test_gate_cli import mlp  # noqa: E402
+from test_gate_cli import mlp
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,9 +31,7 @@ import pytest
 
 from edgebench.results.store import Store
 from edgebench.testing.cli import edgebench
-
-sys.path.insert(0, str(Path(__file__).parent.parent / "integration"))
-from test_gate_invocations import LAYERS, mlp  # noqa: E402
+from tests.integration.test_gate_invocations_real import LAYERS, mlp
 
 TRIALS = (
     20

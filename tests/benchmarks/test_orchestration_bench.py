@@ -30,7 +30,7 @@ from edgebench.probes.bench import bench_task
 from edgebench.probes.registry import BenchParams
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "integration"))
-from test_run_fleet import matmul_model  # noqa: E402
+from test_run_fleet import matmul_model
 
 JOBS_PER_DEVICE = 6
 ROUNDS = 2

@@ -26,7 +26,7 @@ from edgebench.testing.pytest_adb import AdbPhoneLab
 from edgebench.testing.sshd import SshBoard
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_gate_cli import mlp  # noqa: E402
+from test_gate_cli import mlp
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cli_procs import board_suite, start, store_rows  # noqa: E402
+from cli_procs import board_suite, start, store_rows
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ from edgebench.lab.descriptors import load_lab
 from edgebench.records import utc_now
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cli_procs import board_suite, popen, store_rows, wait_until  # noqa: E402
+from cli_procs import board_suite, popen, store_rows, wait_until
 
 pytestmark = pytest.mark.integration
 

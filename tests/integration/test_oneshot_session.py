@@ -20,8 +20,8 @@ from edgebench.execution.leases import lease_history
 from edgebench.lab.descriptors import load_lab
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cli_procs import board_suite, store_rows, wait_until  # noqa: E402
-from cli_procs import start as edgebench  # noqa: E402
+from cli_procs import board_suite, store_rows, wait_until
+from cli_procs import start as edgebench
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cli_procs import start as cli  # noqa: E402
-from test_run_fleet import assert_complete_once, matmul_model  # noqa: E402
+from cli_procs import start as cli
+from test_run_fleet import assert_complete_once, matmul_model
 
 pytestmark = pytest.mark.integration
 

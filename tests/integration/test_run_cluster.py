@@ -56,7 +56,7 @@ class Procs:
         self.procs: list[subprocess.Popen[Any]] = []
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[Any]:
-        log = open(self.folder / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        log = open(self.folder / f"{name}.log", "wb")
         proc = subprocess.Popen(
             argv,
             stdout=log,

@@ -96,15 +96,15 @@ def transport(fresh_ssh_board: SshBoard) -> Iterator[SshTransport]:
 def hang_after_open(transport: SshTransport, board: SshBoard) -> None:
     """The board hangs the moment it has opened the next session: the request that follows (exec or
     subsystem) reaches a board that never answers it."""
-    opened = transport._open_channel  # noqa: SLF001 - the fault is placed at this exact point
+    opened = transport._open_channel
 
     def open_then_hang(*args: Any, **kwargs: Any) -> Any:
         channel = opened(*args, **kwargs)
-        transport._open_channel = opened  # noqa: SLF001 - once
+        transport._open_channel = opened
         board.freeze()
         return channel
 
-    transport._open_channel = open_then_hang  # type: ignore[method-assign]  # noqa: SLF001
+    transport._open_channel = open_then_hang  # type: ignore[method-assign]
 
 
 def test_a_board_that_never_answers_exec(fresh_ssh_board: SshBoard, transport: SshTransport) -> None:

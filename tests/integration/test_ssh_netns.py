@@ -23,7 +23,7 @@ from edgebench.testing.sshd import SshBoard
 from edgebench.transports.ssh import SshTransport
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_run_fleet import (  # noqa: E402
+from test_run_fleet import (
     _utc_now,
     assert_complete_once,
     finish,
@@ -31,7 +31,7 @@ from test_run_fleet import (  # noqa: E402
     wait_until,
     write_suite,
 )
-from test_run_fleet import edgebench as edgebench_popen  # noqa: E402
+from test_run_fleet import edgebench as edgebench_popen
 
 pytestmark = pytest.mark.integration
 

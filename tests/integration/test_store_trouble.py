@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cli_procs import start as run_cli  # noqa: E402
-from test_run_fleet import assert_complete_once  # noqa: E402
+from cli_procs import start as run_cli
+from test_run_fleet import assert_complete_once
 
 pytestmark = pytest.mark.integration
 

@@ -11,10 +11,10 @@ import pytest
 
 pytest.importorskip("ai_edge_litert", reason="ai-edge-litert is not installed (scripts/install-test-deps.sh)")
 
-from edgebench.agent.runtimes import LiteRtSession, OrtSession  # noqa: E402
-from edgebench.errors import ModelError  # noqa: E402
-from edgebench.models.refs import check_model_file, resolve_model  # noqa: E402
-from edgebench.probes.common import model_file_for, runtime_of  # noqa: E402
+from edgebench.agent.runtimes import LiteRtSession, OrtSession
+from edgebench.errors import ModelError
+from edgebench.models.refs import check_model_file, resolve_model
+from edgebench.probes.common import model_file_for, runtime_of
 
 
 def test_builtin_tflite_mlp_matches_the_onnx_builtin() -> None:

@@ -11,7 +11,7 @@ from edgebench.analysis.fit import FitResult, KernelCvPoint
 from edgebench.render.report import render
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_report import make_data  # noqa: E402
+from test_report import make_data
 
 
 def _result(kernel_models: int, whole_models: int) -> FitResult:
