@@ -167,8 +167,13 @@ def test_confirmed_verdicts_replace_the_first_stage_and_the_exit_code_follows() 
 
     rng = np.random.default_rng(0)
     other = PairKey("board", "other", "onnxruntime", "bench", "latency_ms", "p50", '{"threads":1}')
-    base = {k: Side(10.0, "ms", tuple(10 * np.exp(rng.normal(0, 0.02, 40)))) for k in (KEY, other)}
-    cand = {k: Side(20.0, "ms", tuple(20 * np.exp(rng.normal(0, 0.02, 40)))) for k in (KEY, other)}
+
+    def side(ms: float) -> Side:  # three invocations: a first stage can only FAIL on more than one
+        runs = tuple(tuple(ms * np.exp(rng.normal(0, 0.02, 40))) for _ in range(3))
+        return Side(ms, "ms", tuple(x for run in runs for x in run), invocations=runs)
+
+    base = {k: side(10.0) for k in (KEY, other)}
+    cand = {k: side(20.0) for k in (KEY, other)}
     first = evaluate(base, cand, [RULE], GateOptions())
     assert [v.verdict for v in first.verdicts] == [FAIL, FAIL] and first.exit_code == 1
     same = np.exp(rng.normal(0, 0.01, 9))
