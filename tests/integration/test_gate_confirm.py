@@ -180,7 +180,9 @@ def test_confirm_on_local_fails_the_heavier_build_and_clears_a_disturbed_run(tmp
     assert code == 1, err
     heavy, unchanged = latency(doc, "net"), latency(doc, "same")
     assert heavy["verdict"] == "FAIL" and heavy["method"].startswith("confirm:"), heavy
-    assert unchanged["verdict"] in ("PASS", "NOISY") and "first stage: NOISY" in unchanged["reason"], unchanged
+    assert unchanged["verdict"] in ("PASS", "NOISY") and "first stage: NOISY" in unchanged["reason"], (
+        unchanged
+    )
     assert measured_contents(tmp_path, doc["confirm_run"], "net") == {
         "baseline": {light_sha},
         "candidate": {heavy_sha},
