@@ -20,18 +20,14 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from edgebench.testing.cli import edgebench
-
-sys.path.insert(0, str(Path(__file__).parent.parent / "integration"))
-from test_gate_cli import mlp
+from tests.integration.test_gate_cli import mlp
+from tests.integration.test_gate_confirm import reference_ratio
 
 pytestmark = pytest.mark.integration
 
@@ -52,29 +48,6 @@ def stop(loops: list[subprocess.Popen[bytes]]) -> None:
         except ProcessLookupError:
             pass
         p.wait()
-
-
-def reference_ratio(light: Path, heavy: Path, rounds: int = 15) -> float:
-    """Heavy/light median CPU time, in-process onnxruntime on one thread, the two alternated per round."""
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-    sessions = [
-        ort.InferenceSession(str(p), opts, providers=["CPUExecutionProvider"]) for p in (light, heavy)
-    ]
-    x = np.random.default_rng(0).standard_normal((16, WIDTH)).astype(np.float32)
-    ratios = []
-    for _ in range(rounds):
-        times = []
-        for s in sessions:
-            s.run(None, {"x": x})
-            t0 = time.process_time()  # CPU time: what a neighbour takes is not counted
-            for _ in range(20):
-                s.run(None, {"x": x})
-            times.append(time.process_time() - t0)
-        ratios.append(times[1] / times[0])
-    return float(np.median(ratios))
 
 
 def trial(tmp: Path, light: Path, heavy: Path, disturb_baseline: bool) -> dict[str, Any]:
@@ -112,7 +85,7 @@ def trial(tmp: Path, light: Path, heavy: Path, disturb_baseline: bool) -> dict[s
 def test_confirm_fails_a_15_percent_heavier_model_beside_busy_loops(tmp_path: Path) -> None:
     light = mlp(tmp_path / "light.onnx", WIDTH, LAYERS)
     heavy = mlp(tmp_path / "heavy.onnx", WIDTH, HEAVY_LAYERS)
-    ratio = reference_ratio(light, heavy)
+    ratio = reference_ratio(light, heavy, rounds=15)
     assert 1.05 < ratio < 1.3, ratio  # the premise: ~15% more work, measured independently
     verdicts, evidence = [], []
     for i in range(TRIALS):

@@ -14,7 +14,6 @@ import hashlib
 import json
 import shutil
 import sqlite3
-import sys
 import time
 from pathlib import Path
 
@@ -24,9 +23,7 @@ import pytest
 from edgebench.testing.cli import edgebench
 from edgebench.testing.pytest_adb import AdbPhoneLab
 from edgebench.testing.sshd import SshBoard
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_gate_cli import mlp
+from tests.integration.test_gate_cli import mlp
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +45,8 @@ def reference_ratio(light: Path, heavy: Path, rounds: int = 9) -> float:
     sessions = [
         ort.InferenceSession(str(p), opts, providers=["CPUExecutionProvider"]) for p in (light, heavy)
     ]
-    x = np.random.default_rng(0).standard_normal((16, WIDTH)).astype(np.float32)
+    width = int(sessions[0].get_inputs()[0].shape[1])
+    x = np.random.default_rng(0).standard_normal((16, width)).astype(np.float32)
     ratios = []
     for _ in range(rounds):
         times = []
