@@ -1126,11 +1126,9 @@ def job_warnings(
     out = []
     for side, side_jobs in jobs.items():
         for j in side_jobs:
-            same = (j["device"], j["probe"], j["model"] or "-", j["runtime"] or "-") == (
-                key.device,
-                key.probe,
-                key.model,
-                key.runtime,
+            # a job that named no runtime ran the device's default: its records name the one that ran
+            same = (j["device"], j["probe"], j["model"] or "-") == (key.device, key.probe, key.model) and (
+                j["runtime"] in (None, key.runtime)
             )
             params = j.get("params") or {}
             if not same or any(k in identity and identity[k] != v for k, v in params.items()):

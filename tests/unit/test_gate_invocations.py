@@ -220,3 +220,14 @@ def test_the_reports_regression_section_says_whose_verdicts_it_shows(tmp_path: P
         stored = load_report_data(st, gate_rules=rules, gate_rules_source=source)
     assert stored.regression_source == "the verdicts of stored gate run gate1"
     assert stored.regression is not None and stored.regression["verdict"] == "FAIL"
+
+
+def test_disturbance_warnings_reach_pairs_of_jobs_that_named_no_runtime() -> None:
+    from edgebench.analysis.gate import PairKey, job_warnings
+
+    key = PairKey("local", "mlp", "onnxruntime", "bench", "latency_ms", "p50", '{"threads": 1}')
+    job = {"device": "local", "probe": "bench", "model": "mlp", "params": {"threads": 1}}
+    warn = ["device disturbed: 83 of 400 samples are outliers"]
+    for runtime, seen in ((None, True), ("onnxruntime", True), ("mnn", False)):
+        jobs = {"baseline": [{**job, "runtime": runtime, "warnings": warn}]}
+        assert bool(job_warnings(key, jobs)) is seen, runtime
