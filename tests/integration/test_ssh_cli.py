@@ -28,7 +28,10 @@ def secrets_of(board: SshBoard) -> list[str]:
 
 
 def store_bytes(store: Path) -> bytes:
-    return b"".join(p.read_bytes() for p in store.parent.glob(store.name + "*"))  # db, -wal, -shm
+    """Every byte the store wrote: the db, its -wal and -shm, and the model copies under <store>.models/."""
+    files = [p for p in sorted(store.parent.glob(store.name + "*")) if p.is_file()]
+    files += [p for p in sorted(store.parent.glob(store.name + ".models/**/*")) if p.is_file()]
+    return b"".join(p.read_bytes() for p in files)
 
 
 def assert_no_secrets(board: SshBoard, blobs: list[str | bytes]) -> None:
