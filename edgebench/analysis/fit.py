@@ -58,6 +58,7 @@ import numpy as np
 
 from ..errors import ConfigError, ModelError, UserError
 from ..records import Record, Samples, utc_now
+from .disturbance import PREFIX as DISTURBANCE_PREFIX
 from .tails import TailCheck, check_tail
 from .variants import VariantRow, variant_rows
 
@@ -439,9 +440,12 @@ def observations(
         )
         # A streaming bench's frame latency is its latency (a model measured only frame by frame still fits).
         if r.metric in ("latency_ms", "frame_latency_ms") and r.params.get("stat") in STATS:
-            g["latency"][r.params["stat"]] = r.value
-            if r.annotations.get("disturbance"):
-                g["disturbance"] = r.annotations["disturbance"]  # what else used the device, where recorded
+            g["latency"].setdefault(r.params["stat"], []).append(r.value)  # one per invocation
+        elif r.metric.startswith(DISTURBANCE_PREFIX):
+            # What else used the device, where the job measured it: the worst invocation's figure.
+            name = r.metric[len(DISTURBANCE_PREFIX) :]
+            seen = g.setdefault("disturbance", {})
+            seen[name] = max(r.value, seen.get(name, r.value))
         elif r.metric in ("peak_rss_mb", "load_ms", "samples_n"):
             g[r.metric] = r.value
             if r.metric == "peak_rss_mb" and r.annotations.get("rss_before_load_mb") is not None:
@@ -452,21 +456,20 @@ def observations(
                 g["memory_source"] = r.annotations.get("measured_by") or r.metric
                 if r.annotations.get("baseline_mb") is not None:
                     g["baseline_mb"] = r.annotations["baseline_mb"]
-    raw = {
-        (s.run_id, s.device, s.runtime, s.model, config_key(s)): s.values
-        for s in samples
-        if s.probe in MEASURING_PROBES and s.metric == "latency_ms"
-    }
+    raw: dict[tuple, list[float]] = defaultdict(list)  # a run's samples, pooled over its invocations
+    for s in samples:
+        if s.probe in MEASURING_PROBES and s.metric == "latency_ms":
+            raw[(s.run_id, s.device, s.runtime, s.model, config_key(s))] += list(s.values)
+    for g in groups.values():  # a repeated configuration's statistic: the median of its invocations'
+        g["latency"] = {stat: float(np.median(values)) for stat, values in g["latency"].items()}
     energy = _energy_by_pair(records, order)
     streams = _workloads_by_pair(records, order)
     decode = decode_by_pair(records, order)
     latest: dict[tuple, tuple] = {}
-    invocations: dict[tuple, list[float]] = defaultdict(list)  # model memory of every run of a config
     for key, g in groups.items():
         if "p50" not in g["latency"]:
             continue
         run_id, device, runtime, model, cfg = key
-        invocations[(device, runtime, model, cfg)] += _model_memory(g)
         rank = (order.get(run_id, -1), g["ts"])
         ident = (device, runtime, model, cfg)
         if ident not in latest or rank > latest[ident][0]:
@@ -480,7 +483,7 @@ def observations(
         if "p99" not in lat and key in raw and raw[key]:
             lat["p99"] = float(np.percentile(np.asarray(raw[key], dtype=float), 99))
             estimated.append("p99")
-        mem = invocations.get((device, runtime, model, _cfg)) or []
+        mem = _model_memory(g)  # the chosen run's invocations: an older build's memory is not this one's
         obs = Observation(
             device=device,
             runtime=runtime,

@@ -21,10 +21,11 @@ def memory(model: str, metric: str, value: float, run_id: str = "r1", **notes: o
     )
 
 
-def test_the_model_memory_is_judged_at_its_high_end_over_invocations() -> None:
-    records = latency("m", "r1") + latency("m", "r2")
+def test_the_model_memory_is_judged_at_its_high_end_over_the_latest_runs_invocations() -> None:
+    records = latency("m", "r1") + latency("m", "r2") + latency("m", "r2")  # r2: two invocations
     records += [
-        memory("m", "model_memory_mb", 18.0, "r1", baseline_mb=50.0, measured_by="agent"),
+        memory("m", "model_memory_mb", 200.0, "r1", baseline_mb=50.0, measured_by="agent"),  # an older build
+        memory("m", "model_memory_mb", 18.0, "r2", baseline_mb=50.0, measured_by="agent"),
         memory("m", "model_memory_mb", 21.0, "r2", baseline_mb=51.0, measured_by="agent"),
         memory("m", "peak_rss_mb", 72.0, "r2"),
     ]
@@ -37,6 +38,19 @@ def test_the_model_memory_is_judged_at_its_high_end_over_invocations() -> None:
         "process_peak_mb": 72.0,
         "measured_by": "agent",
     }
+    later = fit.assess(records, fit.parse_budgets(["memory_mb=25"]), run_order=["r1", "r2"]).verdicts
+    assert later[0].verdict == fit.FITS  # r1's 200 MB is not the latest build's
+
+
+def test_a_repeated_configurations_latency_is_the_median_of_its_invocations() -> None:
+    records = [
+        Record(
+            "r1", "phone", "bench", "m", "onnxruntime", "latency_ms", v, "ms", {"threads": 1, "stat": "p50"}
+        )
+        for v in (10.0, 10.2, 30.0)
+    ]
+    [v] = fit.assess(records, fit.parse_budgets(["latency_p50_ms=11"])).verdicts
+    assert v.values["latency_p50_ms"] == 10.2 and v.verdict == fit.FITS
 
 
 def test_a_native_runner_is_judged_on_its_tools_growth_and_says_so() -> None:

@@ -114,3 +114,25 @@ def test_two_nights_do_not_flip() -> None:
         [v] = fit.assess(records, fit.parse_budgets(["latency_p99_ms=0.5"]), samples=kept).verdicts
         verdicts.add(v.verdict)
     assert verdicts == {fit.UNCERTAIN}
+
+
+def test_a_disturbed_tail_cites_the_jobs_measured_disturbance() -> None:
+    """The `disturbance_*` records a bench job stored reach the tail's evidence (the worst invocation's)."""
+    records, kept = stored("m", ticked())
+    records += [
+        Record(
+            "r1",
+            "phone",
+            "bench",
+            "m",
+            "onnxruntime",
+            "disturbance_others_cpu_share",
+            share,
+            "",
+            {"threads": 1},
+        )
+        for share in (0.1, 0.6)
+    ]
+    result = fit.assess(records, fit.parse_budgets(["latency_p99_ms=1.5"]), samples=kept)
+    [v] = result.verdicts
+    assert v.verdict == fit.UNCERTAIN and v.tails["p99"].measured == {"others_cpu_share": 0.6}
