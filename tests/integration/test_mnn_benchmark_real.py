@@ -34,7 +34,7 @@ from edgebench.probes.common import model_file_for
 from edgebench.testing.adblab import write_descriptor
 from edgebench.testing.cli import edgebench
 from edgebench.testing.labtools import find_tool, in_ci
-from edgebench.testing.verdict import LOADED_BASIS, OthersWatch, Verdict, band_verdict, until_conclusive
+from edgebench.testing.verdict import OthersWatch, Verdict, band_verdict, until_conclusive
 
 pytestmark = pytest.mark.integration
 
@@ -234,10 +234,10 @@ def test_tool_beside_the_python_agents_mnn(tool: Path, tmp_path: Path) -> None:
         )
 
     verdict = settle(one_round, rounds, min, LOW, HIGH, describe)  # goal within 15%; generous here
-    if verdict.outcome == "pass" or verdict.basis != LOADED_BASIS:
+    if verdict.outcome == "pass" or any(quiet for _, _, quiet in rounds):
         assert verdict.outcome == "pass", verdict.reason
         return
-    # Never quiet, and out of band at THREADS: the pools' waiting (libgomp spins, MNN's own pool sleeps)
+    # Never quiet, and out of band (even beyond BROKEN: 2.39 vs 4.61 ms is 0.52) at THREADS: the pools' waiting (libgomp spins, MNN's own pool sleeps)
     # is what a loaded machine moves, not the kernels. One thread has no pool to wait on: what is left is
     # each run's own CPU time, which preemption does not change, and the minimum over the loop finds runs
     # that were not preempted. Held to the same band.

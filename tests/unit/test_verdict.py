@@ -181,6 +181,18 @@ def test_one_lucky_probe_trial_over_a_loaded_reference_is_no_over_report() -> No
     assert judge("x", probe, reference, bound=0.85, broken=0.4).outcome == "pass"
 
 
+def test_a_fast_stretch_of_the_probe_over_a_slow_reference_process_under_load_is_no_over_report() -> None:
+    """Never quiet: the reference's process ran slow throughout, the probe's caught a fast stretch for
+    three trials; their medians agree, so the 1.8x of the third best is the load's, not a miscount."""
+    probe, reference = Side(), Side()
+    for v in (0.5, 0.52, 0.55, 0.5, 0.48):
+        reference.add(v, 0.6, machine_quiet=False)
+    for v in (0.99, 0.95, 0.94, 0.5, 0.48, 0.47, 0.5, 0.49, 0.51):
+        probe.add(v, 0.6, machine_quiet=False)
+    verdict = judge("x", probe, reference, bound=0.85, broken=0.4)
+    assert verdict.outcome == "pass", verdict.reason
+
+
 def test_under_load_the_final_verdict_is_pass_or_fail_on_rates_per_cpu_second() -> None:
     """Never quiet: a sound probe preempted more often than its reference passes on what it did per
     CPU-second; a probe half as fast per CPU-second (an emulated dtype) fails, though its wall rates
