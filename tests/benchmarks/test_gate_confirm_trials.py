@@ -1,7 +1,7 @@
 """`gate --confirm` power under a disturbed run: a model 15% heavier (same name) must be confirmed FAIL.
 
 Each trial: bench the model (the baseline run), put the 15% heavier build in its place, bench again (the
-candidate run), with two busy loops (`setsid sh -c 'while :; do :; done'`) running beside one of the two
+candidate run), with two busy loops (`edgebench.testing.load`) running beside one of the two
 runs (the baseline in even trials, the candidate in odd ones), then `gate --confirm`. The heavier model's
 extra work is checked against an independent reference measured in the same test: both models timed
 in-process by onnxruntime, alternately, on one thread.
@@ -18,13 +18,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from edgebench.testing import load
 from edgebench.testing.cli import edgebench
 from tests.integration.test_gate_cli import mlp
 from tests.integration.test_gate_confirm import reference_ratio
@@ -34,20 +33,8 @@ pytestmark = pytest.mark.integration
 FULL = os.environ.get("EDGEBENCH_FULL_TRIALS") == "1"
 TRIALS = 20 if FULL else 2
 WIDTH, LAYERS, HEAVY_LAYERS = 256, 20, 23  # 23 / 20 = 1.15 times the MatMul work
+CONFIRM_BUDGET_S = 150  # a trial's confirmation: at most this long, so the CI form's two fit its timeout
 BENCH = ["--device", "local", "--threads", "1", "--runs", "50", "--warmup", "2", "--min-seconds", "0.2"]
-
-
-def busy_loops(n: int = 2) -> list[subprocess.Popen[bytes]]:
-    return [subprocess.Popen(["setsid", "sh", "-c", "while :; do :; done"]) for _ in range(n)]
-
-
-def stop(loops: list[subprocess.Popen[bytes]]) -> None:
-    for p in loops:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)  # setsid made it the leader of its own group
-        except ProcessLookupError:
-            pass
-        p.wait()
 
 
 def trial(tmp: Path, light: Path, heavy: Path, disturb_baseline: bool) -> dict[str, Any]:
@@ -57,11 +44,11 @@ def trial(tmp: Path, light: Path, heavy: Path, disturb_baseline: bool) -> dict[s
     for run, disturbed in (("baseline", disturb_baseline), ("candidate", not disturb_baseline)):
         if run == "candidate":
             shutil.copy(heavy, model)
-        loops = busy_loops() if disturbed else []
+        loops = load.start() if disturbed else []
         try:
             res = edgebench("bench", model, *BENCH, "--store", store, cwd=tmp)
         finally:
-            stop(loops)
+            load.stop(loops)
         assert res.returncode == 0, res.stderr
     res = edgebench(
         "gate",
@@ -72,6 +59,8 @@ def trial(tmp: Path, light: Path, heavy: Path, disturb_baseline: bool) -> dict[s
         "--store",
         store,
         "--confirm",
+        "--confirm-budget",
+        str(CONFIRM_BUDGET_S),
         "--json",
         cwd=tmp,
     )
@@ -81,7 +70,7 @@ def trial(tmp: Path, light: Path, heavy: Path, disturb_baseline: bool) -> dict[s
     return pair
 
 
-@pytest.mark.timeout(5400 if FULL else 600)
+@pytest.mark.timeout(5400 if FULL else 900)
 def test_confirm_fails_a_15_percent_heavier_model_beside_busy_loops(tmp_path: Path) -> None:
     light = mlp(tmp_path / "light.onnx", WIDTH, LAYERS)
     heavy = mlp(tmp_path / "heavy.onnx", WIDTH, HEAVY_LAYERS)

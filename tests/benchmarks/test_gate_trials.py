@@ -3,7 +3,7 @@
 One trial: a baseline run of a two-model suite (`repeats = 3`, onnx.helper MLPs), then four candidate
 runs, each gated against that baseline:
   same        the same models;
-  same busy   the same models, two busy loops (`setsid sh -c 'while :; do :; done'`) running throughout;
+  same busy   the same models, two busy loops (`edgebench.testing.load`) running throughout;
   heavy       `enc` 15% heavier (23 MatMul layers instead of 20, same name);
   heavy busy  the heavier `enc` with the busy loops.
 Counted per scenario: whether any bench pair FAILed (false alarm for `same`), and the heavier `enc`'s
@@ -20,17 +20,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from edgebench.results.store import Store
 from edgebench.testing.cli import edgebench
+from edgebench.testing.load import busy_loops
 from tests.integration.test_gate_invocations_real import LAYERS, mlp
 
 TRIALS = (
@@ -45,21 +42,6 @@ models = [{{name = "enc", path = "{enc}"}}, {{name = "dec", path = "{dec}"}}]
 kind = "bench"
 params = {{ threads = 1, runs = 30, warmup = 1, warmup_seconds = 0.05, min_seconds = 0.15, repeats = 3 }}
 """
-
-
-@contextmanager
-def busy_loops(n: int = 2) -> Iterator[None]:
-    """Two shell busy loops in their own sessions, ended by their process group ids."""
-    procs = [subprocess.Popen(["setsid", "sh", "-c", "while :; do :; done"]) for _ in range(n)]
-    try:
-        yield
-    finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
 
 
 def run(suite: Path, store: Path, cwd: Path) -> str:
@@ -145,8 +127,10 @@ def test_gate_false_alarms_and_power_on_real_runs(tmp_path: Path) -> None:
             f"enc measured disturbed in {sum(d for _, _, d in got)}/{TRIALS}"
         )
     assert sum(t["same"][0] for t in trials) == 0
-    assert sum(t["same busy"][0] for t in trials) <= max(1, TRIALS // 20)
+    assert sum(t["same busy"][0] for t in trials) <= TRIALS // 20  # measured disturbed: NOISY, not FAIL
     assert all(t[s][1] != "PASS" for t in trials for s in ("heavy", "heavy busy"))
     quiet_heavy = [t["heavy"][1] for t in trials if not t["heavy"][2]]
     if len(quiet_heavy) >= 5:
         assert quiet_heavy.count("FAIL") >= 0.9 * len(quiet_heavy), quiet_heavy
+    else:
+        print(f"power not asserted: {len(quiet_heavy)} heavier trials measured quiet, 5 needed")

@@ -84,7 +84,7 @@ def test_several_models_say_which_ran_faster(workdir: Path) -> None:
         rows = db.execute("SELECT model, vals FROM samples WHERE run_id=? AND metric='latency_ms'", (run,))
         stored = {m: float(np.median(json.loads(v))) for m, v in rows}
     ratio, lo, hi = (float(g) for g in found.groups())
-    assert ratio == pytest.approx(max(stored.values()) / min(stored.values()), rel=0.002)
+    assert found.group(1) == f"{max(stored.values()) / min(stored.values()):.3g}"  # printed to 3 digits
     assert lo <= ratio <= hi
     assert len(means) == 2
 

@@ -23,7 +23,9 @@ from edgebench.testing.sshd import SshBoard
 pytestmark = pytest.mark.integration
 
 SLACK_S = 3.0  # a call's timeout plus the kill of what it left, then the error
-STARTUP_S = 6.0  # the interpreter, imports and the model build of a CLI run on a busy 2-core host
+# The interpreter, imports and the model build of a CLI run on a 2-core host beside two busy loops, on a
+# VM at half speed: under the old 30 s floor (33.8 s), above what a loaded start can take.
+STARTUP_S = 16.0
 
 
 def figure(what: str, seconds: float) -> None:
