@@ -8,9 +8,13 @@ the CPUs the agent may run on, and where readable the cpufreq current frequencie
   others_cpu_share     (busy jiffies of the counted CPUs - own CPU time) / (elapsed x CPUs counted)
   steal_share          steal jiffies of the counted CPUs / (elapsed x CPUs counted)   (a VM's host took it)
   runqueue_wait_share  run-queue wait / (run time + run-queue wait) of the agent's threads
+  cpus                 the CPUs the agent was allowed at the end (those its runtime's threads ran on)
+  threads              the most threads the task ran at once (`task_threads`; 0: the runtime's default)
 
-The counted CPUs are those allowed at either snapshot and present in both (see `delta`): a job that pins
-itself, or a phone that takes CPUs offline, changes the set between the two readings.
+The counted CPUs (`cpus_counted`) are those allowed at either snapshot and present in both
+(`counted_cpus`): a job that pins itself, or a phone that takes CPUs offline, changes the set between the
+two readings. `threads` beside `cpus` lets the host tell a job whose own threads outnumber its CPUs, whose
+run-queue wait is then its own (analysis.disturbance).
 
 Anything unreadable is left out (None), never guessed. Linux boards and Android shells can read these
 files; elsewhere the result is empty. The files are read through `read` (a path -> text function), so tests
@@ -139,16 +143,36 @@ def counted_cpus(start: dict[str, Any], end: dict[str, Any]) -> list[int]:
     return sorted(present & allowed if allowed else present)
 
 
-def delta(start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
+def task_threads(task: dict[str, Any]) -> int | None:
+    """The most threads a task runs at once: its `threads`, or the largest of a sweep's list; 0 where it
+    leaves the count to the runtime (an empty sweep: the CPU count); None where it names none."""
+    threads = task.get("threads")
+    if isinstance(threads, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in threads):
+        return max(threads, default=0)
+    if isinstance(threads, int) and not isinstance(threads, bool):
+        return threads
+    return None
+
+
+def delta(start: dict[str, Any], end: dict[str, Any], threads: int | None = None) -> dict[str, Any]:
     """Shares of the CPUs' available time between two snapshots (over `counted_cpus`, their number in
-    `cpus`); unreadable parts are left out. Without per-CPU rows in both snapshots the `cpu` line is used,
-    over every CPU."""
+    `cpus_counted`); unreadable parts are left out. Without per-CPU rows in both snapshots the `cpu` line
+    is used, over every CPU.
+
+    `cpus` is how many CPUs the agent was allowed at the end (its runtime's thread pool inherits the pin),
+    `threads` the task's count (`task_threads`) as given: the host compares the two, and reads 0 as the
+    runtime's default, one thread per CPU.
+    """
     elapsed = end["t"] - start["t"]
     out: dict[str, Any] = {"elapsed_s": elapsed}
     try:
         hz = os.sysconf("SC_CLK_TCK")
     except (AttributeError, ValueError, OSError):
         hz = 100
+    allowed = end.get("allowed")
+    out["cpus"] = len(allowed) if allowed else os.cpu_count() or 1
+    if threads is not None:
+        out["threads"] = threads
     a, b = start.get("stat"), end.get("stat")
     counted = counted_cpus(start, end)
     if counted and a and b:
@@ -163,7 +187,7 @@ def delta(start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
         own = max(0.0, end["own_s"] - start["own_s"])
         busy = sum(y[0] - x[0] for x, y in rows) / hz
         steal = sum(y[1] - x[1] for x, y in rows) / hz
-        out["cpus"] = n
+        out["cpus_counted"] = n
         out["own_cpu_s"] = own
         out["others_cpu_share"] = min(1.0, max(0.0, (busy - own) / available))
         out["steal_share"] = min(1.0, max(0.0, steal / available))

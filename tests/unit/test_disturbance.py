@@ -52,7 +52,8 @@ def test_a_job_that_pins_itself_still_counts_the_others_on_the_cpus_it_left() ->
     end = _snap(_stat(end_rows), [0], 1.0, 1.0)
     d = disturbance.delta(start, end)
     assert disturbance.counted_cpus(start, end) == [0, 1, 2, 3]
-    assert d["cpus"] == 4 and d["own_cpu_s"] == 1.0
+    assert d["cpus_counted"] == 4 and d["own_cpu_s"] == 1.0
+    assert d["cpus"] == 1  # what the job's threads ran on at the end
     assert d["others_cpu_share"] == pytest.approx(0.25)  # before: CPU 0 alone at the end, clamped to 0
 
 
@@ -73,7 +74,7 @@ def test_cpus_the_job_was_never_allowed_are_not_counted() -> None:
         0.0,
     )
     d = disturbance.delta(start, end)
-    assert d["cpus"] == 2 and d["others_cpu_share"] == pytest.approx(0.5)
+    assert d["cpus_counted"] == 2 and d["others_cpu_share"] == pytest.approx(0.5)
 
 
 def test_a_cpu_taken_offline_between_the_snapshots_is_left_out() -> None:
@@ -83,7 +84,7 @@ def test_a_cpu_taken_offline_between_the_snapshots_is_left_out() -> None:
     end = _snap(_stat(end_rows), [0, 1, 2], 1.0, 0.0)
     d = disturbance.delta(start, end)
     assert disturbance.counted_cpus(start, end) == [0, 1, 2]
-    assert d["cpus"] == 3
+    assert d["cpus_counted"] == 3
     assert d["others_cpu_share"] == pytest.approx(1 / 3)
     assert d["steal_share"] == pytest.approx(0.5 / 3)
 
@@ -94,7 +95,7 @@ def test_without_per_cpu_rows_the_cpu_line_is_used_and_without_proc_stat_nothing
     end = _snap(f"cpu {1000 + HZ} 0 0 5000 0 0 0 0 0 0\n", [0], 1.0, 0.0)
     d = disturbance.delta(start, end)
     n = os.cpu_count() or 1
-    assert d["cpus"] == n and d["others_cpu_share"] == pytest.approx(min(1.0, 1 / n))
+    assert d["cpus_counted"] == n and d["others_cpu_share"] == pytest.approx(min(1.0, 1 / n))
     unreadable = disturbance.snapshot(read=lambda path: None, allowed=lambda: [0])
     assert unreadable["stat"] is None
     assert "others_cpu_share" not in disturbance.delta(unreadable, {**unreadable, "t": unreadable["t"] + 1})
@@ -135,8 +136,24 @@ def test_a_job_that_pins_itself_sees_a_neighbour_burning_the_other_cpu() -> None
         child.kill()
         child.wait()
     d = disturbance.delta(start, end)
-    others_s = d["others_cpu_share"] * d["elapsed_s"] * d["cpus"]
+    others_s = d["others_cpu_share"] * d["elapsed_s"] * d["cpus_counted"]
     assert neighbour > 0.2, neighbour  # the child ran on its CPU (the host's load decides how much)
-    assert d["cpus"] == len(allowed)
+    assert d["cpus_counted"] == len(allowed) and d["cpus"] == 1
     assert others_s >= neighbour - 0.05, (others_s, neighbour, d)  # jiffy rounding: 10 ms per CPU-read
     assert d["others_cpu_share"] > 0.1, d
+
+
+def test_the_reply_says_how_many_threads_the_task_ran_on_how_many_cpus() -> None:
+    """`threads` as the task gave it (0: the runtime's default; a sweep: its largest), `cpus` the CPUs
+    allowed at the end; a task that names no thread count leaves `threads` out."""
+    assert disturbance.task_threads({"kind": "bench", "threads": 4}) == 4
+    assert disturbance.task_threads({"kind": "bench", "threads": 0}) == 0
+    assert disturbance.task_threads({"kind": "matmul", "threads": [1, 2, 4]}) == 4
+    assert disturbance.task_threads({"kind": "bandwidth", "threads": []}) == 0  # the sweep's default
+    assert disturbance.task_threads({"kind": "info"}) is None
+    assert disturbance.task_threads({"kind": "bench", "threads": True}) is None
+    stat = _stat({0: (1000, 5000, 0), 1: (1000, 5000, 0)})
+    start, end = _snap(stat, [0, 1], 0.0, 0.0), _snap(stat, [0, 1], 1.0, 0.0)
+    assert disturbance.delta(start, end, threads=4)["threads"] == 4
+    assert disturbance.delta(start, end, threads=4)["cpus"] == 2
+    assert "threads" not in disturbance.delta(start, end)
