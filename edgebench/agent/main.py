@@ -65,6 +65,7 @@ def run_task(document: dict) -> dict:
     except ProtocolError as exc:
         raise TaskError("usage", str(exc)) from None
     module = importlib.import_module(f"{__package__}.{TASKS[task.KIND]}")
+    threads = disturbance.task_threads(task.to_dict())  # read before the task's module sees its dict
     start = disturbance.snapshot()
     result, warnings = module.run(task.to_dict())
     return {
@@ -73,7 +74,7 @@ def run_task(document: dict) -> dict:
         "kind": task.KIND,
         "result": result,
         "warnings": warnings,
-        "disturbance": disturbance.delta(start, disturbance.snapshot()),
+        "disturbance": disturbance.delta(start, disturbance.snapshot(), threads),
     }
 
 

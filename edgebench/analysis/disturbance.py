@@ -4,7 +4,11 @@ The agent measures (agent.disturbance); each bench job stores its figures as rec
 `disturbance_<name>` beside its latencies (same identity, so they pair with the invocation they describe).
 A job is *disturbed* when other processes took more than `max_wait` of the CPUs it could run on, its
 threads waited on a run queue for more than `max_wait` of the time they wanted a CPU, or a VM's host stole
-more than `max_wait` of it. The gate never fails a pair measured disturbed: it is NOISY, with the evidence.
+more than `max_wait` of it. The run-queue wait does not count for a job that ran more threads than it was
+allowed CPUs (`threads` > `cpus`, 4 threads on a 2-core board): its threads wait on each other, which is
+the job's own cost, not a disturbance (and counting it would make an oversubscription regression NOISY
+forever). Others' CPU share and steal still count for it. The gate never fails a pair measured disturbed:
+it is NOISY, with the evidence.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ FIELDS = {
     "freq_min_mhz": "MHz",
     "freq_max_mhz": "MHz",
     "temp_max_c": "C",
+    "threads": "count",  # the job's threads (0: the runtime's default, one per CPU)
+    "cpus": "count",  # the CPUs it was allowed (at its end)
 }
 DEFAULT_MAX_WAIT = 0.10
 
@@ -39,6 +45,8 @@ class Disturbance:
     freq_min_mhz: float | None = None
     freq_max_mhz: float | None = None
     temp_max_c: float | None = None
+    threads: float | None = None  # 0: the runtime's default
+    cpus: float | None = None
 
     @classmethod
     def from_reply(cls, reply: Mapping[str, Any]) -> Disturbance:
@@ -63,6 +71,12 @@ class Disturbance:
     def known(self) -> bool:
         return any(getattr(self, k) is not None for k in ("others_cpu_share", "runqueue_wait_share"))
 
+    @property
+    def oversubscribed(self) -> bool:
+        """The job ran more threads than it was allowed CPUs. A thread count of 0 (the runtime's default)
+        is read as one thread per CPU, and an unknown count or CPU count as not oversubscribed."""
+        return bool(self.threads and self.cpus and self.threads > self.cpus)
+
 
 @dataclass(frozen=True)
 class Thresholds:
@@ -71,24 +85,38 @@ class Thresholds:
     max_wait: float = DEFAULT_MAX_WAIT  # others' CPU share, run-queue wait share and steal share
 
     def evidence(self, d: Disturbance) -> str | None:
-        """Why the job counts as disturbed ("others used 63% of the CPUs"), or None when it does not."""
+        """Why the job counts as disturbed ("others used 63% of the CPUs"), or None when it does not.
+
+        A job that ran more threads than CPUs (`Disturbance.oversubscribed`) is not judged on its run-queue
+        wait, which its own threads cause; when something else disturbed it, the evidence says the wait
+        was left out ("(its run-queue wait, 45%, not counted: 4 threads on 2 CPUs)").
+        """
         why = []
+        own_wait = ""
         if d.others_cpu_share is not None and d.others_cpu_share > self.max_wait:
             why.append(f"others used {d.others_cpu_share:.0%} of the CPUs")
         if d.runqueue_wait_share is not None and d.runqueue_wait_share > self.max_wait:
-            why.append(f"its threads waited {d.runqueue_wait_share:.0%} of their time on a run queue")
+            if d.oversubscribed:
+                own_wait = (
+                    f" (its run-queue wait, {d.runqueue_wait_share:.0%}, not counted: "
+                    f"{d.threads:.0f} threads on {d.cpus:.0f} CPUs)"
+                )
+            else:
+                why.append(f"its threads waited {d.runqueue_wait_share:.0%} of their time on a run queue")
         if d.steal_share is not None and d.steal_share > self.max_wait:
             why.append(f"the VM's host stole {d.steal_share:.0%} of the CPUs")
-        return "; ".join(why) or None
+        return "; ".join(why) + own_wait if why else None
 
 
 def summary(d: Disturbance) -> str:
-    """A short line of the figures for tables: `others 12%, wait 3%, 1200-2400 MHz, 48 C`."""
+    """A short line of the figures for tables: `others 12%, wait 3%, 1200-2400 MHz, 48 C` (`wait 45% (4
+    threads on 2 CPUs)` where the job's threads outnumbered its CPUs)."""
     parts = []
     if d.others_cpu_share is not None:
         parts.append(f"others {d.others_cpu_share:.0%}")
     if d.runqueue_wait_share is not None:
-        parts.append(f"wait {d.runqueue_wait_share:.0%}")
+        own = f" ({d.threads:.0f} threads on {d.cpus:.0f} CPUs)" if d.oversubscribed else ""
+        parts.append(f"wait {d.runqueue_wait_share:.0%}{own}")
     if d.steal_share:
         parts.append(f"steal {d.steal_share:.0%}")
     if d.freq_min_mhz is not None and d.freq_max_mhz is not None:

@@ -70,11 +70,13 @@ def test_the_agent_counts_a_busy_neighbour_in_others_cpu_share() -> None:
         busy.kill()
         busy.wait()
     d = agent_disturbance.delta(start, end)
-    others_s = d["others_cpu_share"] * d["elapsed_s"] * d["cpus"]
+    others_s = d["others_cpu_share"] * d["elapsed_s"] * d["cpus_counted"]
     assert neighbour > 0.0  # the loop ran (how much depends on what else shares the host's cores)
     assert others_s >= neighbour - 0.05, (others_s, neighbour, d)  # jiffy rounding: 10 ms per CPU-read
     assert 0.0 <= d["others_cpu_share"] <= 1.0 and d["own_cpu_s"] < 0.1
-    assert Thresholds(0.1).evidence(Disturbance.from_reply(d)) is not None or neighbour < 0.1 * d["cpus"]
+    assert (
+        Thresholds(0.1).evidence(Disturbance.from_reply(d)) is not None or neighbour < 0.1 * d["cpus_counted"]
+    )
 
 
 def test_thresholds_say_what_disturbed_a_job() -> None:

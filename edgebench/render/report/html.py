@@ -506,7 +506,8 @@ def _job_health(d: ReportData) -> tuple[str, bool]:
     note = (
         '<p class="note">Per device over the selected runs: jobs, failed jobs, and jobs whose warnings say '
         "the device was disturbed (outlier samples, not cooled down, transport retries) or whose measured "
-        "disturbance passed 10% (other processes' share of the CPUs, run-queue wait); a disturbed "
+        "disturbance passed 10% (other processes' share of the CPUs, run-queue wait unless the job ran "
+        "more threads than CPUs); a disturbed "
         "device's numbers are noisier than its silicon.</p>"
     )
     return note + table(
