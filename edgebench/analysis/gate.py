@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, UserError
-from ..records import Record, Samples
+from ..records import Record, Samples, params_as_recorded
 from .disturbance import DEFAULT_MAX_WAIT, Thresholds, by_job
 from .disturbance import PREFIX as DISTURBANCE_PREFIX
 from .invocations import (
@@ -1138,7 +1138,7 @@ def job_warnings(
                 j["runtime"] in (None, key.runtime)
             )
             params = j.get("params") or {}
-            if not same or any(k in identity and identity[k] != v for k, v in params.items()):
+            if not same or not params_as_recorded(params, identity):
                 continue
             disturbed = [w for w in j.get("warnings") or [] if any(d in w.lower() for d in DISTURBANCE_WORDS)]
             out += [f"{side}: {w}" for w in disturbed[:most]]

@@ -42,7 +42,7 @@ from ..analysis.gate import (
 from ..errors import EdgebenchError, one_line
 from ..lab.descriptors import DeviceSpec
 from ..models.refs import ModelRef
-from ..records import new_run_id
+from ..records import new_run_id, params_as_recorded
 from ..results.models import JobModel
 from ..results.store import Store
 from .jobs import Job, JobOutcome
@@ -112,12 +112,18 @@ class ConfirmRun:
 
 # ---- planning: which stored jobs measured a pair, and their kept models ----------------------------------
 def _job_matches(job: JobModel, key: PairKey) -> bool:
+    """Whether the job measured the pair: by the identity params its stored records carry, which is what
+    the pair was made of; a job known without its records (`Store.jobs`) by its params as records
+    would carry them (`params_as_recorded`)."""
     if (job.device, job.probe, job.model) != (key.device, key.probe, key.model):
         return False
     if job.runtime is not None and job.runtime != key.runtime:  # None: the model format's default runtime
         return False
-    identity = json.loads(key.params)
-    return job.status == "ok" and all(identity[k] == v for k, v in job.params.items() if k in identity)
+    if job.status != "ok":
+        return False
+    if job.identities:
+        return key.params in job.identities
+    return params_as_recorded(job.params, json.loads(key.params))
 
 
 def disturbed_jobs(key: PairKey, jobs: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -137,6 +143,9 @@ def _job_for(found: Sequence[JobModel], key: PairKey, side: str) -> JobModel | s
     """The side's last ok job that measured the pair, with a kept model; else why there is none."""
     mine = [j for j in found if _job_matches(j, key)]
     if not mine:
+        same = [j for j in found if (j.device, j.probe, j.model) == (key.device, key.probe, key.model)]
+        if same:
+            return f"no ok job of the {side} run measured {key.label()}"
         return f"the {side} run kept no model for it (stored before schema 4, or not a model job)"
     job = mine[-1]
     if job.path is None:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -109,7 +112,7 @@ class Simulated:
 
 
 def target() -> ConfirmTarget:
-    job = Job("board", "bench", ModelRef("net", __import__("pathlib").Path("net.onnx")), None, {"threads": 1})
+    job = Job("board", "bench", ModelRef("net", Path("net.onnx")), None, {"threads": 1})
     return ConfirmTarget("board", job, job, (Question(KEY, RULE),))
 
 
@@ -193,7 +196,7 @@ def test_confirmed_verdicts_replace_the_first_stage_and_the_exit_code_follows() 
     assert apply(only, run, []).exit_code == 0 and apply(only, run, []).overall == PASS
 
 
-def test_a_pass_is_confirmed_only_when_its_jobs_were_disturbed(tmp_path: __import__("pathlib").Path) -> None:
+def test_a_pass_is_confirmed_only_when_its_jobs_were_disturbed(tmp_path: Path) -> None:
     from edgebench.analysis.gate import GateOptions, Side, evaluate
     from edgebench.execution.confirm import plan
     from edgebench.results.models import JobModel
@@ -217,3 +220,53 @@ def test_disturbance_is_read_from_jobs_that_named_no_runtime() -> None:
     assert disturbed_jobs(KEY, [noisy]) == noisy["warnings"]
     assert disturbed_jobs(KEY, [{**noisy, "params": {"threads": 2}}]) == []
     assert disturbed_jobs(KEY, [{**noisy, "warnings": ["p99 needs at least 368 samples"]}]) == []
+
+
+# ---- finding the stored jobs that measured a pair -------------------------------------------------------
+def test_a_pair_finds_its_jobs_by_the_identity_their_records_carry(tmp_path: Path) -> None:
+    """Records keep an inputs file by name and threads 0 as the count that ran, so a job's own params
+    ({'threads': 0, 'inputs': '/suites/data/x.npy'}) differ from the pair's ({'inputs': 'x.npy',
+    'threads': 2}): the pair still finds both jobs (it was skipped as "kept no model ... schema 4")."""
+    from edgebench.execution.confirm import plan
+    from edgebench.results.store import Store
+
+    model = tmp_path / "net.onnx"
+    model.write_bytes(b"m")
+    asked = {"threads": 0, "inputs": "/suites/data/x.npy"}
+    ran = {"threads": 2, "inputs": "x.npy"}
+    key = PairKey(
+        "board", "net", "onnxruntime", "bench", "latency_ms", "p50", '{"inputs":"x.npy","threads":2}'
+    )
+    with Store(tmp_path / "s.db") as st:
+        for run in ("base", "cand"):
+            st.begin_run(run, "bench", {})
+            job = Job("board", "bench", ModelRef("net", model), "onnxruntime", asked)
+            ctx = RecordContext(run, "board", "bench", "net", "onnxruntime", ran)
+            st.save_job(run, JobOutcome(job, "ok", [ctx.record("latency_ms", 1.0, "ms", stat="p50")]))
+        base, cand = st.job_models(["base"]), st.job_models(["cand"])
+    assert base[0].identities == {'{"inputs":"x.npy","threads":2}'}
+    failed = SimpleNamespace(key=key, rule=RULE, verdict=FAIL, baseline=1.0, candidate=1.2)
+    [t], skipped = plan([failed], base, cand)
+    assert skipped == [] and t.baseline.params == asked  # measured again as it ran: threads 0, the file
+    other = SimpleNamespace(**{**vars(failed), "key": replace(key, params='{"inputs":"x.npy","threads":4}')})
+    [], [why] = plan([other], base, cand)
+    assert why.reason.startswith("no ok job of the baseline run measured"), why.reason
+
+
+def test_jobs_known_without_records_match_by_their_params_as_records_keep_them() -> None:
+    from edgebench.execution.confirm import disturbed_jobs, plan
+    from edgebench.results.models import JobModel
+
+    key = PairKey(
+        "board", "net", "onnxruntime", "bench", "latency_ms", "p50", '{"inputs":"x.npy","threads":1}'
+    )
+    params = {"threads": 1, "inputs": "/suites/data/x.npy"}
+    path = Path(__file__)
+    jobs = [JobModel(1, "b", "board", "bench", "net", None, params, "ok", "ab", path)]
+    failed = SimpleNamespace(key=key, rule=RULE, verdict=FAIL, baseline=1.0, candidate=1.2)
+    [t], skipped = plan([failed], jobs, jobs)
+    assert skipped == [] and t.questions == (Question(key, RULE),)
+    job = {"device": "board", "probe": "bench", "model": "net", "runtime": None, "status": "ok"}
+    warned = {**job, "params": params, "warnings": ["9 of 80 samples are outliers: the device was disturbed"]}
+    assert disturbed_jobs(key, [warned]) == warned["warnings"]
+    assert disturbed_jobs(key, [{**warned, "params": {**params, "inputs": "/data/y.npy"}}]) == []
