@@ -52,7 +52,10 @@ _GATE_CONFIRM_BUDGET = typer.Option(
     300.0, "--confirm-budget", help="Seconds --confirm may measure in all (shared by the pairs it confirms)."
 )
 _GATE_CONFIRM_PAIRS = typer.Option(
-    20, "--confirm-pairs", help="Most A/B pairs per confirmed pair (>= 7 at --alpha 0.01; 5 come first)."
+    20,
+    "--confirm-pairs",
+    help="Most A/B pairs per confirmed pair (>= 7 at --alpha 0.01). Judged twice, alpha split between the "
+    "looks: as soon as the exact test can reach alpha/2 (8 pairs at 0.01) and at the last pair.",
 )
 _GATE_LAB = typer.Option(Path("devices"), "--lab", help="Folder of device descriptors (for --confirm).")
 _HISTORY_DEVICE = typer.Option(..., "--device", "-d", help="Device name as stored.")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..analysis.confirm import PairedDecision, min_pairs_for
+from ..analysis.confirm import PairedDecision, look_schedule, min_pairs_for
 from ..analysis.gate import NOISY, VERDICTS, GateResult, PairVerdict, rule_report
 from ..errors import UserError
 from ..execution.confirm import (
@@ -44,12 +44,13 @@ def confirm_options(lab: Path, store: Path | None, seconds: float, pairs: int, a
 
 
 def check_args(budget: ConfirmBudget) -> None:
-    """Refuse a budget that could never settle anything (one line, exit 2)."""
+    """Refuse a budget that could never settle anything (one line, exit 2): fewer pairs than one look at
+    alpha needs (the looks of a larger budget share alpha: `analysis.confirm.look_schedule`)."""
     need = min_pairs_for(budget.alpha)
     if budget.max_pairs < need:
         raise UserError(
             f"--confirm-pairs {budget.max_pairs}: at --alpha {budget.alpha:g} the signed-rank test needs at "
-            f"least {need} pairs to conclude anything"
+            f"least {need} pairs to conclude anything (2^-n <= alpha)"
         )
     if not budget.seconds > 0:
         raise UserError(f"--confirm-budget {budget.seconds:g}: must be a positive number of seconds")
@@ -75,7 +76,8 @@ def confirm_gate(store: Any, result: GateResult, args: ConfirmArgs) -> tuple[Gat
     questions = sum(len(t.questions) for t in targets)
     note(
         f"edgebench: confirming {questions} pair(s) on {', '.join(specs)}: baseline and candidate "
-        f"alternately, up to {args.budget.max_pairs} pairs within {args.budget.seconds:g} s"
+        f"alternately, up to {args.budget.max_pairs} pairs within {args.budget.seconds:g} s, "
+        f"{look_schedule(args.budget.alpha, args.budget.max_pairs).text()}"
     )
     run = confirm(
         specs,

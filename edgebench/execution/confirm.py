@@ -8,9 +8,10 @@ health check, transport retries), so this works on the local host, ssh boards an
 
 Order: A B, then B A, then A B ...: a drift or a neighbour hits both sides of the pairs alike. The cool-down
 guard is off between these jobs: the alternation, not waiting, is what makes the sides comparable, and
-the budget would go on waiting. At least `start_pairs` pairs are measured, then one more at a time until
-every question the pair answers is settled, `max_pairs` are measured or the next pair would overrun the
-time budget (shared out among the targets still to confirm): NOISY then.
+the budget would go on waiting. Pairs are measured one at a time and judged at the scheduled looks
+(`analysis.confirm.look_schedule`: at 8 and 20 pairs for 20 at alpha 0.01, alpha split between them)
+until every question the pair answers is settled, `max_pairs` are measured or the next pair would overrun
+the time budget (shared out among the targets still to confirm): judged then, NOISY if still open.
 
 Every job is stored in one run of kind `confirm` (its records annotated with `confirm_side`,
 `confirm_pair` and `model_sha256`), so the evidence can be read again.
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..analysis.confirm import START_PAIRS, PairedDecision, decide
+from ..analysis.confirm import PairedDecision, decide, look_schedule
 from ..analysis.gate import (
     DISTURBANCE_WORDS,
     FAIL,
@@ -57,11 +58,11 @@ BASELINE, CANDIDATE = "baseline", "candidate"
 
 @dataclass(frozen=True)
 class ConfirmBudget:
-    """How much re-measuring a gate may do: seconds in all, pairs per target, the first look, alpha."""
+    """How much re-measuring a gate may do: seconds in all, pairs per target, and alpha (shared by the
+    looks at each target's pairs)."""
 
     seconds: float = 300.0
     max_pairs: int = 20
-    start_pairs: int = START_PAIRS
     alpha: float = 0.01
 
 
@@ -240,9 +241,11 @@ def confirm_target(
     deadline: float,
     clock: Callable[[], float] = time.monotonic,
 ) -> TargetResult:
-    """Measure A B / B A pairs until every question is settled, or max_pairs, or the deadline; never raises
-    for a failed job (the result carries its error and the decisions so far)."""
+    """Measure A B / B A pairs, judged at the scheduled looks, until every question is settled, or
+    max_pairs, or the deadline; never raises for a failed job (the result carries its error and the
+    decisions so far)."""
     result = TargetResult(target, values={q: ([], []) for q in target.questions})
+    looks = look_schedule(budget.alpha, budget.max_pairs)
     start, n = clock(), 0
     while True:
         order = [(BASELINE, target.baseline), (CANDIDATE, target.candidate)]
@@ -265,9 +268,13 @@ def confirm_target(
         result.seconds = clock() - start
         per_pair = result.seconds / max(n, 1)
         last = result.error is not None or n >= budget.max_pairs or clock() + per_pair > deadline
-        if n and (n >= budget.start_pairs or last):
+        # A look the budget forces before the next scheduled one takes its place: never more looks than
+        # the schedule split alpha among.
+        if n and (n in looks.pairs or last):
+            k = len(looks.pairs)
             result.decisions = {
-                q: decide(*result.values[q], q.rule, budget.alpha, final=last) for q in target.questions
+                q: decide(*result.values[q], q.rule, budget.alpha, final=last, looks=k)
+                for q in target.questions
             }
             if last or all(d.conclusive for d in result.decisions.values()):
                 return result
