@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import secrets
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -32,6 +34,21 @@ def new_run_id() -> str:
 def params_key(params: dict[str, Any]) -> str:
     """Canonical JSON of params: equal params, equal text."""
     return json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def params_as_recorded(params: Mapping[str, Any], identity: Mapping[str, Any]) -> bool:
+    """Whether a job's params agree with a record's identity params, read as records are made
+    (`ProbeParams.identity`): a host path by its file name, and threads 0 (the runtime's default) as the
+    count the runtime reported, whatever it was."""
+    for k, v in params.items():
+        if k not in identity or identity[k] == v:
+            continue
+        if k == "threads" and v == 0:
+            continue
+        if isinstance(v, str) and os.path.basename(v) == identity[k]:
+            continue
+        return False
+    return True
 
 
 @dataclass(frozen=True, order=True)

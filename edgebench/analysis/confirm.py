@@ -8,17 +8,25 @@ alike, so they cancel, and the invocation (a fresh agent process), not the sampl
   * location: the Hodges-Lehmann estimate (median of the Walsh averages (e_i + e_j) / 2, i <= j), the
     estimate that goes with the signed-rank test;
   * interval: its exact distribution-free bounds from the Walsh averages and the null distribution of the
-    signed-rank statistic, each one-sided at level 1 - alpha (together a 1 - 2 alpha interval: 98% at the
-    default alpha 0.01);
+    signed-rank statistic, each one-sided at level 1 - a, a = alpha / looks (together a 1 - 2a interval:
+    99% at the default alpha 0.01 and two looks);
   * test: Wilcoxon's signed-rank test that B is worse (`scipy.stats.wilcoxon`), reported as p.
 
 Verdict: FAIL when the whole interval lies beyond the rule's limit (e.g. every ratio it admits is over
 1.05 for a 5% rule), PASS when it lies within (IMPROVED when beyond the limit on the better side), else
 more pairs are needed; at the budget that is NOISY, never a guess.
 
+Looks: the pairs are judged at a few fixed pair counts (`look_schedule`), not after every pair, and alpha
+is split evenly among the looks scheduled (Bonferroni): stopping at the first conclusive look of many, each
+at alpha, fails a candidate exactly at the limit far more often than alpha (2.8% instead of 1% at alpha
+0.01 with a look after each of pairs 5-20). Two looks: the first as early as the exact test can reach
+alpha / 2, the second at the budget's last pair. A look the time budget forces before the next scheduled
+one takes that one's place, so the looks never outnumber the schedule.
+
 Minimum pairs: with n pairs the smallest one-sided signed-rank p-value is 2^-n, so a bound at level
-1 - alpha exists only when 2^-n <= alpha: 7 pairs at alpha 0.01 (2^-7 = 0.0078; 6 give 0.0156), 5 at 0.05.
-Fewer pairs can never be conclusive (`min_pairs_for`).
+1 - a exists only when 2^-n <= a: 7 pairs for one look at alpha 0.01 (2^-7 = 0.0078; 6 give 0.0156), 8
+for the first of two (0.005 each), 5 for one look at 0.05. Fewer pairs can never be conclusive
+(`min_pairs_for`).
 """
 
 from __future__ import annotations
@@ -32,12 +40,45 @@ import numpy as np
 
 from .gate import FAIL, IMPROVED, NOISY, PASS, GateRule, effect_frame, worse_effect
 
-START_PAIRS = 5  # measured before the first look: fewer tell nothing at any alpha a gate uses
+LOOKS = 2  # judged at most this often: an early look for clear cases, then the budget's last pair
 
 
-def min_pairs_for(alpha: float) -> int:
-    """The fewest pairs whose signed-rank test can reach `alpha` one-sided: 2^-n <= alpha (7 at 0.01)."""
-    return max(1, math.ceil(math.log2(1.0 / alpha) - 1e-12))
+def min_pairs_for(alpha: float, looks: int = 1) -> int:
+    """The fewest pairs whose signed-rank test can reach `alpha / looks` one-sided: 2^-n <= alpha / looks
+    (7 for one look at 0.01, 8 for two)."""
+    return max(1, math.ceil(math.log2(looks / alpha) - 1e-12))
+
+
+@dataclass(frozen=True)
+class Looks:
+    """When the pairs are judged (pair counts, increasing) and the family alpha split evenly among them."""
+
+    pairs: tuple[int, ...]
+    alpha: float
+
+    @property
+    def each(self) -> float:
+        """The level of each look: alpha / looks (Bonferroni)."""
+        return self.alpha / max(len(self.pairs), 1)
+
+    def text(self) -> str:
+        """`judged at 8 and 20 pairs (alpha 0.005 each)`."""
+        at = " and ".join(str(n) for n in self.pairs)
+        return f"judged at {at} pairs (alpha {self.each:.2g} each)"
+
+
+def look_schedule(alpha: float, max_pairs: int, most: int = LOOKS) -> Looks:
+    """Up to `most` looks, evenly spaced from the first pair count at which the exact test can reach
+    alpha / looks to `max_pairs`; fewer where the budget is too small for them, none (no pairs) when even
+    one look at alpha cannot conclude (`max_pairs < min_pairs_for(alpha)`)."""
+    for k in range(max(most, 1), 0, -1):
+        first = min_pairs_for(alpha, k)
+        if k == 1:
+            return Looks((max_pairs,) if max_pairs >= first else (), alpha)
+        if max_pairs - first >= k - 1:  # evenly spaced looks at least one pair apart
+            step = (max_pairs - first) / (k - 1)
+            return Looks(tuple(round(first + i * step) for i in range(k)), alpha)
+    raise AssertionError("unreachable")
 
 
 def signed_rank_cdf(n: int) -> np.ndarray:
@@ -93,7 +134,7 @@ class PairedDecision:
         return self.verdict in (FAIL, PASS, IMPROVED)
 
     def ratio_text(self) -> str:
-        """`HL ratio 1.98 [1.91, 2.05] (98% CI)` or the difference's equivalent."""
+        """`HL ratio 1.98 [1.91, 2.05] (99% CI)` or the difference's equivalent."""
         if self.relative:
             text = f"HL ratio {1 + self.change:.3g}"
             if self.ci_low is not None and self.ci_high is not None:
@@ -138,12 +179,19 @@ def _user_change(effect: float, rule: GateRule) -> float:
 
 
 def decide(
-    baseline: Sequence[float], candidate: Sequence[float], rule: GateRule, alpha: float, final: bool = False
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    rule: GateRule,
+    alpha: float,
+    final: bool = False,
+    looks: int = 1,
 ) -> PairedDecision:
-    """Judge alternated pairs (baseline[i], candidate[i]) against the rule; `final`: no more pairs will
-    come, so an open question is NOISY instead of "" (more pairs)."""
+    """Judge alternated pairs (baseline[i], candidate[i]) against the rule at level alpha / looks (one of
+    `looks` scheduled looks sharing alpha); `final`: no more pairs will come, so an open question is NOISY
+    instead of "" (more pairs)."""
     from scipy import stats as sps  # lazily: scipy costs a second of every CLI start
 
+    family, alpha = alpha, alpha / looks
     a = np.asarray(baseline, dtype=float)
     b = np.asarray(candidate, dtype=float)
     if len(a) != len(b) or len(a) == 0:
@@ -173,7 +221,8 @@ def decide(
     small = rule.min_delta > 0 and abs(float(np.median(b)) - float(np.median(a))) <= rule.min_delta
     if bounds is None:
         need = min_pairs_for(alpha)
-        why = f"{len(e)} pairs cannot reach alpha {alpha:g} (the signed-rank test needs at least {need})"
+        level = f"alpha {alpha:.2g}" + (f", {family:g} over {looks} looks," if looks > 1 else "")
+        why = f"{len(e)} pairs cannot reach {level} (the signed-rank test needs at least {need})"
         return PairedDecision(NOISY if final else "", why, **common)
     if low > limit and not small:
         return PairedDecision(FAIL, f"confirmed: the whole interval is over the {what}", **common)

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, UserError
-from ..records import Record, Samples
+from ..records import Record, Samples, params_as_recorded
 from .disturbance import DEFAULT_MAX_WAIT, Thresholds, by_job
 from .disturbance import PREFIX as DISTURBANCE_PREFIX
 from .invocations import (
@@ -1085,13 +1085,19 @@ def gate_runs(
 
 def history_floors(store: Any, candidate: str, keys: Sequence[PairKey]) -> dict[PairKey, HistoryFloor]:
     """Each key's run-to-run spread over the stored runs made before the candidate (the baseline among
-    them): one value per run (the median of its records under the key), a floor once there are
-    `invocations.MIN_HISTORY` of them."""
+    them): one value per run (the median of its records under the key), oldest first, a floor once there
+    are `invocations.MIN_HISTORY` of them. Analysis runs are no history: a gate or fit measures nothing,
+    and a `confirm` run holds baseline and candidate models under one key."""
+    from ..results.store import ANALYSIS_KINDS
     from .invocations import history_floor
 
     runs = {r.run_id: r for r in store.runs()}
     made = runs[candidate].created
-    earlier = [rid for rid, r in runs.items() if r.kind != "gate" and r.created < made and rid != candidate]
+    earlier = [
+        rid
+        for rid, r in runs.items()
+        if r.kind not in ANALYSIS_KINDS and r.created < made and rid != candidate
+    ]
     if not earlier or not keys:
         return {}
     wanted = set(keys)
@@ -1104,7 +1110,8 @@ def history_floors(store: Any, candidate: str, keys: Sequence[PairKey]) -> dict[
                 per_run[key][r.run_id].append(float(r.value))
     out = {}
     for key, by_run in per_run.items():
-        floor = history_floor([float(np.median(v)) for v in by_run.values()])
+        order = sorted(by_run, key=lambda rid: (runs[rid].created, rid))
+        floor = history_floor([float(np.median(by_run[rid])) for rid in order])
         if floor is not None:
             out[key] = floor
     return out
@@ -1131,7 +1138,7 @@ def job_warnings(
                 j["runtime"] in (None, key.runtime)
             )
             params = j.get("params") or {}
-            if not same or any(k in identity and identity[k] != v for k, v in params.items()):
+            if not same or not params_as_recorded(params, identity):
                 continue
             disturbed = [w for w in j.get("warnings") or [] if any(d in w.lower() for d in DISTURBANCE_WORDS)]
             out += [f"{side}: {w}" for w in disturbed[:most]]

@@ -9,8 +9,10 @@ with Welch's t-test on their logarithms (a ratio is a difference of logs), and t
 from Welch's t-interval.
 
 The history floor (asv / Otava style): when the store holds >= `MIN_HISTORY` earlier runs of the same
-configuration, their run-to-run spread, 3 x 1.4826 x MAD of the log statistic, is a change that happens
-between runs of unchanged code; a change within it is not a regression.
+configuration, their run-to-run spread is a change that happens between runs of unchanged code; a change
+within it is not a regression. The spread is read from successive differences of the log statistic
+(3 x 1.4826 x MAD of diff(log) / sqrt(2)), not from deviations around one median: a history that stepped
+once (a faster build, a new kernel) would otherwise count its step as noise and switch the gate off.
 """
 
 from __future__ import annotations
@@ -99,7 +101,7 @@ class HistoryFloor:
     """The run-to-run spread of a configuration's statistic over earlier runs of unchanged history."""
 
     runs: int
-    log_spread: float  # 3 x 1.4826 x MAD of the log per-run statistic
+    log_spread: float  # 3 x 1.4826 x MAD of successive differences of the log statistic / sqrt(2)
 
     @property
     def relative(self) -> float:
@@ -108,15 +110,21 @@ class HistoryFloor:
 
     def text(self) -> str:
         return (
-            f"run-to-run spread of {self.runs} earlier runs is ±{self.relative:.1%} (3 x 1.4826 x MAD of log)"
+            f"run-to-run spread of {self.runs} earlier runs is ±{self.relative:.1%} "
+            "(3 x 1.4826 x MAD of successive log differences / sqrt 2)"
         )
 
 
 def history_floor(values: Sequence[float]) -> HistoryFloor | None:
-    """The floor from one value per earlier run; None with fewer than MIN_HISTORY positive values."""
+    """The floor from one value per earlier run, oldest first; None with fewer than MIN_HISTORY positive
+    values.
+
+    A difference of two successive runs' logs has twice one run's variance, and a step between two levels
+    is one outlier among the differences, which the MAD ignores (deviations around one median would count
+    every run of the shorter level as noise: history 10 10 10 8 8 8 gave ±64%)."""
     v = np.asarray([x for x in values if x is not None and math.isfinite(x) and x > 0], dtype=float)
     if v.size < MIN_HISTORY:
         return None
-    logs = np.log(v)
-    mad = float(np.median(np.abs(logs - np.median(logs))))
-    return HistoryFloor(int(v.size), FLOOR_SDS * MAD_TO_SD * mad)
+    steps = np.diff(np.log(v))
+    mad = float(np.median(np.abs(steps - np.median(steps))))
+    return HistoryFloor(int(v.size), FLOOR_SDS * MAD_TO_SD * mad / math.sqrt(2))

@@ -52,7 +52,10 @@ _GATE_CONFIRM_BUDGET = typer.Option(
     300.0, "--confirm-budget", help="Seconds --confirm may measure in all (shared by the pairs it confirms)."
 )
 _GATE_CONFIRM_PAIRS = typer.Option(
-    20, "--confirm-pairs", help="Most A/B pairs per confirmed pair (>= 7 at --alpha 0.01; 5 come first)."
+    20,
+    "--confirm-pairs",
+    help="Most A/B pairs per confirmed pair (>= 7 at --alpha 0.01). Judged twice, alpha split between the "
+    "looks: as soon as the exact test can reach alpha/2 (8 pairs at 0.01) and at the last pair.",
 )
 _GATE_LAB = typer.Option(Path("devices"), "--lab", help="Folder of device descriptors (for --confirm).")
 _HISTORY_DEVICE = typer.Option(..., "--device", "-d", help="Device name as stored.")
@@ -137,7 +140,8 @@ def gate(
         if confirm:
             from .gate_confirm import confirm_gate, confirm_options
 
-            args = confirm_options(lab, None if no_store else store, confirm_budget, confirm_pairs, alpha)
+            out = None if no_store else store
+            args = confirm_options(lab, out, confirm_budget, confirm_pairs, alpha, wait)
             result, confirmed = confirm_gate(st, result, args)
         records = gate_records(result, run_id or cand_id)
         if run_id is not None:

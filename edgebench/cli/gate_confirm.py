@@ -11,7 +11,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..analysis.confirm import PairedDecision, min_pairs_for
+from ..analysis.confirm import PairedDecision, look_schedule, min_pairs_for
+from ..analysis.disturbance import DEFAULT_MAX_WAIT
 from ..analysis.gate import NOISY, VERDICTS, GateResult, PairVerdict, rule_report
 from ..errors import UserError
 from ..execution.confirm import (
@@ -36,20 +37,29 @@ class ConfirmArgs:
     lock_dir: Path | None = None
 
 
-def confirm_options(lab: Path, store: Path | None, seconds: float, pairs: int, alpha: float) -> ConfirmArgs:
-    """The command line's --confirm options, checked (a budget that could settle nothing is exit 2)."""
-    budget = ConfirmBudget(seconds, pairs, alpha=alpha)
+def confirm_options(
+    lab: Path,
+    store: Path | None,
+    seconds: float,
+    pairs: int,
+    alpha: float,
+    max_wait: float = DEFAULT_MAX_WAIT,
+) -> ConfirmArgs:
+    """The command line's --confirm options, checked (a budget that could settle nothing is exit 2);
+    `max_wait`: the gate's --max-wait, beyond which a pair's job is disturbed and the pair dropped."""
+    budget = ConfirmBudget(seconds, pairs, alpha=alpha, max_wait=max_wait)
     check_args(budget)
     return ConfirmArgs(lab, store, budget)
 
 
 def check_args(budget: ConfirmBudget) -> None:
-    """Refuse a budget that could never settle anything (one line, exit 2)."""
+    """Refuse a budget that could never settle anything (one line, exit 2): fewer pairs than one look at
+    alpha needs (the looks of a larger budget share alpha: `analysis.confirm.look_schedule`)."""
     need = min_pairs_for(budget.alpha)
     if budget.max_pairs < need:
         raise UserError(
             f"--confirm-pairs {budget.max_pairs}: at --alpha {budget.alpha:g} the signed-rank test needs at "
-            f"least {need} pairs to conclude anything"
+            f"least {need} pairs to conclude anything (2^-n <= alpha)"
         )
     if not budget.seconds > 0:
         raise UserError(f"--confirm-budget {budget.seconds:g}: must be a positive number of seconds")
@@ -75,7 +85,8 @@ def confirm_gate(store: Any, result: GateResult, args: ConfirmArgs) -> tuple[Gat
     questions = sum(len(t.questions) for t in targets)
     note(
         f"edgebench: confirming {questions} pair(s) on {', '.join(specs)}: baseline and candidate "
-        f"alternately, up to {args.budget.max_pairs} pairs within {args.budget.seconds:g} s"
+        f"alternately, up to {args.budget.max_pairs} pairs within {args.budget.seconds:g} s, "
+        f"{look_schedule(args.budget.alpha, args.budget.max_pairs).text()}"
     )
     run = confirm(
         specs,
@@ -106,16 +117,20 @@ def confirmations(run: ConfirmRun) -> list[dict[str, Any]]:
                     "error": r.error,
                     "baseline_values": base,
                     "candidate_values": cand,
+                    "dropped_pairs": [d.to_dict() for d in r.dropped],
                     "seconds": round(r.seconds, 3),
                 }
             )
     return out
 
 
-def confirmed_verdict(v: PairVerdict, d: PairedDecision, error: str | None) -> PairVerdict:
-    """The first-stage verdict replaced by the paired decision, with the evidence in reason and method."""
+def confirmed_verdict(v: PairVerdict, d: PairedDecision, error: str | None, dropped: str = "") -> PairVerdict:
+    """The first-stage verdict replaced by the paired decision, with the evidence in reason and method
+    (`dropped`: the pairs left out as disturbed, `TargetResult.dropped_text`)."""
     verdict = d.verdict or NOISY
     reason = f"{d.reason} ({d.evidence()}); first stage: {v.verdict}"
+    if dropped:
+        reason += f"; {dropped}"
     if error:
         reason += f"; stopped early: {error}"
     return replace(
@@ -142,17 +157,20 @@ def confirmed_verdict(v: PairVerdict, d: PairedDecision, error: str | None) -> P
 def apply(result: GateResult, run: ConfirmRun, skipped: list[Unconfirmable]) -> GateResult:
     """Pure: the gate's result with confirmed verdicts in place of the first-stage ones; pairs that could
     not be confirmed keep their verdict with a warning saying why."""
-    decided: dict[Question, tuple[PairedDecision | None, str | None]] = {}
+    decided: dict[Question, tuple[PairedDecision | None, str | None, str]] = {}
     for r in run.results:
         for q in r.target.questions:
-            decided[q] = (r.decisions.get(q), r.error)
+            decided[q] = (r.decisions.get(q), r.error, r.dropped_text() if r.dropped else "")
     why_not = {u.question: u.reason for u in skipped}
     verdicts = []
     for v in result.verdicts:
         q = Question(v.key, v.rule)
-        d, error = decided.get(q, (None, None))
+        d, error, dropped = decided.get(q, (None, None, ""))
         if d is not None:
-            verdicts.append(confirmed_verdict(v, d, error))
+            verdicts.append(confirmed_verdict(v, d, error, dropped))
+        elif dropped and error is None:  # every pair measured was disturbed: too few pairs, NOISY
+            reason = f"not confirmed: no undisturbed pair, {dropped}; first stage: {v.verdict}"
+            verdicts.append(replace(v, verdict=NOISY, reason=reason, q_value=None))
         elif q in decided or q in why_not:
             verdicts.append(replace(v, warnings=(*v.warnings, f"not confirmed: {error or why_not.get(q)}")))
         else:
@@ -160,7 +178,7 @@ def apply(result: GateResult, run: ConfirmRun, skipped: list[Unconfirmable]) -> 
     order = {name: i for i, name in enumerate(VERDICTS)}
     verdicts.sort(key=lambda v: (order[v.verdict], v.key))
     rules = tuple(rule_report(r.rule, verdicts, {}) if r.pairs else r for r in result.rules)
-    confirmed = sum(1 for q, (d, _) in decided.items() if d is not None)
+    confirmed = sum(1 for q, (d, _, _) in decided.items() if d is not None)
     notes = [*result.notes, *run.notes]
     if decided or skipped:
         notes.append(f"--confirm: {confirmed} pair(s) re-measured alternately (run {run.run_id or '-'})")

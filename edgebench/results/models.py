@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..lab.hashing import HashCache
+from ..records import params_key
 
 SCHEMA_V4 = """
 CREATE TABLE IF NOT EXISTS job_models(
@@ -62,6 +63,9 @@ class JobModel:
     status: str
     sha256: str
     path: Path | None  # the kept copy; None when none was kept or it has since been deleted
+    # The identity params its records carry (canonical JSON, `stat` left out): what the job's params
+    # became (an inputs file by name, threads 0 as the count that ran), so pairs find their job.
+    identities: frozenset[str] = frozenset()
 
 
 class ModelStore:
@@ -138,7 +142,7 @@ def insert_job_model(db: sqlite3.Connection, run_id: str, job_id: int, model: st
 
 def job_models(db: sqlite3.Connection, root: Path, run_ids: Iterable[str]) -> list[JobModel]:
     """The jobs of these runs that recorded a model, oldest first, with their kept copies (None where the
-    copy is missing)."""
+    copy is missing) and the identity params of their records."""
     ids = list(run_ids)
     if not ids:
         return []
@@ -147,7 +151,15 @@ def job_models(db: sqlite3.Connection, root: Path, run_ids: Iterable[str]) -> li
         " m.stored FROM job_models m JOIN jobs j ON j.id = m.job_id"
         f" WHERE m.run_id IN ({','.join('?' * len(ids))}) ORDER BY j.id",
         ids,
-    )
+    ).fetchall()
+    identities: dict[int, set[str]] = {}
+    for job_id, params in db.execute(
+        "SELECT DISTINCT r.job_id, r.params FROM records r JOIN job_models m ON m.job_id = r.job_id"
+        f" WHERE m.run_id IN ({','.join('?' * len(ids))})",
+        ids,
+    ):
+        rest = {k: v for k, v in json.loads(params).items() if k != "stat"}
+        identities.setdefault(job_id, set()).add(params_key(rest))
     out = []
     for job_id, run_id, device, probe, model, runtime, params, status, sha, stored in rows:
         path = root / stored if stored else None
@@ -163,6 +175,7 @@ def job_models(db: sqlite3.Connection, root: Path, run_ids: Iterable[str]) -> li
                 status,
                 sha,
                 path if path is not None and path.is_file() else None,
+                frozenset(identities.get(job_id, ())),
             )
         )
     return out

@@ -142,6 +142,59 @@ def test_history_floor_from_earlier_runs_keeps_a_within_spread_change_from_faili
     assert history_floor(levels[:3]) is None  # fewer than 4 runs: no floor
 
 
+def _history_store(path: Path, runs: list[tuple[str, list[float]]]) -> list[str]:
+    """A store of runs (kind, per-invocation medians) of one configuration, oldest first; their ids."""
+    ids = []
+    with Store(path) as st:
+        for n, (kind, medians) in enumerate(runs):
+            run = f"202612{n + 1:02d}T000000Z-aaaa{n:02d}"
+            st.begin_run(run, kind, {})
+            records, samples = _side(run, medians)
+            job = Job("local", "bench", ModelRef("m", Path("m.onnx")), "onnxruntime", {"threads": 1})
+            st.save_job(run, JobOutcome(job, "ok", records, samples))
+            st.finish_run(run, "ok")
+            ids.append(run)
+    return ids
+
+
+def _three(level: float) -> list[float]:
+    return [level * f for f in (1.0, 1.004, 0.996)]
+
+
+def test_one_step_in_the_history_does_not_switch_the_gate_off(tmp_path: Path) -> None:
+    """History 10 10 10 8 8 8 (a faster build landed): its run-to-run spread is the small wobble around
+    each level, not the step (3 x 1.4826 x MAD of the logs around one median said ±64%), so a +15%
+    candidate still FAILs."""
+    step = [10.0, 10.1, 9.95, 8.0, 8.05, 7.95]
+    floor = history_floor(step)
+    assert floor is not None and floor.runs == 6 and floor.relative < 0.10, floor
+    # Runs that wander 2% (one sigma) around each level: the floor is about 3 sigma, the step left out.
+    wobble = np.r_[np.full(6, 10.0), np.full(6, 8.0)] * np.exp(np.random.default_rng(0).normal(0, 0.02, 12))
+    floor = history_floor(list(wobble))
+    assert floor is not None and 0.03 < floor.relative < 0.12, floor
+    ids = _history_store(tmp_path / "s.db", [("bench", _three(v)) for v in [*step, 7.95 * 1.15]])
+    with Store(tmp_path / "s.db") as st:
+        res = gate_runs(st, ids[-2], ids[-1], default_rules())
+    v = next(v for v in res.verdicts if v.key.metric == "latency_ms")
+    assert v.verdict == FAIL and "history: run-to-run spread of 6 earlier runs" in v.reason, v.reason
+
+
+def test_confirm_runs_are_no_history(tmp_path: Path) -> None:
+    """A `gate --confirm` after each nightly stores a run holding both sides' models under one key (here
+    8 and 12 ms, median 10): as history they would read as a 25% wobble between nightlies and turn a
+    +15% FAIL into NOISY. Analysis runs of every kind are left out."""
+    mixed = [8.0, 12.0, 8.0, 12.0, 8.0, 12.0]
+    runs = []
+    for level in (8.0, 8.05, 7.95):
+        runs += [("bench", _three(level)), ("confirm", mixed)]
+    runs += [("bench", _three(8.02)), ("bench", _three(8.02 * 1.15))]
+    ids = _history_store(tmp_path / "c.db", runs)
+    with Store(tmp_path / "c.db") as st:
+        res = gate_runs(st, ids[-2], ids[-1], default_rules())
+    v = next(v for v in res.verdicts if v.key.metric == "latency_ms")
+    assert v.verdict == FAIL and "history: run-to-run spread of 4 earlier runs" in v.reason, v.reason
+
+
 def _verdict(i: int, verdict: str) -> PairVerdict:
     key = PairKey("local", f"model-with-a-long-name-{i:03d}", "onnxruntime", "bench", "latency_ms", "p50",
                   '{"threads":2,"shapes":{"input":[1,3,224,224]}}')  # fmt: skip
