@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.confirm import PairedDecision, look_schedule, min_pairs_for
-from ..analysis.disturbance import DEFAULT_MAX_WAIT
 from ..analysis.gate import NOISY, VERDICTS, GateResult, PairVerdict, rule_report
 from ..errors import UserError
 from ..execution.confirm import (
@@ -37,17 +36,9 @@ class ConfirmArgs:
     lock_dir: Path | None = None
 
 
-def confirm_options(
-    lab: Path,
-    store: Path | None,
-    seconds: float,
-    pairs: int,
-    alpha: float,
-    max_wait: float = DEFAULT_MAX_WAIT,
-) -> ConfirmArgs:
-    """The command line's --confirm options, checked (a budget that could settle nothing is exit 2);
-    `max_wait`: the gate's --max-wait, beyond which a pair's job is disturbed and the pair dropped."""
-    budget = ConfirmBudget(seconds, pairs, alpha=alpha, max_wait=max_wait)
+def confirm_options(lab: Path, store: Path | None, seconds: float, pairs: int, alpha: float) -> ConfirmArgs:
+    """The command line's --confirm options, checked (a budget that could settle nothing is exit 2)."""
+    budget = ConfirmBudget(seconds, pairs, alpha=alpha)
     check_args(budget)
     return ConfirmArgs(lab, store, budget)
 
@@ -117,20 +108,16 @@ def confirmations(run: ConfirmRun) -> list[dict[str, Any]]:
                     "error": r.error,
                     "baseline_values": base,
                     "candidate_values": cand,
-                    "dropped_pairs": [d.to_dict() for d in r.dropped],
                     "seconds": round(r.seconds, 3),
                 }
             )
     return out
 
 
-def confirmed_verdict(v: PairVerdict, d: PairedDecision, error: str | None, dropped: str = "") -> PairVerdict:
-    """The first-stage verdict replaced by the paired decision, with the evidence in reason and method
-    (`dropped`: the pairs left out as disturbed, `TargetResult.dropped_text`)."""
+def confirmed_verdict(v: PairVerdict, d: PairedDecision, error: str | None) -> PairVerdict:
+    """The first-stage verdict replaced by the paired decision, with the evidence in reason and method."""
     verdict = d.verdict or NOISY
     reason = f"{d.reason} ({d.evidence()}); first stage: {v.verdict}"
-    if dropped:
-        reason += f"; {dropped}"
     if error:
         reason += f"; stopped early: {error}"
     return replace(
@@ -157,20 +144,17 @@ def confirmed_verdict(v: PairVerdict, d: PairedDecision, error: str | None, drop
 def apply(result: GateResult, run: ConfirmRun, skipped: list[Unconfirmable]) -> GateResult:
     """Pure: the gate's result with confirmed verdicts in place of the first-stage ones; pairs that could
     not be confirmed keep their verdict with a warning saying why."""
-    decided: dict[Question, tuple[PairedDecision | None, str | None, str]] = {}
+    decided: dict[Question, tuple[PairedDecision | None, str | None]] = {}
     for r in run.results:
         for q in r.target.questions:
-            decided[q] = (r.decisions.get(q), r.error, r.dropped_text() if r.dropped else "")
+            decided[q] = (r.decisions.get(q), r.error)
     why_not = {u.question: u.reason for u in skipped}
     verdicts = []
     for v in result.verdicts:
         q = Question(v.key, v.rule)
-        d, error, dropped = decided.get(q, (None, None, ""))
+        d, error = decided.get(q, (None, None))
         if d is not None:
-            verdicts.append(confirmed_verdict(v, d, error, dropped))
-        elif dropped and error is None:  # every pair measured was disturbed: too few pairs, NOISY
-            reason = f"not confirmed: no undisturbed pair, {dropped}; first stage: {v.verdict}"
-            verdicts.append(replace(v, verdict=NOISY, reason=reason, q_value=None))
+            verdicts.append(confirmed_verdict(v, d, error))
         elif q in decided or q in why_not:
             verdicts.append(replace(v, warnings=(*v.warnings, f"not confirmed: {error or why_not.get(q)}")))
         else:
@@ -178,7 +162,7 @@ def apply(result: GateResult, run: ConfirmRun, skipped: list[Unconfirmable]) -> 
     order = {name: i for i, name in enumerate(VERDICTS)}
     verdicts.sort(key=lambda v: (order[v.verdict], v.key))
     rules = tuple(rule_report(r.rule, verdicts, {}) if r.pairs else r for r in result.rules)
-    confirmed = sum(1 for q, (d, _, _) in decided.items() if d is not None)
+    confirmed = sum(1 for q, (d, _) in decided.items() if d is not None)
     notes = [*result.notes, *run.notes]
     if decided or skipped:
         notes.append(f"--confirm: {confirmed} pair(s) re-measured alternately (run {run.run_id or '-'})")

@@ -13,10 +13,6 @@ the budget would go on waiting. Pairs are measured one at a time and judged at t
 until every question the pair answers is settled, `max_pairs` are measured or the next pair would overrun
 the time budget (shared out among the targets still to confirm): judged then, NOISY if still open.
 
-A pair with a disturbed side (its `disturbance_*` records over `max_wait`, as the gate's first stage reads
-them: `analysis.disturbance`) is not judged: it is kept as dropped, with the evidence, and the loop goes
-on measuring within the budget; too few undisturbed pairs are NOISY, as too few pairs always are.
-
 Every job is stored in one run of kind `confirm` (its records annotated with `confirm_side`,
 `confirm_pair` and `model_sha256`), so the evidence can be read again.
 """
@@ -32,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.confirm import PairedDecision, decide, look_schedule
-from ..analysis.disturbance import DEFAULT_MAX_WAIT, Disturbance, Thresholds
 from ..analysis.gate import (
     DISTURBANCE_WORDS,
     FAIL,
@@ -63,14 +58,12 @@ BASELINE, CANDIDATE = "baseline", "candidate"
 
 @dataclass(frozen=True)
 class ConfirmBudget:
-    """How much re-measuring a gate may do and how it judges: seconds in all, pairs per target (measured,
-    disturbed ones included), alpha (shared by the looks at each target's pairs) and the disturbance
-    threshold (the gate's `--max-wait`)."""
+    """How much re-measuring a gate may do: seconds in all, pairs per target, and alpha (shared by the
+    looks at each target's pairs)."""
 
     seconds: float = 300.0
     max_pairs: int = 20
     alpha: float = 0.01
-    max_wait: float = DEFAULT_MAX_WAIT
 
 
 @dataclass(frozen=True)
@@ -99,35 +92,16 @@ class Unconfirmable:
     reason: str
 
 
-@dataclass(frozen=True)
-class DroppedPair:
-    """A measured pair left out of the decision because a side was disturbed, and why."""
-
-    pair: int  # 1-based, in measuring order (its jobs' `confirm_pair` annotation is pair - 1)
-    evidence: str  # "candidate: others used 63% of the CPUs"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"pair": self.pair, "evidence": self.evidence}
-
-
 @dataclass
 class TargetResult:
     """What measuring one target gave: a decision per question (None where none could be made), the
-    values per side of the undisturbed pairs, the pairs dropped as disturbed, and the error that stopped
-    it, if any."""
+    values per side, and the error that stopped it, if any."""
 
     target: ConfirmTarget
     decisions: dict[Question, PairedDecision] = field(default_factory=dict)
     values: dict[Question, tuple[list[float], list[float]]] = field(default_factory=dict)
     error: str | None = None
     seconds: float = 0.0
-    dropped: list[DroppedPair] = field(default_factory=list)
-
-    def dropped_text(self, most: int = 2) -> str:
-        """`2 disturbed pair(s) dropped (pair 3: candidate: others used 63% of the CPUs; ...)`."""
-        shown = "; ".join(f"pair {d.pair}: {d.evidence}" for d in self.dropped[:most])
-        more = f"; +{len(self.dropped) - most} more" if len(self.dropped) > most else ""
-        return f"{len(self.dropped)} disturbed pair(s) dropped ({shown}{more})"
 
 
 @dataclass
@@ -260,11 +234,6 @@ class _Measure:
 MeasureFn = Callable[[Job, str, int], JobOutcome]
 
 
-def disturbed_evidence(outcome: JobOutcome, thresholds: Thresholds) -> str | None:
-    """Why one job of a pair counts as disturbed, from its `disturbance_*` records; None when it does not."""
-    return thresholds.evidence(Disturbance.from_records(outcome.records))
-
-
 def confirm_target(
     measure: MeasureFn,
     target: ConfirmTarget,
@@ -272,40 +241,36 @@ def confirm_target(
     deadline: float,
     clock: Callable[[], float] = time.monotonic,
 ) -> TargetResult:
-    """Measure A B / B A pairs, judged at the scheduled looks on the undisturbed ones, until every question
-    is settled, or max_pairs are measured, or the deadline; never raises for a failed job (the result
-    carries its error and the decisions so far)."""
+    """Measure A B / B A pairs, judged at the scheduled looks, until every question is settled, or
+    max_pairs, or the deadline; never raises for a failed job (the result carries its error and the
+    decisions so far)."""
     result = TargetResult(target, values={q: ([], []) for q in target.questions})
     looks = look_schedule(budget.alpha, budget.max_pairs)
-    thresholds = Thresholds(budget.max_wait)
-    start, n, measured = clock(), 0, 0  # n: undisturbed pairs, the ones judged
+    start, n = clock(), 0
     while True:
         order = [(BASELINE, target.baseline), (CANDIDATE, target.candidate)]
         got: dict[str, JobOutcome] = {}
-        for side, job in order if measured % 2 == 0 else order[::-1]:
-            got[side] = outcome = measure(job, side, measured)
+        for side, job in order if n % 2 == 0 else order[::-1]:
+            got[side] = outcome = measure(job, side, n)
             if not outcome.ok:
                 result.error = f"{side} job failed: {outcome.error}"
                 break
-        clean = False
         if result.error is None:
-            measured += 1
-            why = [
-                f"{side}: {w}"
-                for side in (BASELINE, CANDIDATE)
-                if (w := disturbed_evidence(got[side], thresholds))
-            ]
-            if why:
-                result.dropped.append(DroppedPair(measured, "; ".join(why)))
-            else:
-                clean = _add_pair(result, got, measured)
-                n += clean
+            for q in target.questions:
+                a, b = value_of(got[BASELINE], q), value_of(got[CANDIDATE], q)
+                if a is None or b is None or (q.rule.threshold.relative and min(a, b) <= 0):
+                    result.error = f"pair {n + 1} measured no usable {q.key.metric} for {q.key.label()}"
+                    break
+                result.values[q][0].append(a)
+                result.values[q][1].append(b)
+        if result.error is None:
+            n += 1
         result.seconds = clock() - start
-        per_pair = result.seconds / max(measured, 1)
-        last = result.error is not None or measured >= budget.max_pairs or clock() + per_pair > deadline
+        per_pair = result.seconds / max(n, 1)
+        last = result.error is not None or n >= budget.max_pairs or clock() + per_pair > deadline
         # A look the budget forces before the next scheduled one takes its place: never more looks than
         # the schedule split alpha among.
-        if n and ((clean and n in looks.pairs) or last):
+        if n and (n in looks.pairs or last):
             k = len(looks.pairs)
             result.decisions = {
                 q: decide(*result.values[q], q.rule, budget.alpha, final=last, looks=k)
@@ -315,22 +280,6 @@ def confirm_target(
                 return result
         elif last:
             return result
-
-
-def _add_pair(result: TargetResult, got: Mapping[str, JobOutcome], pair: int) -> bool:
-    """Add an undisturbed pair's values for every question; False (and the result's error) when a
-    question's statistic is missing from it."""
-    pending = []
-    for q in result.target.questions:
-        a, b = value_of(got[BASELINE], q), value_of(got[CANDIDATE], q)
-        if a is None or b is None or (q.rule.threshold.relative and min(a, b) <= 0):
-            result.error = f"pair {pair} measured no usable {q.key.metric} for {q.key.label()}"
-            return False
-        pending.append((q, a, b))
-    for q, a, b in pending:
-        result.values[q][0].append(a)
-        result.values[q][1].append(b)
-    return True
 
 
 def confirm(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,11 +25,9 @@ from edgebench.analysis.confirm import (
     min_pairs_for,
     signed_rank_cdf,
 )
-from edgebench.analysis.disturbance import Disturbance
 from edgebench.analysis.gate import FAIL, IMPROVED, NOISY, PASS, PairKey, Threshold, default_rules
 from edgebench.execution.confirm import (
     BASELINE,
-    CANDIDATE,
     ConfirmBudget,
     ConfirmTarget,
     Question,
@@ -318,78 +315,3 @@ def test_jobs_known_without_records_match_by_their_params_as_records_keep_them()
     warned = {**job, "params": params, "warnings": ["9 of 80 samples are outliers: the device was disturbed"]}
     assert disturbed_jobs(key, [warned]) == warned["warnings"]
     assert disturbed_jobs(key, [{**warned, "params": {**params, "inputs": "/data/y.npy"}}]) == []
-
-
-# ---- disturbance in the confirmation's own pairs --------------------------------------------------------
-class Neighboured:
-    """The same model on both sides (sigma 1%); in the measured pairs `disturbed(pair)` picks, a neighbour
-    slows the candidate 1.5x and its disturbance records say so (others took 60% of the CPUs)."""
-
-    def __init__(self, disturbed: Callable[[int], bool]) -> None:
-        self.rng = np.random.default_rng(5)
-        self.disturbed = disturbed
-        self.calls: list[tuple[str, int]] = []
-
-    def __call__(self, job: Job, side: str, pair: int) -> JobOutcome:
-        self.calls.append((side, pair))
-        hit = side == CANDIDATE and self.disturbed(pair)
-        value = 10.0 * math.exp(self.rng.normal(0, 0.01)) * (1.5 if hit else 1.0)
-        ctx = RecordContext("confirm", "board", "bench", "net", "onnxruntime", {"threads": 1})
-        records = [ctx.record("latency_ms", value, "ms", stat="p50")]
-        records += Disturbance(others_cpu_share=0.6 if hit else 0.02, runqueue_wait_share=0.01).to_records(
-            ctx
-        )
-        return JobOutcome(job, "ok", records)
-
-
-def test_a_disturbed_pair_is_dropped_with_its_evidence_and_measuring_goes_on() -> None:
-    """Every third pair's candidate measured beside a neighbour (1.5x, and its records say so): those
-    pairs are not judged, the result names them, and the loop measures on to 8 undisturbed pairs, which
-    show the unchanged model. Judged with them (a --max-wait over 60%) the same pairs are no PASS."""
-    measure = Neighboured(lambda pair: pair % 3 == 1)
-    out = confirm_target(measure, target(), ConfirmBudget(), deadline=math.inf)
-    [d] = out.decisions.values()
-    assert d.verdict == PASS and d.n_pairs == 8, d
-    assert [p.pair for p in out.dropped] == [2, 5, 8, 11] and len(measure.calls) == 2 * 12
-    assert out.dropped[0].evidence == "candidate: others used 60% of the CPUs"
-    [(base, cand)] = out.values.values()
-    assert len(base) == len(cand) == 8 and max(cand) < 11.0  # no disturbed value among them
-    assert "4 disturbed pair(s) dropped (pair 2: candidate: others used 60% of the CPUs; pair 5:" in (
-        out.dropped_text()
-    )
-    counted = confirm_target(
-        Neighboured(lambda pair: pair % 3 == 1), target(), ConfirmBudget(max_wait=0.7), math.inf
-    )
-    [c] = counted.decisions.values()
-    assert counted.dropped == [] and c.verdict != PASS, c
-
-
-def test_too_few_undisturbed_pairs_are_noisy_and_none_keeps_no_decision() -> None:
-    from edgebench.analysis.gate import GateOptions, Side, evaluate
-    from edgebench.cli.gate_confirm import apply, confirm_options, confirmations
-    from edgebench.execution.confirm import ConfirmRun
-
-    few = confirm_target(Neighboured(lambda pair: pair % 4 != 0), target(), ConfirmBudget(), math.inf)
-    [d] = few.decisions.values()
-    assert d.verdict == NOISY and d.n_pairs == 5 and len(few.dropped) == 15
-    assert "5 pairs cannot reach alpha 0.005" in d.reason
-    none = confirm_target(Neighboured(lambda pair: True), target(), ConfirmBudget(), math.inf)
-    assert none.decisions == {} and none.error is None and len(none.dropped) == 20
-    rng = np.random.default_rng(2)
-
-    def side(ms: float) -> Side:
-        runs = tuple(tuple(ms * np.exp(rng.normal(0, 0.02, 40))) for _ in range(3))
-        return Side(ms, "ms", tuple(x for run in runs for x in run), invocations=runs)
-
-    base, cand = side(10.0), side(20.0)
-    first = evaluate({KEY: base}, {KEY: cand}, [RULE], GateOptions())
-    assert first.verdicts[0].verdict == FAIL
-    for result, words in (
-        (few, "5 alternated pairs"),
-        (none, "not confirmed: no undisturbed pair, 20 disturbed"),
-    ):
-        [v] = apply(first, ConfirmRun("c", [result]), []).verdicts
-        assert v.verdict == NOISY and words in v.reason and "first stage: FAIL" in v.reason, v.reason
-    [doc] = confirmations(ConfirmRun("c", [few]))
-    assert doc["dropped_pairs"][0] == {"pair": 2, "evidence": "candidate: others used 60% of the CPUs"}
-    assert confirm_options(Path("devices"), None, 60.0, 20, 0.01, 0.25).budget.max_wait == 0.25
