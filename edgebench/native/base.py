@@ -99,3 +99,14 @@ def crash_reason(returncode: int) -> str | None:
     names = {4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 11: "SIGSEGV"}
     signal = returncode - 128 if returncode > 128 else -returncode if returncode < 0 else 0
     return names.get(signal, f"signal {signal}") if signal else None
+
+
+def killed_from_outside(returncode: int) -> str | None:
+    """A tool SIGKILLed: no tool sends itself that, and a bad file does not cause it; something on the
+    device did (a low-memory killer, a watchdog, the shell going away). None for any other ending."""
+    if crash_reason(returncode) != "SIGKILL":
+        return None
+    return (
+        f"killed (SIGKILL, exit {returncode}) from outside the tool: by the device (a low-memory killer, "
+        "a watchdog, its shell going away), not by the model; run it again and look at the device's log"
+    )

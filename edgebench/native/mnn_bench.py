@@ -41,7 +41,14 @@ from __future__ import annotations
 
 import re
 
-from .base import NativeOptions, NativeResult, NativeToolError, crash_reason, first_error_line
+from .base import (
+    NativeOptions,
+    NativeResult,
+    NativeToolError,
+    crash_reason,
+    first_error_line,
+    killed_from_outside,
+)
 
 _LINE = re.compile(r"\[ - \]\s+(\S+)\s+max =\s*([\d.]+)\s*ms\s+min =\s*([\d.]+)\s*ms\s+avg =\s*([\d.]+)\s*ms")
 _FORWARD = {"cpu": 0, "metal": 1, "cuda": 2, "opencl": 3, "opengl": 6, "vulkan": 7, "hexagon": 10}
@@ -202,6 +209,8 @@ def _backend_ran(output: str, asked: str, hidden: bool) -> str:
 
 def _failure(output: str, returncode: int, lines: list[tuple[str, ...]], opts: NativeOptions) -> str:
     crash = crash_reason(returncode)
+    if killed := killed_from_outside(returncode):
+        return killed
     if crash:
         return (
             f"crashed ({crash}, exit {returncode}) loading the model: not a valid MNN model file "

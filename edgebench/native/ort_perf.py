@@ -39,7 +39,15 @@ from __future__ import annotations
 
 import re
 
-from .base import NativeOptions, NativeResult, NativeToolError, crash_reason, first_error_line, number
+from .base import (
+    NativeOptions,
+    NativeResult,
+    NativeToolError,
+    crash_reason,
+    first_error_line,
+    killed_from_outside,
+    number,
+)
 
 _PERCENTILES = {
     "min": "Min",
@@ -230,6 +238,8 @@ def _failure(output: str, returncode: int) -> tuple[str, str]:
     if reason:
         return reason, "delegate" if "provider" in reason.lower() else "model"
     crash = crash_reason(returncode)
+    if killed := killed_from_outside(returncode):
+        return killed, "model"
     if crash and returncode != 255:
         return f"crashed ({crash}) without a message", "model"
     if re.search(r"onnxruntime_perf_test \[options", output) or "Usage" in output:

@@ -49,7 +49,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .base import NativeOptions, NativeResult, NativeToolError, crash_reason, first_error_line
+from .base import (
+    NativeOptions,
+    NativeResult,
+    NativeToolError,
+    crash_reason,
+    first_error_line,
+    killed_from_outside,
+)
 
 _PREFIX = re.compile(r"^\s*(?P<severity>INFO|WARN|WARNING|ERROR|VERBOSE|FATAL): ?")
 # Stat::OutputToStream: `count=0` (no run), `count=N curr=X[(all same)]` or the full form; percentiles follow
@@ -170,7 +177,9 @@ def _failure(raw: list[str], lines: list[str], returncode: int) -> tuple[str, st
     reason = logged[0] if logged else first_error_line("\n".join(lines), _ERRORS)
     if reason is None:
         crash = crash_reason(returncode)
-        reason = f"crashed ({crash})" if crash else f"exited {returncode} without a result"
+        reason = killed_from_outside(returncode) or (
+            f"crashed ({crash})" if crash else f"exited {returncode} without a result"
+        )
     kind = "delegate" if "delegate" in reason.lower() or "fallback" in reason.lower() else "model"
     return reason, kind
 

@@ -8,7 +8,7 @@ from importlib import resources
 import pytest
 
 from edgebench.native import MnnBenchmark, NativeOptions, NativeToolError, OrtPerfTest, TfliteBenchmarkModel
-from edgebench.native.base import NativeResult
+from edgebench.native.base import NativeResult, killed_from_outside
 
 
 def fixture(name: str) -> str:
@@ -366,6 +366,26 @@ def test_mnn_dynamic_shapes_are_an_error_never_a_zero_latency() -> None:
 def test_mnn_non_model_file_crash_is_a_clear_error() -> None:
     with pytest.raises(NativeToolError, match=r"crashed \(SIGSEGV, exit 139\).*not a valid MNN model"):
         parse(MnnBenchmark(), "mnn_benchmark.not_mnn_3.6.1.txt", rc=139, model_name="junk.mnn")
+
+
+def test_a_tool_sigkilled_by_the_device_is_not_blamed_on_the_model() -> None:
+    """SIGKILL comes from outside (a phone's low-memory killer, a watchdog): the error says so, for every
+    vendor tool, and never calls the file invalid."""
+    with pytest.raises(NativeToolError, match=r"killed \(SIGKILL, exit 137\) from outside the tool") as info:
+        parse(MnnBenchmark(), "mnn_benchmark.not_mnn_3.6.1.txt", rc=137, model_name="junk.mnn")
+    assert "not a valid MNN model" not in str(info.value)
+    # a run cut off before any result: only the banner the tools print first
+    for adapter, banner in (
+        (OrtPerfTest(), "Session creation time cost: 0.0123 s\n"),
+        (TfliteBenchmarkModel(), "INFO: STARTING!\nINFO: Loaded model m.tflite\n"),
+    ):
+        with pytest.raises(NativeToolError, match=r"from outside the tool.*not by the model"):
+            adapter.parse(banner, 137, NativeOptions())
+    for rc in (137, -9):
+        assert killed_from_outside(rc) is not None and "not by the model" in str(killed_from_outside(rc))
+    assert (
+        killed_from_outside(139) is None and killed_from_outside(0) is None and killed_from_outside(1) is None
+    )
 
 
 def test_mnn_missing_backend_is_not_recorded_as_the_asked_one() -> None:
