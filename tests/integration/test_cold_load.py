@@ -61,7 +61,9 @@ def cold_bench(model: Path, cwd: Path) -> dict:
     assert cold["params"]["cache"] == "cold"
     notes = cold["annotations"]
     assert notes["eviction_verified"] is True and notes["check"] == "mincore"
-    assert notes["resident_before"] == 1.0 and max(notes["resident_after"]) < 0.05
+    # warm before each eviction (a busy host's memory pressure may take back a few pages: 0.997 seen),
+    # gone after it
+    assert notes["resident_before"] > 0.95 and max(notes["resident_after"]) < 0.05
     assert len(notes["cold_ms"]) == len(notes["warm_ms"]) == 5
     return cold
 

@@ -81,13 +81,19 @@ def bare_model_memory_mb(model: Path) -> float:
     return (peak - before) * 1024 / 1e6
 
 
-def _bench(model: Path, workdir: Path) -> dict[str, dict]:  # type: ignore[type-arg]
+def _bench(model: Path, workdir: Path, repeats: int = 1) -> list[dict[str, dict]]:  # type: ignore[type-arg]
+    """One bench run of `repeats` invocations: each invocation's memory records, by metric."""
     done = edgebench(
         "bench", model, "--device", "local", "--runs", 5, "--warmup", 1, "--warmup-seconds", 0,
-        "--min-seconds", 0, "--store", workdir / "s.db", "--json", cwd=workdir,
+        "--min-seconds", 0, "--repeats", repeats, "--store", workdir / "s.db", "--json", cwd=workdir,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    return {r["metric"]: r for r in json.loads(done.stdout)["records"] if r["metric"].endswith("_mb")}
+    by_invocation: dict[int, dict[str, dict]] = {}  # type: ignore[type-arg]
+    for r in json.loads(done.stdout)["records"]:
+        if r["metric"].endswith("_mb"):
+            by_invocation.setdefault(r["annotations"].get("invocation", 1), {})[r["metric"]] = r
+    assert len(by_invocation) == repeats, sorted(by_invocation)
+    return [by_invocation[k] for k in sorted(by_invocation)]
 
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc/PID/clear_refs")
@@ -103,7 +109,7 @@ def test_fit_budgets_the_models_memory(tmp_path: Path) -> None:
     assert 0.7e6 < int8.stat().st_size < 1.5e6
     assert 260e6 < big.stat().st_size < 275e6
 
-    mem = {"int8": [_bench(int8, tmp_path), _bench(int8, tmp_path)], "fp32": [_bench(big, tmp_path)]}
+    mem = {"int8": _bench(int8, tmp_path, repeats=2), "fp32": _bench(big, tmp_path)}
     for name, path in (("int8", int8), ("fp32", big)):
         bare = bare_model_memory_mb(path)
         agent = mem[name][-1]["model_memory_mb"]

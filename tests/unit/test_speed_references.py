@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -63,34 +64,69 @@ def test_a_reference_is_timed_warm_not_as_the_model_left_the_caches() -> None:
     assert max(beside.times["gemm"]) < 10.0, beside.times
 
 
-def test_the_references_never_run_between_the_models_runs(tmp_path: Path) -> None:
+class Logged:
+    """A step that notes each call in a shared log, keeping the step's own refresh."""
+
+    def __init__(self, step: Any, log: list[str], name: str) -> None:
+        self.step, self.log, self.name = step, log, name
+        self.refresh = getattr(step, "refresh", None)
+
+    def __call__(self) -> object:
+        self.log.append(self.name)
+        return self.step()
+
+
+def test_the_references_never_run_between_the_models_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A profile's plain p50 is a back-to-back inference's: the references run in one block before and one
     after its rounds (between them, the 16 MiB GEMV evicted a 0.046 ms model's weights and it read 0.12
-    ms), so it agrees with a bare loop over the same model; each reference is timed 2 x REFERENCE_ROUNDS
-    times, however many rounds the model took."""
+    ms). Checked exactly, on the order of the calls: every reference call comes before the model's first
+    run or after its last; each reference is timed 2 x REFERENCE_ROUNDS times, however many rounds the
+    model took."""
     pytest.importorskip("onnxruntime")
-    from edgebench.agent.numerics import REFERENCE_ROUNDS, run_profile
+    from edgebench.agent import numerics
+    from edgebench.agent.numerics import REFERENCE_ROUNDS, SpeedReferences, run_profile
     from edgebench.models.builtin import builtin_model
 
-    model = str(builtin_model("tinymlp"))
+    log: list[str] = []
+    alternate = numerics._alternate
+
+    def logged_alternate(plain: Any, instrumented: Any, *args: Any) -> list[float]:
+        return alternate(Logged(plain, log, "model"), Logged(instrumented, log, "model"), *args)
+
+    def logged_references(self: SpeedReferences) -> None:
+        self.steps = {path: Logged(step, log, "reference") for path, step in self.steps.items()}
+        self.times = {path: [] for path in self.steps}
+
+    monkeypatch.setattr(numerics, "_alternate", logged_alternate)
+    init = SpeedReferences.__init__
+
+    def logged_init(self: SpeedReferences, steps: dict[str, Any]) -> None:
+        init(self, steps)
+        logged_references(self)
+
+    monkeypatch.setattr(SpeedReferences, "__init__", logged_init)
     refs = [str(sample_model(key)[1]) for key in SPEED_REFERENCES]
     task = {
         "kind": "profile",
-        "model": model,
+        "model": str(builtin_model("tinymlp")),
         "threads": 1,
         "runs": 50,
         "warmup": 5,
-        "min_seconds": 0.3,
+        "min_seconds": 0.05,
         "profile_dir": str(tmp_path),
         "speed_references": refs,
     }
-    ratios = []
-    for _ in range(3):  # the least disturbed of three tries: a busy host swings either side
-        result, _ = run_profile(task)
-        assert all(len(result["speed_references_ms"][r]) == 2 * REFERENCE_ROUNDS for r in refs)
-        assert result["runs"] == len(result["latencies_ms"]) >= 50
-        ratios.append(float(np.median(result["latencies_ms"])) / bare_ms(model, runs=300))
-    assert min(ratios) < 1.5, ratios
+    result, _ = run_profile(task)
+    assert all(len(result["speed_references_ms"][r]) == 2 * REFERENCE_ROUNDS for r in refs)
+    assert result["runs"] == len(result["latencies_ms"]) >= 50
+    first, last = log.index("model"), len(log) - 1 - log[::-1].index("model")
+    assert "reference" not in log[first : last + 1], "a reference ran between the model's runs"
+    # each reference is called twice a round (once untimed, once timed), before and after
+    per_block = 2 * REFERENCE_ROUNDS * len(refs)
+    assert log[:first] == ["reference"] * per_block and log[last + 1 :] == ["reference"] * per_block
+    assert log.count("model") == 2 * (5 + result["runs"])  # warm-up and rounds, plain and instrumented
 
 
 def test_a_profile_runs_until_its_rounds_have_lasted_min_seconds() -> None:
