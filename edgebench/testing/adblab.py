@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 from adbutils import AdbClient
 from adbutils.errors import AdbError
 
@@ -427,16 +428,6 @@ def _state_dir(state: Path, name: str) -> Path:
     return state.resolve() / name
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def running_lab(lab_dir: Path, name: str, state: Path) -> PhoneLab | None:
     """The lab `start_phone_lab` left running for NAME, if its supervisor is still alive."""
     info_path = _state_dir(state, name) / "lab.json"
@@ -444,7 +435,7 @@ def running_lab(lab_dir: Path, name: str, state: Path) -> PhoneLab | None:
         info = json.loads(info_path.read_text())
     except (OSError, ValueError):
         return None
-    if not _alive(int(info["pid"])) or not Path(info["descriptor"]).exists():
+    if not psutil.pid_exists(int(info["pid"])) or not Path(info["descriptor"]).exists():
         return None
     return PhoneLab(
         name, Path(info["descriptor"]), info["serial"], info["adb_server"], int(info["pid"]), False
@@ -493,12 +484,12 @@ def stop_phone_lab(name: str, state: Path, timeout: float = 20.0) -> bool:
         pid = int(json.loads(info_path.read_text())["pid"])
     except (OSError, ValueError, KeyError):
         return False
-    if not _alive(pid):
+    if not psutil.pid_exists(pid):
         info_path.unlink(missing_ok=True)
         return False
     os.kill(pid, signal.SIGTERM)
     with contextlib.suppress(LabError):
-        _wait(lambda: not _alive(pid), timeout, f"lab supervisor {pid} to stop")
+        _wait(lambda: not psutil.pid_exists(pid), timeout, f"lab supervisor {pid} to stop")
         info_path.unlink(missing_ok=True)
         return True
     raise LabError(f"lab supervisor {pid} did not stop within {timeout:g} s")

@@ -22,6 +22,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+import psutil
+
 PREFIX = "edgebench-"
 POOL = ipaddress.ip_network("10.231.0.0/16")
 _STALE = re.compile(rf"^{PREFIX}(\d+)-([0-9a-f]{{6}})\b")
@@ -44,21 +46,11 @@ def netns_supported() -> bool:
         return False
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale() -> None:
     """Delete the namespaces (and host ends) of test processes that died without cleaning up."""
     for line in _ip("netns", "list", check=False).stdout.splitlines():
         match = _STALE.match(line)
-        if match and not _pid_alive(int(match[1])):
+        if match and not psutil.pid_exists(int(match[1])):
             _ip("link", "del", f"eb{match[2]}h", check=False)
             _ip("netns", "del", match[0], check=False)
 
