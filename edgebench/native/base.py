@@ -110,3 +110,11 @@ def killed_from_outside(returncode: int) -> str | None:
         f"killed (SIGKILL, exit {returncode}) from outside the tool: by the device (a low-memory killer, "
         "a watchdog, its shell going away), not by the model; run it again and look at the device's log"
     )
+
+
+KILLED = "killed"  # NativeToolError kind: the device ended the tool; a measurement failure, not the model's
+
+
+def failure_kind(returncode: int, otherwise: str) -> str:
+    """KILLED for a tool SIGKILLed from outside, else the kind the tool's own output gave."""
+    return KILLED if killed_from_outside(returncode) else otherwise

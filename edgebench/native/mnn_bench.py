@@ -46,6 +46,7 @@ from .base import (
     NativeResult,
     NativeToolError,
     crash_reason,
+    failure_kind,
     first_error_line,
     killed_from_outside,
 )
@@ -87,7 +88,9 @@ class MnnBenchmark:
         lines = _LINE.findall(output)
         mine = [ln for ln in lines if opts.model_name is None or ln[0] == opts.model_name]
         if returncode != 0 or not mine:
-            raise NativeToolError(self.name, _failure(output, returncode, lines, opts), "model")
+            raise NativeToolError(
+                self.name, _failure(output, returncode, lines, opts), failure_kind(returncode, "model")
+            )
         if "Can't run session because not resized" in _own_log(output, mine[0][0]):
             raise NativeToolError(
                 self.name,

@@ -40,6 +40,7 @@ from __future__ import annotations
 import re
 
 from .base import (
+    KILLED,
     NativeOptions,
     NativeResult,
     NativeToolError,
@@ -239,7 +240,7 @@ def _failure(output: str, returncode: int) -> tuple[str, str]:
         return reason, "delegate" if "provider" in reason.lower() else "model"
     crash = crash_reason(returncode)
     if killed := killed_from_outside(returncode):
-        return killed, "model"
+        return killed, KILLED
     if crash and returncode != 255:
         return f"crashed ({crash}) without a message", "model"
     if re.search(r"onnxruntime_perf_test \[options", output) or "Usage" in output:

@@ -50,6 +50,7 @@ import re
 from typing import Any
 
 from .base import (
+    KILLED,
     NativeOptions,
     NativeResult,
     NativeToolError,
@@ -181,7 +182,7 @@ def _failure(raw: list[str], lines: list[str], returncode: int) -> tuple[str, st
             f"crashed ({crash})" if crash else f"exited {returncode} without a result"
         )
     kind = "delegate" if "delegate" in reason.lower() or "fallback" in reason.lower() else "model"
-    return reason, kind
+    return reason, KILLED if reason == killed_from_outside(returncode) else kind
 
 
 def _severity(line: str) -> str | None:

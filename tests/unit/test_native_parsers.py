@@ -373,14 +373,15 @@ def test_a_tool_sigkilled_by_the_device_is_not_blamed_on_the_model() -> None:
     vendor tool, and never calls the file invalid."""
     with pytest.raises(NativeToolError, match=r"killed \(SIGKILL, exit 137\) from outside the tool") as info:
         parse(MnnBenchmark(), "mnn_benchmark.not_mnn_3.6.1.txt", rc=137, model_name="junk.mnn")
-    assert "not a valid MNN model" not in str(info.value)
+    assert "not a valid MNN model" not in str(info.value) and info.value.kind == "killed"
     # a run cut off before any result: only the banner the tools print first
     for adapter, banner in (
         (OrtPerfTest(), "Session creation time cost: 0.0123 s\n"),
         (TfliteBenchmarkModel(), "INFO: STARTING!\nINFO: Loaded model m.tflite\n"),
     ):
-        with pytest.raises(NativeToolError, match=r"from outside the tool.*not by the model"):
+        with pytest.raises(NativeToolError, match=r"from outside the tool.*not by the model") as other:
             adapter.parse(banner, 137, NativeOptions())
+        assert other.value.kind == "killed"  # a measurement failure on the device, not a model error
     for rc in (137, -9):
         assert killed_from_outside(rc) is not None and "not by the model" in str(killed_from_outside(rc))
     assert (
