@@ -23,12 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ..errors import MeasurementError
-from ..execution.jobs import Job
-from ..lab.descriptors import DeviceSpec
+from ..jobs import Job
 from ..records import Record
 from ..results.store import Store
 from .cost import Floor, ModelCost, floor
@@ -349,34 +346,6 @@ def ceiling_jobs(
             params={**sweep, "threads": counts, **bandwidth},
         ),
     ]
-
-
-def measure_ceilings(
-    spec: DeviceSpec,
-    store_path: Path | None,
-    dtypes: list[str],
-    overrides: dict[str, dict[str, Any]] | None = None,
-    on_state: Callable[[str, str], None] | None = None,
-    threads: Sequence[int] | None = None,
-    affinity: Sequence[int] | None = None,
-) -> Ceilings:
-    """Run the ceiling jobs on the device now (stored as their own run when a store is given), through the
-    device's session (lease, retries); on_state hears "queued" while another run holds the device."""
-    from ..execution.oneshot import run_now
-
-    extra = {k: dict(v) for k, v in (overrides or {}).items()}
-    if affinity:
-        for probe in CEILING_PROBES:
-            extra.setdefault(probe, {})["affinity"] = list(affinity)
-    jobs = ceiling_jobs(spec.name, dtypes, extra, threads)
-    shot = run_now(spec, jobs, store_path, "ceilings", on_state=on_state)
-    shot.raise_first_error()
-    found = ceilings_at(shot.records, spec.name, max(threads) if threads else None, affinity, [shot.run_id])
-    if found is None:
-        raise MeasurementError(
-            "the ceiling measurement produced no matmul or bandwidth figure", device=spec.name
-        )
-    return found
 
 
 # ---- the model's own measurement ---------------------------------------------------------------------

@@ -38,13 +38,13 @@ import warnings
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, UserError
+from ..errors import UserError
 from ..records import Record, Samples, params_as_recorded
+from ..stats import MIN_SAMPLES_FOR_P90, MIN_SAMPLES_FOR_P99
 from .disturbance import DEFAULT_MAX_WAIT, Thresholds, by_job
 from .disturbance import PREFIX as DISTURBANCE_PREFIX
 from .invocations import (
@@ -54,7 +54,6 @@ from .invocations import (
     invocation_test,
     invocations_to_settle,
 )
-from .stats import MIN_SAMPLES_FOR_P90, MIN_SAMPLES_FOR_P99
 
 PASS, FAIL, NOISY, MISSING, IMPROVED = "PASS", "FAIL", "NOISY", "MISSING", "IMPROVED"
 INCOMPLETE = "INCOMPLETE"
@@ -163,43 +162,6 @@ def parse_percent(text: str, where: str) -> float:
     if not math.isfinite(amount) or amount < 0:
         raise UserError(f"{where}: must be a non-negative percentage, got {text!r}")
     return amount
-
-
-def rules_from_suite(path: Path) -> list[GateRule]:
-    """The suite's `[[gate]]` tables, as `execution.suite.load_suite` reads them (strictly; thresholds are
-    fractions, "5%" or 0.05), turned into rules: one per threshold a table gives."""
-    from ..execution.suite import load_suite
-
-    suite = load_suite(path)
-    rules = []
-    for i, g in enumerate(suite.gates):
-        given = [
-            (k, getattr(g, k))
-            for k in ("max_slowdown", "max_increase", "max_drop")
-            if getattr(g, k) is not None
-        ]
-        if not given:
-            raise ConfigError(path, f"gate[{i}]: give max_slowdown, max_increase or max_drop")
-        for kind, amount in given:
-            if kind == "max_drop" and amount >= 1:
-                raise ConfigError(path, f"gate[{i}].max_drop: a drop must be below 100%")
-            worse = "lower" if kind == "max_drop" else "higher"
-            rules.append(
-                GateRule(
-                    g.metric,
-                    worse,
-                    Threshold(amount, True),
-                    stat=g.stat or DEFAULT_STAT,
-                    probe=g.probe,
-                    device=g.device,
-                    model=g.model,
-                    source=f"{Path(path).name} gate[{i}]",
-                    kind=kind,
-                    required=True,
-                    replaces_defaults=g.replace_defaults,
-                )
-            )
-    return rules
 
 
 def merge_rules(

@@ -30,8 +30,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..lab.nominal import cpu_isa
 from .cost import ModelCost, NodeCost
-from .nominal import cpu_isa
 
 GEMV_ROWS = 8  # a GEMM with fewer rows streams its weights once: memory-bound, its own kind
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .stats import MAD_TO_SIGMA
+from ..stats import MAD_TO_SIGMA
 
 TAIL_STATS = {"p90": 90.0, "p99": 99.0, "max": 100.0}
 # Lower than the outlier count's hyperfine threshold (10): a tick-sized step over a steady 0.2 ms model is

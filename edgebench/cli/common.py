@@ -12,8 +12,8 @@ from typing import Any
 
 import typer
 
+from ..descriptors import Lab, load_lab
 from ..errors import UserError
-from ..lab.descriptors import Lab, load_lab
 from ..lab.device import Device
 from ..records import Record
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ..errors import UserError
-from ..execution.jobs import Job
+from ..jobs import Job
 from ..probes.registry import BenchParams
 from ..records import Record
 from .common import (

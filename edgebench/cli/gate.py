@@ -112,14 +112,9 @@ def gate(
     as_json: bool = JSON_OPT,
 ) -> int:
     """Compare a candidate run with a baseline: exit 0 pass, 1 regression, 2 usage, 3 lab failure."""
-    from ..analysis.gate import (
-        GateOptions,
-        default_rules,
-        gate_runs,
-        merge_rules,
-        parse_percent,
-        rules_from_suite,
-    )
+    from ..analysis.gate import GateOptions, default_rules, gate_runs, merge_rules, parse_percent
+    from ..execution.provenance import host_provenance
+    from ..execution.suite import rules_from_suite
     from ..records import new_run_id
     from ..render.junit import gate_junit
     from ..render.markdown_gate import gate_markdown
@@ -144,7 +139,9 @@ def gate(
             result, confirmed = confirm_gate(st, result, args)
         records = gate_records(result, run_id or cand_id)
         if run_id is not None:
-            st.save_gate(run_id, {**result.to_dict(), **confirmed, "gate_run": run_id}, records)
+            st.save_gate(
+                run_id, {**result.to_dict(), **confirmed, "gate_run": run_id}, records, host_provenance()
+            )
     if junit is not None:
         _write(junit, gate_junit(result), "JUnit XML")
     if markdown is not None:

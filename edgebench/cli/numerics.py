@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ..execution.jobs import Job, JobOutcome
+from ..jobs import Job, JobOutcome
 from ..probes.registry import AccuracyParams, ProfileParams, SensitivityParams
 from ..records import Record
 from .common import (

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from ..execution.jobs import Job
+from ..jobs import Job
 from ..probes.registry import PowerParams, ThermalParams
 from ..records import Record
 from .common import (

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ..execution.jobs import Job
+from ..jobs import Job
 from ..probes.params import ProbeParams
 from ..probes.registry import ContentionParams, SoakParams
 from ..records import Record

@@ -42,7 +42,8 @@ def suite_runs(st, suite: Path) -> list[str]:  # type: ignore[no-untyped-def]
 
 def _gate_rules(suite: Path | None):  # type: ignore[no-untyped-def]
     """The rules `edgebench gate --suite` would apply: the suite's [[gate]] tables over the defaults."""
-    from ..analysis.gate import default_rules, merge_rules, rules_from_suite
+    from ..analysis.gate import default_rules, merge_rules
+    from ..execution.suite import rules_from_suite
 
     if suite is None:
         return None, ""

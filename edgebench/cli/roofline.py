@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from ..errors import UserError
-from ..execution.jobs import Job
+from ..jobs import Job
 from ..probes.registry import RooflineParams
 from ..records import RecordContext, new_run_id
 from .common import (
@@ -85,8 +85,8 @@ def roofline(
     as_json: bool = JSON_OPT,
 ) -> int:
     """Static cost of an ONNX model and, with --device, its roofline floor and bound on that device."""
-    from ..analysis.ceilings import measure_ceilings
     from ..analysis.cost import analyze
+    from ..execution.ceilings import measure_ceilings
     from ..execution.oneshot import run_now
     from ..models.refs import resolve_model
     from ..probes.roofline import roofline_records

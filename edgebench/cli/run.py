@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from ..execution.jobs import JobOutcome
+from ..jobs import JobOutcome
 from .common import (
     LAB_OPT,
     LOCK_DIR_OPT,
@@ -69,9 +69,9 @@ def run(
     as_json: bool = RUN_JSON_OPT,
 ) -> int:
     """Run a suite: every device in parallel, its jobs in series, each job stored as it finishes."""
+    from ..descriptors import load_lab
     from ..execution.fleet import run_suite
     from ..execution.suite import load_suite
-    from ..lab.descriptors import load_lab
     from ..results.store import Store, check_tag
 
     for t in tag or []:

@@ -37,12 +37,11 @@ from typing import Any
 
 from distributed import WorkerPlugin
 
+from ..descriptors import Lab, load_lab
 from ..errors import LabError, UserError, one_line
-from ..lab.descriptors import Lab, load_lab
+from ..jobs import Job, JobOutcome, ModelRef
 from ..lab.hashing import HashCache
-from ..models.refs import ModelRef
 from .execute import error_kind
-from .jobs import Job, JobOutcome
 from .leases import DEFAULT_LEASE_S, DeviceLease, LeaseTimeout, lease_key
 from .session import DeviceReady, LocalSession, StateFn, error_outcome, prebuild_agent
 from .suite import PATH_PARAMS, RunPolicy

@@ -40,13 +40,12 @@ from ..analysis.gate import (
     collect_side,
     with_rule_stats,
 )
+from ..descriptors import DeviceSpec
 from ..errors import EdgebenchError, one_line
-from ..lab.descriptors import DeviceSpec
-from ..models.refs import ModelRef
+from ..jobs import Job, JobOutcome, ModelRef
 from ..records import new_run_id, params_as_recorded
 from ..results.models import JobModel
 from ..results.store import Store
-from .jobs import Job, JobOutcome
 from .provenance import host_provenance
 from .session import LocalSession
 from .spool import JobWriter, StoreTrouble, store_spooled

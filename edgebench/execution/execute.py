@@ -6,10 +6,10 @@ import time
 from typing import Any
 
 from ..errors import EdgebenchError, LabError, UserError, one_line
+from ..jobs import Job, JobOutcome
 from ..lab.device import Device
 from ..probes import probe_function
 from ..records import RecordContext, utc_now
-from .jobs import Job, JobOutcome
 
 
 def error_kind(exc: BaseException) -> str:

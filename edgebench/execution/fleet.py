@@ -25,11 +25,11 @@ from typing import Any, Protocol
 
 import psutil
 
+from ..descriptors import Lab, load_lab
 from ..errors import EdgebenchError, UserError, one_line
-from ..lab.descriptors import Lab, load_lab
+from ..jobs import Job, JobOutcome
 from ..records import new_run_id, utc_now
 from ..results.store import RunInfo, Store
-from .jobs import Job, JobOutcome
 from .leases import DEFAULT_LEASE_S
 from .provenance import host_provenance
 from .session import (

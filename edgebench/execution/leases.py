@@ -28,8 +28,8 @@ from typing import Any
 
 import filelock
 
+from ..descriptors import DeviceSpec
 from ..errors import LabError
-from ..lab.descriptors import DeviceSpec
 from ..records import utc_now
 
 LOCK_DIR_ENV = "EDGEBENCH_LOCK_DIR"

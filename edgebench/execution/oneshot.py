@@ -12,12 +12,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..descriptors import DeviceSpec
 from ..errors import EdgebenchError, one_line
-from ..lab.descriptors import DeviceSpec
+from ..jobs import Job, JobOutcome
 from ..lab.device import Device
 from ..records import new_run_id
 from ..results.store import Store
-from .jobs import Job, JobOutcome
 from .provenance import host_provenance
 from .session import LocalSession, StateFn
 from .spool import JobWriter, StoreTrouble, store_spooled

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..lab.descriptors import DeviceSpec
+from ..descriptors import DeviceSpec
 
 _SECRET_KEYS = ("key", "password", "passphrase", "token", "secret")
 

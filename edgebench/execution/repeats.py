@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from .jobs import Job
+from ..jobs import Job
 
 
 def repeats_of(job: Job) -> int:

@@ -33,12 +33,12 @@ from tenacity import (
     wait_exponential,
 )
 
+from ..descriptors import DeviceSpec
 from ..errors import CommandError, CommandTimeout, EdgebenchError, HostKeyError, TransportError, one_line
-from ..lab.descriptors import DeviceSpec
+from ..jobs import Job, JobOutcome
 from ..lab.device import Device
 from ..records import utc_now
 from .execute import error_kind, execute_job
-from .jobs import Job, JobOutcome
 from .leases import DEFAULT_LEASE_S, DeviceLease, LeaseHolder, lease_key
 from .provenance import descriptor_summary
 from .suite import RunPolicy
@@ -348,12 +348,12 @@ def _last_outcome(state: Any) -> JobOutcome:
 
 
 def cooldown_guard(device: Device, policy: RunPolicy) -> CooldownGuard | None:
-    """The thermal cool-down guard (`execution.cooldown`) when the device has thermal sensors and runs
+    """The thermal cool-down guard (`probes.cooldown`) when the device has thermal sensors and runs
     the Python agent; None otherwise, and the run goes on without one."""
     if device.spec.agent != "python":
         return None
     try:
-        module = importlib.import_module(f"{__package__}.cooldown")
+        module = importlib.import_module("..probes.cooldown", __package__)
     except ModuleNotFoundError:
         return None
     # One look (no waiting) tells whether the device has thermal zones at all.

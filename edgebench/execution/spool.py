@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EdgebenchError
-from ..models.refs import ModelRef
+from ..jobs import Job, JobOutcome, ModelRef
 from ..records import Record, Samples
 from ..results.store import Store
-from .jobs import Job, JobOutcome
 
 RETRY_EVERY_S = 5.0  # while the store is in trouble, try the spool again this often
 FINAL_WAIT_S = 180.0  # at the end of a run, wait this long for a locked store before leaving the spool

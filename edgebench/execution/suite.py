@@ -42,14 +42,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..analysis.gate import DEFAULT_STAT, GateRule, Threshold
+from ..descriptors import Lab
 from ..errors import ConfigError, EdgebenchError
-from ..lab.descriptors import Lab
+from ..jobs import Job, ModelRef
 from ..lab.hashing import HashCache
-from ..models.refs import BUILTIN_PREFIX, ModelRef, resolve_model
+from ..models.refs import BUILTIN_PREFIX, resolve_model
 from ..probes.params import ParamError
 from ..probes.registry import KINDS, RUNTIMES, ProbeKind
 from ..tomlread import TableReader, load_toml
-from .jobs import Job
 from .repeats import interleave
 
 # Params naming host files (kind "path" in the probe registry) resolve against the suite file, like models.
@@ -497,3 +498,38 @@ def _non_negative(t: TableReader, key: str, default: float) -> float:
     if not (math.isfinite(value) and value >= 0):
         raise t.error(key, f"must be a finite number, not negative, got {value:g}")
     return float(value)
+
+
+def rules_from_suite(path: Path) -> list[GateRule]:
+    """The suite's `[[gate]]` tables, as `load_suite` reads them (strictly; thresholds are
+    fractions, "5%" or 0.05), turned into rules: one per threshold a table gives."""
+    suite = load_suite(path)
+    rules = []
+    for i, g in enumerate(suite.gates):
+        given = [
+            (k, getattr(g, k))
+            for k in ("max_slowdown", "max_increase", "max_drop")
+            if getattr(g, k) is not None
+        ]
+        if not given:
+            raise ConfigError(path, f"gate[{i}]: give max_slowdown, max_increase or max_drop")
+        for kind, amount in given:
+            if kind == "max_drop" and amount >= 1:
+                raise ConfigError(path, f"gate[{i}].max_drop: a drop must be below 100%")
+            worse = "lower" if kind == "max_drop" else "higher"
+            rules.append(
+                GateRule(
+                    g.metric,
+                    worse,
+                    Threshold(amount, True),
+                    stat=g.stat or DEFAULT_STAT,
+                    probe=g.probe,
+                    device=g.device,
+                    model=g.model,
+                    source=f"{Path(path).name} gate[{i}]",
+                    kind=kind,
+                    required=True,
+                    replaces_defaults=g.replace_defaults,
+                )
+            )
+    return rules

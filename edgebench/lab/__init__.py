@@ -4,5 +4,5 @@ transport, the packed agent, and `devices --check`.
 `edgebench.lab` re-exports the descriptor types, so `from edgebench.lab import DeviceSpec, load_lab` works.
 """
 
-from .descriptors import *  # noqa: F403
-from .descriptors import DeviceSpec, Lab, load_lab  # noqa: F401
+from ..descriptors import *  # noqa: F403
+from ..descriptors import DeviceSpec, Lab, load_lab  # noqa: F401

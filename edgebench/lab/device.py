@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..agent.protocol import PROTOCOL, InfoTask, Task, parse_task
+from ..descriptors import DeviceSpec
 from ..errors import (
     CommandError,
     CommandTimeout,
@@ -27,7 +28,6 @@ from ..errors import (
 )
 from ..transports import Transport, open_transport
 from .agentpack import build_agent
-from .descriptors import DeviceSpec
 from .hashing import HashCache, hash_timeout
 
 _SAFE_SUFFIX = re.compile(r"\.[A-Za-z0-9_-]{1,16}")

@@ -18,11 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..analysis.nominal import cluster_summary
+from ..descriptors import DeviceSpec, Lab
 from ..errors import EdgebenchError, UserError, one_line
 from ..transports.base import validate_env
-from .descriptors import DeviceSpec, Lab
 from .device import Device
+from .nominal import cluster_summary
 
 HEALTH_TIMEOUT_S = 60.0
 MAX_PARALLEL = 8

@@ -6,25 +6,13 @@ onnx."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ModelError
+from ..jobs import ModelRef
 from .cache import models_cache_dir  # noqa: F401 - re-exported: callers find it beside the refs
 
 BUILTIN_PREFIX = "builtin:"
-
-
-@dataclass(frozen=True)
-class ModelRef:
-    """A model as the harness knows it: its identity in the store and the file that holds it."""
-
-    name: str
-    path: Path
-
-    @property
-    def format(self) -> str:
-        return {".mnn": "mnn", ".tflite": "tflite"}.get(self.path.suffix.lower(), "onnx")
 
 
 def resolve_model(ref: str, base_dir: Path | None = None, name: str | None = None) -> ModelRef:

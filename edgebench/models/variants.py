@@ -50,7 +50,7 @@ import numpy as np
 import onnx
 
 from ..errors import EdgebenchError, ModelError, UserError, one_line
-from ..execution.jobs import Job, JobOutcome
+from ..jobs import Job, JobOutcome, ModelRef
 from ..records import Record, RecordContext, utc_now
 from .quantize import (
     DeclaredInput,
@@ -61,7 +61,6 @@ from .quantize import (
     has_subgraphs,
     opset_version,
 )
-from .refs import ModelRef
 
 VARIANT_KINDS = ("fp16", "int8-dynamic", "int8-static", "mnn-fp32", "mnn-int8-weight", "mnn-int8")
 SUFFIXES = {

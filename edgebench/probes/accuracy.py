@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 
 from ..agent.numerics import compare_arrays
+from ..descriptors import builtin_local
 from ..errors import EdgebenchError, MeasurementError, ModelError, UserError, one_line
-from ..execution.jobs import Job
-from ..lab.descriptors import builtin_local
+from ..jobs import Job, ModelRef
 from ..lab.device import Device
-from ..models.refs import ModelRef, resolve_model
+from ..models.refs import resolve_model
 from ..records import ProbeResult, RecordContext
 from .common import job_timeout, require_model
 from .numerics import DeviceOutputs, device_outputs, pull, remove_remote, runtime_for, scratch_dir

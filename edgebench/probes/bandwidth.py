@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..agent.protocol import BandwidthTask
-from ..execution.jobs import Job
+from ..jobs import Job
 from ..lab.device import Device
 from ..records import ProbeResult, RecordContext
 from .common import job_timeout

@@ -14,10 +14,10 @@ import numpy as np
 
 from ..agent.protocol import BenchTask
 from ..analysis.disturbance import Disturbance
-from ..analysis.stats import OUTLIER_Z, summarize
-from ..execution.jobs import Job
+from ..jobs import Job
 from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, RecordContext
+from ..stats import OUTLIER_Z, summarize
 from .common import bench_identity, job_timeout, push_model_and_inputs, runtime_of, shape_lists
 from .registry import BenchParams, values
 

@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelError, UserError
-from ..execution.jobs import Job
+from ..jobs import Job, ModelRef
 from ..lab.device import Device
-from ..models.refs import ModelRef
 from .registry import RUNTIMES, BenchParams, values
 
 

@@ -17,10 +17,10 @@ import dataclasses
 from typing import Any
 
 from ..agent.protocol import ContentionTask
-from ..analysis.stats import summarize
-from ..execution.jobs import Job
+from ..jobs import Job
 from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, RecordContext
+from ..stats import summarize
 from .common import job_timeout, model_fields, push_model_and_inputs, runtime_of, timing_fields
 from .knobs import device_cpus, thread_counts
 from .registry import ContentionParams, values

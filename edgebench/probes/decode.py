@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from ..agent.protocol import DecodeTask
-from ..analysis.stats import OUTLIER_Z, summarize
 from ..errors import ModelError, UserError
-from ..execution.jobs import Job
+from ..jobs import Job
 from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, Record, RecordContext
 from ..results.store import Store
+from ..stats import OUTLIER_Z, summarize
 from .common import job_timeout, push_model_and_inputs, require_model, runtime_of
 from .registry import DecodeParams
 

@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelError, UserError
+from ..jobs import ModelRef
 from ..models.cache import models_cache_dir
-from ..models.refs import ModelRef
 from ..records import ProbeResult, RecordContext
 
 FUSIONS = ("/MatMulAddFusion_Add", "/MatMulAddFusion")

@@ -15,12 +15,12 @@ import statistics
 from typing import Any
 
 from ..agent.protocol import DoctorTask
-from ..analysis.stats import corroborated_ratio
 from ..errors import UserError
-from ..execution.jobs import Job
+from ..jobs import Job, ModelRef
 from ..lab.device import Device
-from ..models.refs import ModelRef, resolve_model
+from ..models.refs import resolve_model
 from ..records import ProbeResult, RecordContext
+from ..stats import corroborated_ratio
 from .common import check_runtime, job_timeout, model_file_for
 from .registry import RUNTIMES, DoctorParams
 from .sensing import sensors_config

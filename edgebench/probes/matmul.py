@@ -18,7 +18,7 @@ from typing import Any
 
 from ..agent.protocol import MatmulTask
 from ..errors import EdgebenchError, LabError, MeasurementError, UserError
-from ..execution.jobs import Job
+from ..jobs import Job
 from ..lab.device import Device
 from ..records import ProbeResult, RecordContext
 from .common import job_timeout

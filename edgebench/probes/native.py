@@ -22,14 +22,13 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper, numpy_helper
 
-from ..analysis.stats import MIN_SAMPLES_FOR_P90, MIN_SAMPLES_FOR_P99, summarize
+from ..descriptors import RunnerSpec
 from ..errors import MeasurementError, ModelError, UserError
-from ..execution.jobs import Job
-from ..lab.descriptors import RunnerSpec
+from ..jobs import Job, ModelRef
 from ..lab.device import Device
-from ..models.refs import ModelRef
 from ..native import ADAPTERS, RUNNER_FOR_RUNTIME, NativeOptions, NativeResult, NativeToolError, RunnerAdapter
 from ..records import ProbeResult, RecordContext
+from ..stats import MIN_SAMPLES_FOR_P90, MIN_SAMPLES_FOR_P99, summarize
 from .common import job_timeout, model_file_for, require_model, runtime_of
 from .registry import BandwidthParams, BenchParams, MatmulParams, PowerParams, ThermalParams
 

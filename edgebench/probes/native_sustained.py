@@ -15,7 +15,7 @@ from typing import Any
 from ..agent.sensors import CHARGING_STATUSES, Channel, SensorSet
 from ..agent.sustained import power_source
 from ..errors import MeasurementError, UserError
-from ..execution.jobs import Job
+from ..jobs import Job
 from ..lab.device import Device
 from ..native import NativeOptions, NativeResult, RunnerAdapter
 from ..native.shell_sampler import parse_sampler_output, sensor_log, start_sampler, stop_sampler

@@ -16,9 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelError, TransferError, UserError
-from ..execution.jobs import Job
+from ..jobs import Job, ModelRef
 from ..lab.device import Device
-from ..models.refs import ModelRef
 from .common import RUNTIMES, job_timeout, model_file_for, shape_lists
 from .registry import AccuracyParams
 

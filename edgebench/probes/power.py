@@ -32,7 +32,7 @@ import numpy as np
 
 from ..agent.protocol import PowerTask
 from ..errors import LabError, MeasurementError, UserError
-from ..execution.jobs import Job
+from ..jobs import Job
 from ..lab.device import Device
 from ..records import ProbeResult, RecordContext
 from .common import job_timeout

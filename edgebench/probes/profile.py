@@ -33,12 +33,12 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..agent.protocol import ProfileTask
-from ..analysis.stats import summarize
 from ..errors import MeasurementError
-from ..execution.jobs import Job
+from ..jobs import Job
 from ..lab.device import AgentReply, Device
 from ..models.refs import models_cache_dir
 from ..records import ProbeResult, RecordContext
+from ..stats import summarize
 from .common import job_timeout, push_model_and_inputs, shape_lists
 from .numerics import pull, remote_tmp_dir, remove_remote, runtime_for, scratch_dir
 from .registry import ProfileParams

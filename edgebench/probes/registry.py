@@ -658,10 +658,6 @@ class ProbeKind:
     needs_model: bool
     python: str  # "module:function" in edgebench.probes, for devices running the Python agent
     native: str | None = None  # the same for devices with agent = "native" (runner binaries)
-    # Record params that version 1 stores kept in `params` though they describe a measurement rather than
-    # identify it (sample counts, sizes the agent chose, paths, the ceilings used): the v1 -> v2 migration
-    # moves them to `annotations`, where the probes now write them.
-    v1_annotations: frozenset[str] = frozenset()
     help: str = ""
 
     def implementation(self, agent: str = "python") -> Callable[..., Any]:
@@ -672,9 +668,6 @@ class ProbeKind:
         return getattr(importlib.import_module(f"{__package__}.{module}"), func)
 
 
-# How a measurement was taken, on every kind: version 1 stores kept these in record params.
-_POLICY_IN_V1 = frozenset({"runs", "warmup", "warmup_seconds", "min_seconds", "max_seconds", "seed"})
-
 KINDS: dict[str, ProbeKind] = {
     k.name: k
     for k in (
@@ -684,7 +677,6 @@ KINDS: dict[str, ProbeKind] = {
             True,
             "bench:run_bench",
             "native:run_native_bench",
-            frozenset({"rss_before_load_mb", "n", "sample", "aggregated_by", "path"}),
             "Model latency percentiles, load time, first inference, peak memory.",
         ),
         ProbeKind(
@@ -693,7 +685,6 @@ KINDS: dict[str, ProbeKind] = {
             False,
             "matmul:run_matmul",
             "native:run_native_matmul",
-            frozenset({"nominal_tops", "path", "emulated", "trial_s"}),
             "Effective TOPS of GEMM per dtype, backend, size and thread count.",
         ),
         ProbeKind(
@@ -702,7 +693,6 @@ KINDS: dict[str, ProbeKind] = {
             False,
             "bandwidth:run_bandwidth",
             "native:run_native_bandwidth",
-            frozenset({"bytes", "llc_bytes", "nominal_gbps", "path"}),
             "STREAM-style read, copy and triad memory bandwidth.",
         ),
         ProbeKind(
@@ -711,7 +701,6 @@ KINDS: dict[str, ProbeKind] = {
             True,
             "threads:run_threads",
             None,
-            frozenset({"rss_before_load_mb"}),
             "A model's latency for every thread count, per CPU cluster, and the fastest.",
         ),
         ProbeKind(
@@ -720,25 +709,6 @@ KINDS: dict[str, ProbeKind] = {
             True,
             "roofline:run_roofline",
             None,
-            frozenset(
-                {
-                    "branch_choice",
-                    "by_dtype",
-                    "stored_weight_bytes",
-                    "input_bytes",
-                    "output_bytes",
-                    "floor_bytes",
-                    "floor_flops",
-                    "bandwidth_gbps",
-                    "bandwidth_run",
-                    "compute_ms",
-                    "memory_ms",
-                    "peak_tops",
-                    "matmul_run",
-                    "measured_ms",
-                    "measured_run",
-                }
-            ),
             "FLOPs, weight bytes, the latency floor and what bounds the model.",
         ),
         ProbeKind(
@@ -747,7 +717,6 @@ KINDS: dict[str, ProbeKind] = {
             True,
             "thermal:run_thermal",
             "native_sustained:run_native_thermal",
-            frozenset({"margin_c", "duration_s", "origin_monotonic_s", "period_s", "texts"}),
             "A sustained run: throttle onset, sustained ratio, stability.",
         ),
         ProbeKind(
@@ -756,20 +725,6 @@ KINDS: dict[str, ProbeKind] = {
             True,
             "power:run_power",
             "native_sustained:run_native_power",
-            frozenset(
-                {
-                    "samples_idle",
-                    "samples_active",
-                    "sample_rate_hz",
-                    "inferences",
-                    "active_s",
-                    "sign",
-                    "sign_calibration",
-                    "origin_monotonic_s",
-                    "period_s",
-                    "texts",
-                }
-            ),
             "Power net of idle and energy per inference.",
         ),
         ProbeKind(
@@ -778,7 +733,6 @@ KINDS: dict[str, ProbeKind] = {
             True,
             "profile:run_profile",
             None,
-            frozenset({"calls", "ops", "correction"}),
             "Where a model's time goes, per op.",
         ),
         ProbeKind(
@@ -787,7 +741,6 @@ KINDS: dict[str, ProbeKind] = {
             True,
             "accuracy:run_accuracy",
             None,
-            frozenset(),
             "A variant's outputs against its fp32 reference.",
         ),
         ProbeKind(
@@ -796,7 +749,6 @@ KINDS: dict[str, ProbeKind] = {
             True,
             "sensitivity:run_sensitivity",
             None,
-            frozenset(),
             "Per-layer quantization sensitivity.",
         ),
         ProbeKind(
@@ -805,7 +757,6 @@ KINDS: dict[str, ProbeKind] = {
             True,
             "soak:run_soak",
             None,
-            frozenset(),
             "A long run: RSS growth per hour with its confidence interval, latency drift.",
         ),
         ProbeKind(
@@ -814,7 +765,6 @@ KINDS: dict[str, ProbeKind] = {
             True,
             "contention:run_contention",
             None,
-            frozenset(),
             "Latency beside a busy co-runner, and the co-runner's own slowdown.",
         ),
         ProbeKind(
@@ -823,7 +773,6 @@ KINDS: dict[str, ProbeKind] = {
             True,
             "decode:run_decode",
             None,
-            frozenset(),
             "LLM decode: prefill and decode tokens/s, KV cache, the bandwidth floor per token.",
         ),
         ProbeKind(
@@ -832,7 +781,6 @@ KINDS: dict[str, ProbeKind] = {
             False,
             "doctor:run_doctor",
             None,
-            frozenset(),
             "Device health: the harness against bare loops, timer, noise floor, governors, probe reach.",
         ),
     )  # fmt: skip
@@ -847,9 +795,3 @@ def probe_kind(name: str) -> ProbeKind:
 
 def params_class(name: str) -> type[ProbeParams]:
     return probe_kind(name).params
-
-
-def v1_annotation_keys(probe: str) -> frozenset[str]:
-    """Params of a version 1 record of this probe that belong in its annotations."""
-    kind = KINDS.get(probe)
-    return _POLICY_IN_V1 | (kind.v1_annotations if kind else frozenset())

@@ -18,7 +18,7 @@ from typing import Any
 from ..analysis.ceilings import Ceilings, Measured, ceiling_jobs, ceilings_at, floor_at
 from ..analysis.cost import Floor, ModelCost, analyze, efficiency_check
 from ..errors import MeasurementError, UserError
-from ..execution.jobs import Job
+from ..jobs import Job
 from ..lab.device import Device
 from ..records import ProbeResult, RecordContext
 from .common import require_model, runtime_of, shape_lists

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from ..descriptors import DeviceSpec
 from ..errors import UserError
-from ..execution.jobs import Job
-from ..lab.descriptors import DeviceSpec
+from ..jobs import Job
 from ..lab.device import Device
 from ..records import RecordContext, Samples
 from .common import push_model_and_inputs, runtime_of, shape_lists

@@ -22,7 +22,7 @@ import onnx
 
 from ..agent.protocol import SensitivityTask
 from ..errors import MeasurementError, ModelError, UserError
-from ..execution.jobs import Job
+from ..jobs import Job, ModelRef
 from ..lab.device import Device
 from ..models.quantize import (
     WeightLayer,
@@ -30,7 +30,7 @@ from ..models.quantize import (
     overridable_weights,
     weight_array,
 )
-from ..models.refs import ModelRef, models_cache_dir
+from ..models.refs import models_cache_dir
 from ..records import ProbeResult, RecordContext
 from .common import job_timeout, require_model, shape_lists
 from .numerics import write_npz

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..agent.protocol import SoakTask
-from ..execution.jobs import Job
+from ..jobs import Job
 from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, RecordContext
 from .common import job_timeout, model_fields, push_model_and_inputs, runtime_of

@@ -18,11 +18,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..agent.protocol import StreamTask
-from ..analysis.stats import summarize
 from ..errors import UserError
-from ..execution.jobs import Job
+from ..jobs import Job
 from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, RecordContext
+from ..stats import summarize
 from .common import (
     bench_identity,
     job_timeout,

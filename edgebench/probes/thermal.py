@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 
 from ..agent.protocol import ThermalTask
-from ..execution.cooldown import CooldownPolicy, CooldownResult, wait_for_cooldown
-from ..execution.jobs import Job
+from ..jobs import Job
 from ..lab.device import Device
 from ..records import ProbeResult, RecordContext
 from .common import job_timeout
+from .cooldown import CooldownPolicy, CooldownResult, wait_for_cooldown
 from .registry import ThermalParams
 from .sensing import (
     SensorLog,

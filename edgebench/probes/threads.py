@@ -19,7 +19,7 @@ import math
 import statistics
 from typing import Any
 
-from ..execution.jobs import Job
+from ..jobs import Job
 from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, RecordContext
 from .bench import bench_records, bench_task

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis.stats import summarize
 from ..errors import UserError
 from ..records import Record, Samples, new_run_id, utc_now
+from ..stats import summarize
 
 FORMAT_VERSION = "5.1.0"  # the pytest-benchmark JSON layout written and read here
 _TIME_SCALE = {"ms": 1e-3, "s": 1.0, "us": 1e-6, "ns": 1e-9}

@@ -33,7 +33,7 @@ from typing import Any
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 
 from ..errors import UserError
-from ..execution.jobs import JobOutcome
+from ..jobs import JobOutcome
 from ..records import Record, Samples, utc_now
 from .models import SCHEMA_V4, JobModel, ModelStore, insert_job_model, job_models, keep_for_job, models_dir
 
@@ -88,6 +88,59 @@ class RunInfo:
 
 
 BUSY_TIMEOUT_S = 60.0  # a run's default `store_timeout`
+
+
+# Record params that version 1 stores kept in `params` though they describe a measurement rather than
+# identify it: how it was taken (every probe), and per probe the sample counts, sizes the agent chose, paths
+# and ceilings used. The v1 -> v2 migration moves them to `annotations`, where the probes now write them.
+# Frozen as of version 1: a migration reads the old schema, whatever the probes write today.
+V1_POLICY_PARAMS = frozenset({"max_seconds", "min_seconds", "runs", "seed", "warmup", "warmup_seconds"})
+V1_ANNOTATIONS: dict[str, frozenset[str]] = {
+    "bench": frozenset({"aggregated_by", "n", "path", "rss_before_load_mb", "sample"}),
+    "matmul": frozenset({"emulated", "nominal_tops", "path", "trial_s"}),
+    "bandwidth": frozenset({"bytes", "llc_bytes", "nominal_gbps", "path"}),
+    "threads": frozenset({"rss_before_load_mb"}),
+    "roofline": frozenset(
+        {
+            "bandwidth_gbps",
+            "bandwidth_run",
+            "branch_choice",
+            "by_dtype",
+            "compute_ms",
+            "floor_bytes",
+            "floor_flops",
+            "input_bytes",
+            "matmul_run",
+            "measured_ms",
+            "measured_run",
+            "memory_ms",
+            "output_bytes",
+            "peak_tops",
+            "stored_weight_bytes",
+        }
+    ),
+    "thermal": frozenset({"duration_s", "margin_c", "origin_monotonic_s", "period_s", "texts"}),
+    "power": frozenset(
+        {
+            "active_s",
+            "inferences",
+            "origin_monotonic_s",
+            "period_s",
+            "sample_rate_hz",
+            "samples_active",
+            "samples_idle",
+            "sign",
+            "sign_calibration",
+            "texts",
+        }
+    ),
+    "profile": frozenset({"calls", "correction", "ops"}),
+}
+
+
+def v1_annotation_keys(probe: str) -> frozenset[str]:
+    """Params of a version 1 record of this probe that belong in its annotations."""
+    return V1_POLICY_PARAMS | V1_ANNOTATIONS.get(probe, frozenset())
 
 
 class Store:
@@ -178,8 +231,6 @@ class Store:
             self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', '1')")
 
     def _update_to_2(self) -> None:
-        from ..probes.registry import v1_annotation_keys
-
         with self._tx():
             if self._schema_version() >= 2:
                 return  # another controller migrated it while this one waited for the lock
@@ -354,7 +405,7 @@ class Store:
         provenance: dict[str, Any] | None = None,
     ) -> None:
         """Append records made elsewhere (e.g. imported pytest-benchmark JSON) as one job."""
-        from ..execution.jobs import Job
+        from ..jobs import Job
 
         self.begin_run(run_id, kind, provenance or {})
         first = records[0] if records else None
@@ -379,12 +430,13 @@ class Store:
                 "INSERT OR IGNORE INTO tags(run_id, tag) VALUES(?, ?)", [(run_id, t) for t in wanted]
             )
 
-    def save_gate(self, run_id: str, result: dict[str, Any], records: Sequence[Record]) -> None:
+    def save_gate(
+        self, run_id: str, result: dict[str, Any], records: Sequence[Record], provenance: dict[str, Any]
+    ) -> None:
         """Store a gate's verdicts as a run of kind `gate`: one row in `gates` (the whole result) and its
-        per-pair records (probe `gate`), so `runs`, `history` and reports see gates like any run."""
-        from ..execution.provenance import host_provenance
-
-        self.begin_run(run_id, "gate", host_provenance())
+        per-pair records (probe `gate`), so `runs`, `history` and reports see gates like any run;
+        `provenance` is the host that judged (execution.provenance.host_provenance)."""
+        self.begin_run(run_id, "gate", provenance)
         if records:
             self.import_records(run_id, records, kind="gate")
         with self._tx():

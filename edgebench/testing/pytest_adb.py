@@ -43,7 +43,7 @@ from typing import Any
 
 import pytest
 
-from ..lab.descriptors import DeviceSpec, load_lab
+from ..descriptors import DeviceSpec, load_lab
 from .adblab import AdbServer, EmulatedPhone, PhoneOptions, write_descriptor
 
 __all__ = [

@@ -422,7 +422,7 @@ class SshBoard:
 
     def spec(self, **overrides: Any):  # type: ignore[no-untyped-def]
         """The board's DeviceSpec, parsed from its descriptor exactly as the CLI would."""
-        from ..lab.descriptors import parse_device
+        from ..descriptors import parse_device
         from ..tomlread import load_toml
 
         path = self.write_descriptor(self.root / "specs", **overrides)

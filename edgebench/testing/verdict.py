@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from edgebench.agent.timing import busy_cpu_seconds
-from edgebench.analysis.stats import corroborated_ratio
+from edgebench.stats import corroborated_ratio
 
 QUIET_SHARE = 0.85
 # A trial that used more CPUs than it asked for (a runtime ignoring its thread count) is not like with like
@@ -222,7 +222,7 @@ class Rounds:
         return [o / r for o, r in zip(self.ours, self.reference, strict=True)]
 
     def best_ratio(self) -> float:
-        """Each side's corroborated fastest round against the other's (edgebench.analysis.stats)."""
+        """Each side's corroborated fastest round against the other's (edgebench.stats)."""
         return corroborated_ratio(self.ours, self.reference)
 
     def median_ratio(self) -> float:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..lab.descriptors import DeviceSpec
+from ..descriptors import DeviceSpec
 from .base import CommandResult, Transport, command_line
 from .local import LocalTransport
 

@@ -48,6 +48,7 @@ from typing import BinaryIO
 from adbutils import AdbClient, AdbConnection
 from adbutils.errors import AdbError
 
+from ..descriptors import DeviceSpec
 from ..errors import (
     CommandTimeout,
     ConfigError,
@@ -57,7 +58,6 @@ from ..errors import (
     TransportError,
     seconds,
 )
-from ..lab.descriptors import DeviceSpec
 from .base import (
     CLEAN_MARK,
     INLINE_COMMAND_MAX,

@@ -49,6 +49,7 @@ from typing import Any, TypeVar
 
 import paramiko
 
+from ..descriptors import DeviceSpec
 from ..errors import (
     CommandTimeout,
     ConfigError,
@@ -60,7 +61,6 @@ from ..errors import (
     one_line,
     seconds,
 )
-from ..lab.descriptors import DeviceSpec
 from .base import (
     CLEAN_MARK,
     INLINE_COMMAND_MAX,

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from edgebench.agent.bandwidth import last_level_cache
-from edgebench.execution.jobs import Job
+from edgebench.descriptors import builtin_local
 from edgebench.execution.oneshot import run_now
-from edgebench.lab.descriptors import builtin_local
+from edgebench.jobs import Job
 from edgebench.testing.verdict import Side, Verdict, judge, steady, until_conclusive
 
 ROUNDS = 5

@@ -25,11 +25,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgebench.execution.jobs import Job
+from edgebench.descriptors import builtin_local
 from edgebench.execution.oneshot import run_now
-from edgebench.lab.descriptors import builtin_local
+from edgebench.jobs import Job, ModelRef
 from edgebench.models.convert import onnx_to_mnn
-from edgebench.models.refs import ModelRef, resolve_model
+from edgebench.models.refs import resolve_model
 from edgebench.testing.bare import OwnSession, bare_mnn, bare_onnxruntime
 from edgebench.testing.verdict import QUIET_CV, Rounds, judge_band, robust_cv, until_conclusive
 

@@ -9,12 +9,12 @@ import statistics
 import subprocess
 import sys
 
-from edgebench.analysis.stats import corroborated_ratio
-from edgebench.execution.jobs import Job
+from edgebench.descriptors import builtin_local
 from edgebench.execution.oneshot import run_now
-from edgebench.lab.descriptors import builtin_local
+from edgebench.jobs import Job
 from edgebench.models.decoders import parse_decoder
 from edgebench.models.refs import resolve_model
+from edgebench.stats import corroborated_ratio
 
 KEY = "decoder:layers=4,hidden=512,heads=8,vocab=4000,ffn=2048"  # 57 MB of fp32 weights
 ROUNDS, PROMPT, NEW, THREADS = 4, 64, 48, 1

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from edgebench.execution.jobs import Job
+from edgebench.descriptors import builtin_local
 from edgebench.execution.oneshot import run_now
-from edgebench.lab.descriptors import builtin_local
+from edgebench.jobs import Job
 from edgebench.models.refs import resolve_model
 
 pytest.importorskip("ai_edge_litert", reason="ai-edge-litert is not installed (scripts/install-test-deps.sh)")

@@ -39,9 +39,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgebench.execution.jobs import Job
+from edgebench.descriptors import builtin_local
 from edgebench.execution.oneshot import run_now
-from edgebench.lab.descriptors import builtin_local
+from edgebench.jobs import Job
 from edgebench.testing.bare import OwnSession, bare_numpy_matmul_trials, cpu_timed_trials
 from edgebench.testing.verdict import HIGH, OthersWatch, Side, Verdict, judge
 

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
+from edgebench.descriptors import load_lab
 from edgebench.execution.fleet import run_suite
-from edgebench.execution.jobs import JobOutcome
 from edgebench.execution.suite import load_suite, plan
+from edgebench.jobs import JobOutcome
 from edgebench.lab.agentpack import build_agent
-from edgebench.lab.descriptors import load_lab
 from edgebench.models.refs import resolve_model
 from edgebench.probes.bench import bench_task
 from edgebench.probes.registry import BenchParams

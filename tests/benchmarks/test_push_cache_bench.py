@@ -11,8 +11,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgebench.execution.jobs import Job
 from edgebench.execution.oneshot import run_now
+from edgebench.jobs import Job
 from edgebench.lab.device import Device, PushStats
 from edgebench.models.refs import resolve_model
 from edgebench.testing.sshd import SshBoard

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from edgebench.descriptors import DeviceSpec
 from edgebench.errors import TransferError
-from edgebench.lab.descriptors import DeviceSpec
 from edgebench.lab.device import Device
 from edgebench.models.builtin import builtin_model
 from edgebench.testing.adblab import free_port

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from edgebench.descriptors import DeviceSpec
 from edgebench.errors import CommandTimeout, ConnectionLost, TransferError, TransportError
-from edgebench.lab.descriptors import DeviceSpec
 from edgebench.testing.adblab import AdbServer, free_port, port_open
 from edgebench.testing.pytest_adb import AdbPhoneLab
 from edgebench.transports import open_transport

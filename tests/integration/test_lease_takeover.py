@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from edgebench.descriptors import load_lab
 from edgebench.execution.leases import lease_history
-from edgebench.lab.descriptors import load_lab
 from edgebench.records import utc_now
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -45,7 +45,7 @@ import json, sys
 from pathlib import Path
 from edgebench.execution.fleet import run_suite
 from edgebench.execution.suite import load_suite
-from edgebench.lab.descriptors import load_lab
+from edgebench.descriptors import load_lab
 suite, lab, store, locks, lease_s = sys.argv[1:6]
 result = run_suite(load_suite(suite), store_path=Path(store), lab=load_lab(lab), lock_dir=Path(locks),
                    lease_s=float(lease_s))

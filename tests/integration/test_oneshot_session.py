@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from edgebench.descriptors import load_lab
 from edgebench.execution.leases import lease_history
-from edgebench.lab.descriptors import load_lab
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cli_procs import board_suite, store_rows, wait_until

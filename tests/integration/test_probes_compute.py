@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from edgebench.execution.jobs import Job
+from edgebench.descriptors import builtin_local
 from edgebench.execution.oneshot import run_now
-from edgebench.lab.descriptors import builtin_local
+from edgebench.jobs import Job
 from edgebench.models.refs import resolve_model
 from edgebench.records import RecordContext
 from edgebench.results.store import Store

@@ -293,8 +293,8 @@ def test_two_workers_sharing_a_board_keep_its_jobs_on_one_worker(
     run_id = json.loads(out)["run_id"]
     assert_complete_once(store, run_id, 4)
 
+    from edgebench.descriptors import load_lab
     from edgebench.execution.leases import lease_history
-    from edgebench.lab.descriptors import load_lab
 
     holds = [e for e in lease_history(load_lab(lab).get("board"), locks) if e["run_id"] == run_id]
     assert [e["event"] for e in holds] == ["acquired", "released"]  # one worker held it for the whole run
@@ -305,8 +305,8 @@ def test_two_workers_sharing_a_board_keep_its_jobs_on_one_worker(
 
 
 def test_a_worker_serves_its_host_only_when_asked(procs: Procs, scheduler: str, tmp_path: Path) -> None:
+    from edgebench.descriptors import load_lab
     from edgebench.execution.cluster import served_by_default
-    from edgebench.lab.descriptors import load_lab
 
     lab = tmp_path / "lab"
     lab.mkdir()

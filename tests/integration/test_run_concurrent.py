@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from edgebench.descriptors import load_lab
 from edgebench.execution.leases import lease_history
-from edgebench.lab.descriptors import load_lab
 
 pytestmark = pytest.mark.integration
 

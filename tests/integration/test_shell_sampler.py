@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from edgebench.lab.descriptors import Sensors, builtin_local
+from edgebench.descriptors import Sensors, builtin_local
 from edgebench.lab.device import Device
 from edgebench.native.shell_sampler import parse_sampler_output, sensor_log, start_sampler, stop_sampler
 from edgebench.probes.sensing import parse_sensor_log, sensor_samples, sensors_config

@@ -304,9 +304,9 @@ def test_power_with_an_external_monitor_while_charging(tmp_path: Path) -> None:
 
 
 def test_cooldown_guard_waits_for_a_hot_board(tmp_path: Path) -> None:
-    from edgebench.execution.cooldown import CooldownPolicy, wait_for_cooldown
-    from edgebench.lab.descriptors import load_lab
+    from edgebench.descriptors import load_lab
     from edgebench.lab.device import Device
+    from edgebench.probes.cooldown import CooldownPolicy, wait_for_cooldown
 
     util_env, env = board_tag()
     with SysfsSim(tmp_path / "board", util_env=util_env, start_c=65.0, tau_s=3.0, idle_c=IDLE_C) as sim:

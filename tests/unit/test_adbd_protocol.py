@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from edgebench.descriptors import DeviceSpec
 from edgebench.errors import ConfigError, TransportError
-from edgebench.lab.descriptors import DeviceSpec
 from edgebench.testing import adbd_proto as P
 from edgebench.testing.adbd import parse_args
 from edgebench.testing.adbd_device import DeviceFs, DeviceLayout, default_props

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from edgebench.agent.protocol import PROTOCOL, BenchTask, ProtocolError, parse_task
+from edgebench.descriptors import builtin_local
 from edgebench.errors import LabError
-from edgebench.lab.descriptors import builtin_local
 from edgebench.lab.device import Device
 from edgebench.transports.base import CommandResult
 

@@ -17,8 +17,8 @@ from edgebench.analysis.kernels import (
     nchwc_block,
     runs_gemm_tiles,
 )
-from edgebench.analysis.nominal import derived_peak
 from edgebench.lab.health import DeviceCheck, _fill_agent_facts, check_rows
+from edgebench.lab.nominal import derived_peak
 from edgebench.render.report.html import _arm_details
 
 PHONE_FEATURES = (

@@ -33,8 +33,7 @@ from edgebench.execution.confirm import (
     Question,
     confirm_target,
 )
-from edgebench.execution.jobs import Job, JobOutcome
-from edgebench.models.refs import ModelRef
+from edgebench.jobs import Job, JobOutcome, ModelRef
 from edgebench.records import RecordContext
 
 RULE = default_rules(0.05)[0]  # latency_ms p50, max slowdown 5%

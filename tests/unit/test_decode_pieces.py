@@ -12,7 +12,7 @@ from edgebench.agent.decode import find_io, prompt_ids
 from edgebench.agent.main import TaskError, run_task
 from edgebench.agent.runtimes import InputInfo
 from edgebench.errors import ModelError
-from edgebench.execution.jobs import Job, JobOutcome
+from edgebench.jobs import Job, JobOutcome
 from edgebench.lab.device import AgentReply
 from edgebench.models.decoders import decoder_model, kv_bytes_per_position, parse_decoder, per_token_bytes
 from edgebench.probes.decode import (

@@ -11,8 +11,7 @@ import numpy as np
 
 from edgebench.analysis.disturbance import PREFIX, Disturbance, Thresholds, by_job, summary
 from edgebench.analysis.gate import FAIL, NOISY, collect_side, default_rules, evaluate
-from edgebench.execution.jobs import Job, JobOutcome
-from edgebench.models.refs import ModelRef
+from edgebench.jobs import Job, JobOutcome, ModelRef
 from edgebench.records import RecordContext
 from edgebench.results.store import Store
 from edgebench.testing.cli import edgebench

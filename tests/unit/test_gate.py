@@ -27,16 +27,15 @@ from edgebench.analysis.gate import (
     gate_runs,
     merge_rules,
     parse_percent,
-    rules_from_suite,
 )
-from edgebench.analysis.stats import MIN_SAMPLES_FOR_P99
 from edgebench.errors import ConfigError, UserError
-from edgebench.execution.jobs import Job, JobOutcome
-from edgebench.models.refs import ModelRef
+from edgebench.execution.suite import rules_from_suite
+from edgebench.jobs import Job, JobOutcome, ModelRef
 from edgebench.records import Record, RecordContext
 from edgebench.render.junit import gate_junit
 from edgebench.render.markdown_gate import gate_markdown
 from edgebench.results.store import Store
+from edgebench.stats import MIN_SAMPLES_FOR_P99
 
 LATENCY = default_rules()[0]
 

@@ -28,9 +28,8 @@ from edgebench.analysis.gate import (
     gate_runs,
 )
 from edgebench.analysis.invocations import history_floor, invocation_test
-from edgebench.execution.jobs import Job, JobOutcome
 from edgebench.execution.repeats import interleave
-from edgebench.models.refs import ModelRef
+from edgebench.jobs import Job, JobOutcome, ModelRef
 from edgebench.records import RecordContext
 from edgebench.render.markdown_gate import MAX_ROWS, gate_markdown
 from edgebench.results.store import Store
@@ -271,7 +270,7 @@ def test_the_reports_regression_section_says_whose_verdicts_it_shows(tmp_path: P
         assert "the [[gate]] rules of nightly.toml" in applied.regression_source
         assert applied.regression is not None and applied.regression["verdict"] == "PASS"  # +30% < 50%
         res = gate_runs(st, "20261201T000000Z-aaaaaa", "20261202T000000Z-bbbbbb", default_rules())
-        st.save_gate("gate1", {**res.to_dict(), "gate_run": "gate1"}, [])
+        st.save_gate("gate1", {**res.to_dict(), "gate_run": "gate1"}, [], {})
         stored = load_report_data(st, gate_rules=rules, gate_rules_source=source)
     assert stored.regression_source == "the verdicts of stored gate run gate1"
     assert stored.regression is not None and stored.regression["verdict"] == "FAIL"

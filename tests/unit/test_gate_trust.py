@@ -14,9 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgebench.execution.jobs import Job, JobOutcome
+from edgebench.jobs import Job, JobOutcome, ModelRef
 from edgebench.lab.device import AgentReply
-from edgebench.models.refs import ModelRef
 from edgebench.probes.bench import bench_records
 from edgebench.records import RecordContext
 from edgebench.results.store import Store

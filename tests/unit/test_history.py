@@ -17,8 +17,7 @@ from edgebench.analysis.history import (
 )
 from edgebench.cli import main
 from edgebench.errors import UserError
-from edgebench.execution.jobs import Job, JobOutcome
-from edgebench.models.refs import ModelRef
+from edgebench.jobs import Job, JobOutcome, ModelRef
 from edgebench.records import Record, RecordContext
 from edgebench.results.store import Store
 

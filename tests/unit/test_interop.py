@@ -15,8 +15,7 @@ from pytest_benchmark.stats import Stats
 from edgebench.analysis.gate import NOISY, default_rules, gate_runs
 from edgebench.cli import main
 from edgebench.errors import UserError
-from edgebench.execution.jobs import Job, JobOutcome
-from edgebench.models.refs import ModelRef
+from edgebench.jobs import Job, JobOutcome, ModelRef
 from edgebench.records import RecordContext
 from edgebench.results.interop import export_run, import_file, pytest_benchmark_stats
 from edgebench.results.store import Store

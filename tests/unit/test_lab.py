@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from edgebench.descriptors import load_lab
 from edgebench.errors import ConfigError, UserError
-from edgebench.lab.descriptors import load_lab
 
 
 def write(folder: Path, name: str, text: str) -> Path:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from edgebench.descriptors import builtin_local
 from edgebench.execution.leases import (
     DEFAULT_LEASE_S,
     DeviceLease,
@@ -22,7 +23,6 @@ from edgebench.execution.leases import (
     lease_key,
     lease_stem,
 )
-from edgebench.lab.descriptors import builtin_local
 
 HOLDER = """
 import sys, time
@@ -171,7 +171,7 @@ def test_a_thawed_holder_knows_at_once_that_its_lease_was_taken(
 
 
 def test_descriptors_of_one_device_share_its_lease(tmp_path: Path) -> None:
-    from edgebench.lab.descriptors import DeviceSpec
+    from edgebench.descriptors import DeviceSpec
 
     def ssh(name: str, host: str, port: int) -> DeviceSpec:
         return DeviceSpec(name=name, transport="ssh", workdir="/w", python="python3", host=host, port=port)

@@ -16,7 +16,7 @@ from edgebench.agent import bandwidth as agent_bw
 from edgebench.agent import matmul as agent_mm
 from edgebench.agent import onnxwrite as ox
 from edgebench.analysis.ceilings import Ceilings, find_ceilings, measured_latency
-from edgebench.execution.jobs import Job, JobOutcome
+from edgebench.jobs import Job, JobOutcome
 from edgebench.probes.bandwidth import bandwidth_records
 from edgebench.probes.knobs import thread_counts
 from edgebench.probes.matmul import backend_records, efficiency_records

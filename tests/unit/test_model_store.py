@@ -8,8 +8,7 @@ import hashlib
 import sqlite3
 from pathlib import Path
 
-from edgebench.execution.jobs import Job, JobOutcome
-from edgebench.models.refs import ModelRef
+from edgebench.jobs import Job, JobOutcome, ModelRef
 from edgebench.records import RecordContext
 from edgebench.results.models import models_dir
 from edgebench.results.store import SCHEMA_VERSION, Store

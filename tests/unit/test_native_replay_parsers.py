@@ -93,8 +93,8 @@ def test_replay_bench_through_onnxruntime_perf_test(adb_phone_factory, tmp_path:
 
 
 def test_replay_distribution_from_repeated_invocations(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from edgebench.execution.jobs import Job
     from edgebench.execution.oneshot import run_now
+    from edgebench.jobs import Job
     from edgebench.models.refs import resolve_model
 
     runner = replay_runner(tmp_path, "mnn_benchmark.cpu_3.6.1.txt")  # prints convnet.mnn's line
@@ -141,8 +141,8 @@ def test_replay_tool_error_becomes_one_line(adb_phone_factory, tmp_path: Path) -
 def test_replay_sustained_run_through_the_runner_finds_the_cap(adb_phone_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """`probe thermal` on the stock phone: runner invocations back to back, sensors from its own sh; the
     frequency cap the sandbox board applies is found as the throttle onset."""
-    from edgebench.execution.jobs import Job
     from edgebench.execution.oneshot import run_now
+    from edgebench.jobs import Job
     from edgebench.models.refs import resolve_model
     from edgebench.testing.sysfs_sim import SysfsSim
 
@@ -243,8 +243,8 @@ def test_replay_power_through_the_runner_on_the_stock_phone(
     warm-up and timed counts (37 + 76 in its output, whatever `runs` was asked)."""
     import math
 
-    from edgebench.execution.jobs import Job
     from edgebench.execution.oneshot import run_now
+    from edgebench.jobs import Job
     from edgebench.models.refs import resolve_model
     from edgebench.probes.power import ChargingError
     from edgebench.testing.sysfs_sim import SysfsSim
@@ -344,8 +344,8 @@ def test_replay_perf_test_profile_is_collected_into_op_times(adb_phone_factory, 
     import shutil
 
     from edgebench.agent.runtimes import OrtSession
-    from edgebench.execution.jobs import Job
     from edgebench.execution.oneshot import run_now
+    from edgebench.jobs import Job
     from edgebench.models.refs import resolve_model
 
     model = resolve_model("builtin:convnet")
@@ -390,8 +390,8 @@ def test_replay_profile_true_pulls_only_perf_tests_file(
 ) -> None:  # type: ignore[no-untyped-def]
     """`profile = true` through benchmark_model (its op table is in its output) and benchmark.out (it has no
     profile: said) never looks for onnxruntime_perf_test's profile file."""
-    from edgebench.execution.jobs import Job
     from edgebench.execution.oneshot import run_now
+    from edgebench.jobs import Job
     from edgebench.models.refs import resolve_model
 
     runner = replay_runner(tmp_path, captured)

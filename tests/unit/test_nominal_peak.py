@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from edgebench.agent.info import fingerprint
-from edgebench.analysis.nominal import derived_peak, nominal_peak
+from edgebench.lab.nominal import derived_peak, nominal_peak
 from edgebench.records import RecordContext
 from edgebench.render.report.frames import ceilings
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from edgebench.descriptors import builtin_local
 from edgebench.errors import LabError
-from edgebench.execution.jobs import Job
 from edgebench.execution.oneshot import run_now
-from edgebench.lab.descriptors import builtin_local
+from edgebench.jobs import Job
 from edgebench.results.store import Store
 
 

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_report import R1, doctor_health, every_probe_records, parse, workload_records
 
-from edgebench.execution.jobs import Job, JobOutcome
+from edgebench.jobs import Job, JobOutcome
 from edgebench.records import Record, Samples, utc_now
 from edgebench.render.report import load_report_data, plots, render
 from edgebench.render.report.html import SECTIONS

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
+from edgebench.descriptors import builtin_local
 from edgebench.errors import CommandTimeout, TransportError
 from edgebench.execution import session as device_session
 from edgebench.execution.fleet import run_plan
-from edgebench.execution.jobs import Job, JobOutcome
 from edgebench.execution.leases import DeviceLease, lease_history, lease_key
 from edgebench.execution.session import LocalSession
 from edgebench.execution.suite import RunPolicy
-from edgebench.lab.descriptors import builtin_local
+from edgebench.jobs import Job, JobOutcome
 from edgebench.records import Record, utc_now
 from edgebench.results.store import Store
 from edgebench.transports.base import CommandResult

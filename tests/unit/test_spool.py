@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from edgebench.execution.jobs import Job, JobOutcome
 from edgebench.execution.spool import (
     JobWriter,
     StoreTrouble,
@@ -25,7 +24,7 @@ from edgebench.execution.spool import (
     spool_paths,
     store_spooled,
 )
-from edgebench.models.refs import ModelRef
+from edgebench.jobs import Job, JobOutcome, ModelRef
 from edgebench.records import Record, Samples, utc_now
 from edgebench.results.store import Store
 

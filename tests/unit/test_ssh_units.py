@@ -13,8 +13,8 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from edgebench.descriptors import DeviceSpec
 from edgebench.errors import CommandTimeout, ConfigError, HostKeyError, TransportError
-from edgebench.lab.descriptors import DeviceSpec
 from edgebench.lab.health import FACTS_SCRIPT, DeviceCheck, check_rows, failed, parse_facts
 from edgebench.testing.sshd import generate_key
 from edgebench.transports.local import LocalTransport
@@ -203,7 +203,7 @@ def test_timeouts_in_messages_are_rounded() -> None:
 
 
 def test_a_bad_env_name_fails_only_its_device(tmp_path: Path) -> None:
-    from edgebench.lab.descriptors import load_lab
+    from edgebench.descriptors import load_lab
     from edgebench.lab.health import check_devices
 
     lab_dir = tmp_path / "lab"

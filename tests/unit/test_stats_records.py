@@ -7,15 +7,9 @@ import shlex
 import numpy as np
 import pytest
 
-from edgebench.analysis.stats import (
-    MAD_TO_SIGMA,
-    count_outliers,
-    percentile_interval,
-    samples_needed,
-    summarize,
-)
 from edgebench.errors import UserError
-from edgebench.execution.jobs import Job
+from edgebench.jobs import Job
+from edgebench.stats import MAD_TO_SIGMA, count_outliers, percentile_interval, samples_needed, summarize
 from edgebench.transports.base import command_line
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from edgebench.errors import UserError
-from edgebench.execution.jobs import Job, JobOutcome
+from edgebench.jobs import Job, JobOutcome
 from edgebench.records import RecordContext
 from edgebench.results.store import SCHEMA_VERSION, Store
 

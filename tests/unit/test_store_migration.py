@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from edgebench.analysis.gate import collect_side
-from edgebench.probes import registry
 from edgebench.records import Record, RecordContext
 from edgebench.render.report.frames import deltas
+from edgebench.results import store as store_module
 from edgebench.results.store import SCHEMA_VERSION, Store
 from edgebench.testing.cli import edgebench
 
@@ -52,7 +52,7 @@ def test_v1_store_migrates_and_keeps_every_record(v1_store: Path) -> None:
         assert {k: getattr(got, k) for k in same} == {k: old[k] for k in same}
         # Nothing lost: identity and annotations together are what v1 kept in params.
         assert {**got.params, **got.annotations} == old["params"]
-        assert not set(got.params) & registry.v1_annotation_keys(got.probe)
+        assert not set(got.params) & store_module.v1_annotation_keys(got.probe)
     moved = {k for r in records for k in r.annotations}
     assert {"rss_before_load_mb", "bytes", "llc_bytes"} <= moved
 
@@ -145,7 +145,7 @@ def test_a_failed_migration_leaves_the_v1_store_as_it_was(
     v1_store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = {"n": 0}
-    real = registry.v1_annotation_keys
+    real = store_module.v1_annotation_keys
 
     def breaks_halfway(probe: str) -> frozenset[str]:
         calls["n"] += 1
@@ -153,13 +153,13 @@ def test_a_failed_migration_leaves_the_v1_store_as_it_was(
             raise RuntimeError("disk went away")
         return real(probe)
 
-    monkeypatch.setattr(registry, "v1_annotation_keys", breaks_halfway)
+    monkeypatch.setattr(store_module, "v1_annotation_keys", breaks_halfway)
     with pytest.raises(RuntimeError):
         Store(v1_store)
     assert schema_version(v1_store) == 1
     with sqlite3.connect(v1_store) as db:
         assert "annotations" not in [row[1] for row in db.execute("PRAGMA table_info(records)")]
-    monkeypatch.setattr(registry, "v1_annotation_keys", real)
+    monkeypatch.setattr(store_module, "v1_annotation_keys", real)
     with Store(v1_store) as st:
         assert len(st.records()) == len(json.loads((FIXTURE / "exp-results.json").read_text())["records"])
 

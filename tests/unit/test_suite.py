@@ -11,9 +11,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from edgebench.descriptors import load_lab
 from edgebench.errors import ConfigError
 from edgebench.execution.suite import check_devices, load_suite, plan
-from edgebench.lab.descriptors import load_lab
 
 
 def tiny_model(path: Path) -> Path:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from edgebench.descriptors import builtin_local
 from edgebench.errors import (
     CommandError,
     CommandTimeout,
@@ -22,10 +23,9 @@ from edgebench.errors import (
 from edgebench.execution import session as device_session
 from edgebench.execution.execute import error_kind
 from edgebench.execution.fleet import RunResult, run_plan
-from edgebench.execution.jobs import Job, JobOutcome
 from edgebench.execution.session import DeviceReady, LocalSession, is_transient
 from edgebench.execution.suite import RunPolicy
-from edgebench.lab.descriptors import builtin_local
+from edgebench.jobs import Job, JobOutcome
 from edgebench.records import Record, utc_now
 from edgebench.results.store import Store
 
@@ -293,9 +293,9 @@ def test_run_plan_never_hangs_when_a_session_breaks(tmp_path: Path) -> None:
 
 # ---- cool-down guard between jobs ----------------------------------------------------------------------
 class FakeCooldown:
-    """Stands in for edgebench.execution.cooldown: records calls, answers with real CooldownResults."""
+    """Stands in for edgebench.probes.cooldown: records calls, answers with real CooldownResults."""
 
-    from edgebench.execution.cooldown import CooldownPolicy, CooldownResult
+    from edgebench.probes.cooldown import CooldownPolicy, CooldownResult
 
     def __init__(self, zone: str | None, waited_s: float = 0.0) -> None:
         self.zone = zone
@@ -314,9 +314,9 @@ def test_the_guard_is_used_only_on_devices_with_thermal_zones(monkeypatch: pytes
 
     device = FakeDevice()
     none, hot = FakeCooldown(None), FakeCooldown("cpu-thermal")
-    monkeypatch.setitem(sys.modules, "edgebench.execution.cooldown", none)
+    monkeypatch.setitem(sys.modules, "edgebench.probes.cooldown", none)
     assert device_session.cooldown_guard(device, POLICY) is None and none.calls == [(0.0, None)]
-    monkeypatch.setitem(sys.modules, "edgebench.execution.cooldown", hot)
+    monkeypatch.setitem(sys.modules, "edgebench.probes.cooldown", hot)
     guard = device_session.cooldown_guard(device, POLICY)
     assert isinstance(guard, device_session.AgentCooldownGuard)
     native = FakeDevice()

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from edgebench.cli import main
+from edgebench.descriptors import load_lab
 from edgebench.errors import ConfigError, UserError
 from edgebench.execution.suite import load_suite
-from edgebench.lab.descriptors import load_lab
 from edgebench.testing.cli import edgebench
 from edgebench.transports.adb import AdbTransport
 from edgebench.transports.base import check_timeout
@@ -140,7 +140,7 @@ def _ssh_without_connection() -> SshTransport:
 
 @pytest.mark.parametrize("limit", [math.nan, math.inf, -1.0])
 def test_transports_refuse_a_non_finite_or_negative_timeout(tmp_path: Path, limit: float) -> None:
-    from edgebench.lab.descriptors import DeviceSpec
+    from edgebench.descriptors import DeviceSpec
 
     adb = AdbTransport(
         DeviceSpec(name="phone", transport="adb", workdir="/w", python="python3", serial="X", adb_server="127.0.0.1:9")

@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgebench.agent.numerics import SNR_CAP_DB, compare_arrays
 from edgebench.errors import UserError
+from edgebench.jobs import ModelRef
 from edgebench.models.quantize import (
     DeclaredInput,
     compact_names,
@@ -23,7 +24,6 @@ from edgebench.models.quantize import (
     weight_array,
     weight_layers,
 )
-from edgebench.models.refs import ModelRef
 from edgebench.models.variants import load_calibration, make_variants, variant_outcomes, write_mnn_calibration
 
 RNG = np.random.default_rng(7)

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from edgebench.models.refs import ModelRef
+from edgebench.jobs import ModelRef
 from edgebench.models.variants import make_variants
 from edgebench.testing.cli import edgebench
 

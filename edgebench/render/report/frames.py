@@ -180,7 +180,7 @@ def budget_status(value: float | None, budget: Budget | None) -> str:
 
 def ceilings(records: Sequence[Record], device_info: Sequence[Mapping[str, Any]] = ()) -> pd.DataFrame:
     """Measured ceilings vs the datasheet: best effective TOPS per dtype and backend, bandwidth per kernel."""
-    from ...analysis.nominal import derived_peak
+    from ...lab.nominal import derived_peak
 
     datasheet: dict[str, dict[str, Any]] = {}
     derived: dict[str, Any] = {}

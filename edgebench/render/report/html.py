@@ -201,7 +201,7 @@ def _arm_details(fp: dict[str, Any]) -> str:
     """An Arm device's SIMD features, clusters (core names from the MIDR) and derived nominal peak."""
     if not str(fp.get("arch") or "").startswith(("aarch64", "arm")):
         return ""
-    from ...analysis.nominal import cluster_summary, derived_peak
+    from ...lab.nominal import cluster_summary, derived_peak
 
     parts = []
     if fp.get("cpu_flags"):

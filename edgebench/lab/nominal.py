@@ -1,6 +1,6 @@
 """A nominal peak derived from the ISA when no datasheet is given: per-core operations per cycle from the
 vector extensions the CPU reports, times its clock, times its cores; marked "derived". The descriptor's
-`[spec] peak_tops` overrides it (edgebench.lab.descriptors).
+`[spec] peak_tops` overrides it (edgebench.descriptors).
 
 Operations per cycle per core (2 per multiply-add, as edgebench counts FLOPs):
 - x86: AVX-512 with 2 FMA units: fp32 2 x 16 lanes x 2 = 64; AVX2 + FMA: 2 x 8 x 2 = 32; SSE2: 8 (one add

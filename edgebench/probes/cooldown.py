@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..lab.device import Device
-from ..probes.sensing import sensors_config
+from .sensing import sensors_config
 
 AGENT_START_ALLOWANCE_S = 120.0
 

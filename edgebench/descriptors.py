@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, UserError
-from ..tomlread import TableReader, load_toml
+from .errors import ConfigError, UserError
+from .tomlread import TableReader, load_toml
 
 TRANSPORTS = ("local", "ssh", "adb")
 AGENTS = ("python", "native")

@@ -1,14 +1,27 @@
-"""Jobs (device x model x probe x params) and their outcomes: the unit a run stores and resumes."""
+"""Jobs (device x model x probe x params) and their outcomes: the unit a run stores and resumes; and the
+ModelRef a job names. Vocabulary every layer shares, so it sits beside the records."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from ..models.refs import ModelRef
-from ..records import Record, Samples
+from .records import Record, Samples
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A model as the harness knows it: its identity in the store and the file that holds it."""
+
+    name: str
+    path: Path
+
+    @property
+    def format(self) -> str:
+        return {".mnn": "mnn", ".tflite": "tflite"}.get(self.path.suffix.lower(), "onnx")
 
 
 @dataclass(frozen=True)
