@@ -28,6 +28,8 @@ from typing import Any
 from ..jobs import Job
 from ..records import Record
 from ..results.store import Store
+from ..runtimes import names as runtime_names
+from ..runtimes import runtime as runtime_named
 from .cost import Floor, ModelCost, floor
 
 CEILING_PROBES = ("matmul", "bandwidth")
@@ -524,6 +526,11 @@ class ModelFloor:
         return beat_reason(self)
 
 
+def _runs_winograd(name: str | None) -> bool:
+    """Whether the runtime runs 3x3 stride-1 convolutions as Winograd (`Runtime.winograd_3x3`)."""
+    return name in runtime_names() and runtime_named(name).winograd_3x3
+
+
 def beat_reason(m: ModelFloor) -> str:
     """The most specific explanation of a measurement under its floor."""
     fl, c, ceil = m.floor, m.counts, m.ceilings
@@ -531,7 +538,7 @@ def beat_reason(m: ModelFloor) -> str:
     if fl.bound == "compute":
         rate = c.flops / (m.measured_ms / 1e3) / 1e12
         share = c.winograd_flops / c.flops if c.flops else 0.0
-        if m.runtime == "mnn" and share > 0.3:
+        if _runs_winograd(m.runtime) and share > 0.3:
             return (
                 f"beats the compute floor by {pct}: {share:.0%} of its FLOPs are 3x3 stride-1 convolutions, "
                 "which MNN runs as Winograd (F(2,3) does 2.25x fewer multiplies than the 2 x MACs counted)"

@@ -49,7 +49,9 @@ from typing import Any
 import numpy as np
 
 from ..records import Record
-from .kernels import KINDS, MNN_GEMM_TILE, Kernel, mark_gemm_tile_reads, profile_kernel
+from ..runtimes import KernelRules, kernel_rules
+from ..runtimes import runtime as runtime_named
+from .kernels import KINDS, Kernel, mark_gemm_tile_reads, profile_kernel
 
 METHOD = "per-op-kind calibration (profile), in-model scale + per-inference overhead"
 MIN_KIND_KERNELS = 4  # fewer profiled kernels of a kind: it shares the pooled fit
@@ -90,10 +92,11 @@ class ProfiledRun:
 
 
 def profiled_runs(
-    records: Iterable[Record], gemm_tiles: Mapping[str, int | None] | None = None
+    records: Iterable[Record], fingerprints: Mapping[str, Mapping[str, Any]] | None = None
 ) -> list[ProfiledRun]:
-    """The newest profile of every (device, runtime, threads, model, shapes) in the records; MNN's unary
-    ops marked at each device's GEMM tile (`gemm_tiles`, by device; a device not in it: the x86 tile)."""
+    """The newest profile of every (device, runtime, threads, model, shapes) in the records; on a runtime
+    whose unary ops reading whole GEMM tiles run apart (MNN), those marked at the tile of the device's ISA
+    (`fingerprints`, by device; a device not in it: the runtime's `unknown_device_gemm_tile`)."""
     groups: dict[tuple, list[Record]] = defaultdict(list)
     for r in records:
         if r.probe != "profile" or r.model is None or r.value is None:
@@ -116,8 +119,9 @@ def profiled_runs(
         ops = [r for r in recs if r.metric == "op_time_ms"]
         if all(isinstance(r.annotations.get("order"), int) for r in ops):  # as they ran (older: as stored)
             ops.sort(key=lambda r: r.annotations["order"])
-        tile = (gemm_tiles or {}).get(device, MNN_GEMM_TILE)
-        kernels = tuple(zip(_record_kernels(ops, runtime, tile), (float(r.value) for r in ops), strict=True))
+        rules = kernel_rules(runtime or "onnxruntime")
+        tile = _gemm_tile(runtime, (fingerprints or {}).get(device))
+        kernels = tuple(zip(_record_kernels(ops, rules, tile), (float(r.value) for r in ops), strict=True))
         speeds = tuple(
             sorted(
                 (str(r.params.get("reference")), float(r.value))
@@ -163,12 +167,19 @@ def speed_span(runs: Sequence[ProfiledRun], share: float = 0.8) -> tuple[float, 
     return float(low), float(high)
 
 
-def _record_kernels(
-    ops: Sequence[Record], runtime: str | None, tile: int | None = MNN_GEMM_TILE
-) -> list[Kernel]:
-    """A profile's kernels in the order they ran; on MNN, unary ops reading a GEMM's whole tiles marked."""
+def _gemm_tile(runtime: str | None, fingerprint: Mapping[str, Any] | None) -> int | None:
+    """The runtime's GEMM tile on a device (from its fingerprint; not known: the rules' default)."""
+    found = runtime_named(runtime or "onnxruntime")
+    if fingerprint and fingerprint.get("arch"):
+        return found.gemm_tile(fingerprint)
+    return found.kernels.unknown_device_gemm_tile
+
+
+def _record_kernels(ops: Sequence[Record], rules: KernelRules, tile: int | None) -> list[Kernel]:
+    """A profile's kernels in the order they ran; on a runtime that marks them (MNN), unary ops reading a
+    GEMM's whole tiles marked."""
     kernels = [_record_kernel(r) for r in ops]
-    if runtime != "mnn":
+    if not rules.marks_gemm_tile_reads:
         return kernels
     return mark_gemm_tile_reads(
         [(k, _dims(r, "inputs"), _dims(r, "outputs")) for k, r in zip(kernels, ops, strict=True)], tile
@@ -300,10 +311,10 @@ def _context(kernels: Sequence[Kernel]) -> Context:
     return weights, float(sum(k.bytes for k in kernels)), weights + peak
 
 
-# onnxruntime ops that run their kind's work at a cost of their own, both in its profiles and as
-# kernels.graph_kernels names them: its 1x1 Conv against its Gemm/MatMul (MNN runs both as one kernel), its
-# SkipLayerNormalization (the residual Add inside) against a LayerNormalization
-_ORT_OP_FAMILY = {"Conv": 1.0, "FusedConv": 1.0, "NhwcFusedConv": 1.0, "SkipLayerNormalization": 2.0}
+def _op_family(k: Kernel, runtime: str | None) -> float:
+    """The family code of the runtime's op that runs a kernel's work at a cost of its own
+    (`KernelRules.op_families`, as both its profiles and kernels.graph_kernels name the ops); 0: none."""
+    return kernel_rules(runtime or "onnxruntime").op_families.get(k.op_type, 0.0)
 
 
 def fit_key(k: Kernel, runtime: str | None) -> str:
@@ -316,7 +327,7 @@ def fit_key(k: Kernel, runtime: str | None) -> str:
     their own: 1.5 ns per element here against 0.22 for the same ops elsewhere."""
     if k.reads_gemm_tiles:
         return f"{k.kind}/after-gemm-tiles"
-    family = _ORT_OP_FAMILY.get(k.op_type, 0.0) if runtime != "mnn" else 0.0
+    family = _op_family(k, runtime)
     if family >= 2 or (family == 1 and k.kind == "gemv"):
         return f"{k.kind}/{'Conv' if family == 1 else k.op_type}"
     return k.kind
@@ -342,11 +353,11 @@ def _shape_row(
     positions, multiply-adds per output: kernel size and depthwise-ness), the model's weights (cache
     residency), how many kernels of the same work ran before it in the model (`repeats_before`) and the
     linear estimate itself, all on log scales; for onnxruntime also which of its own op families runs the
-    work (`_ORT_OP_FAMILY`)."""
+    work (`KernelRules.op_families`)."""
     onehot = [0.0] * len(KINDS)
     onehot[_KIND_CODE.get(k.kind, len(KINDS) - 1)] = 1.0
     logs = [math.log1p(v) for v in (k.flops, k.bytes, k.weight_bytes, *k.geometry, *context[:2], repeat)]
-    family = _ORT_OP_FAMILY.get(k.op_type, 0.0) if runtime != "mnn" else 0.0
+    family = _op_family(k, runtime)
     return [*onehot, *logs, family, math.log(max(linear_ms, MIN_FLOOR_MS))]
 
 
@@ -630,8 +641,9 @@ class TargetPredictor:
     `sources` maps a model name to its ONNX file: the graphs of new models and of profiled ones (for the
     cross-validation) are analysed from there at the shapes asked. A target is (device, runtime); its
     profiles are those at the thread count most models were profiled at (named in the evidence).
-    `device_info` (the store's, fingerprint per device) gives each device's NCHWc block
-    (`kernels.nchwc_block`); a device without a fingerprint gets none."""
+    `device_info` (the store's, fingerprint per device) gives each device's NCHWc block and GEMM tile
+    (`Runtime.block`, `Runtime.gemm_tile`); a device without a fingerprint gets no NCHWc block and the
+    runtime's `unknown_device_gemm_tile`."""
 
     def __init__(
         self,
@@ -640,24 +652,16 @@ class TargetPredictor:
         coverage: float = 0.8,
         device_info: Iterable[Mapping[str, Any]] = (),
     ) -> None:
-        from .kernels import mnn_gemm_tile, nchwc_block
-
         self.sources = dict(sources)
         self.coverage = coverage
-        self.blocks = {
-            info["device"]: nchwc_block(info["fingerprint"])
-            for info in device_info
-            if isinstance(info.get("fingerprint"), Mapping) and info["fingerprint"].get("arch")
-        }
-        # MNN's GEMM tile keyed by each device's ISA; a device without a fingerprint keeps the x86 default
-        self.tiles = {
-            info["device"]: mnn_gemm_tile(info["fingerprint"])
+        self.fingerprints: dict[str, Mapping[str, Any]] = {
+            info["device"]: info["fingerprint"]
             for info in device_info
             if isinstance(info.get("fingerprint"), Mapping) and info["fingerprint"].get("arch")
         }
         records = list(records)
         by_target: dict[tuple, list[ProfiledRun]] = defaultdict(list)
-        for run in profiled_runs(records, self.tiles):
+        for run in profiled_runs(records, self.fingerprints):
             by_target[run.target].append(run)
         self.runs: dict[tuple[str, str | None], list[ProfiledRun]] = {}
         for (device, runtime, _threads), runs in sorted(by_target.items(), key=lambda kv: str(kv[0])):
@@ -671,10 +675,18 @@ class TargetPredictor:
         self._graphs: dict[tuple[str, str, str | None, int, int | None], list[Kernel] | None] = {}
         self._held: dict[tuple[str, str | None], list[HeldOut]] = {}
 
+    def layout_block(self, device: str, runtime: str | None) -> int:
+        """The runtime's NCHWc channel block on the device (1: none, or the device's ISA is not known)."""
+        fingerprint = self.fingerprints.get(device)
+        return runtime_named(runtime or "onnxruntime").block(fingerprint) if fingerprint else 1
+
+    def gemm_tile(self, device: str, runtime: str | None) -> int | None:
+        """The runtime's GEMM tile on the device, by its ISA (`_gemm_tile`)."""
+        return _gemm_tile(runtime, self.fingerprints.get(device))
+
     def graph(self, model: str, shapes: str, runtime: str | None, device: str = "") -> list[Kernel] | None:
-        """The model's kernels at `shapes` as `runtime` runs them on `device` (its NCHWc block)."""
-        block = self.blocks.get(device, 1) if (runtime or "onnxruntime") == "onnxruntime" else 1
-        tile = self.tiles.get(device, MNN_GEMM_TILE) if runtime == "mnn" else MNN_GEMM_TILE
+        """The model's kernels at `shapes` as `runtime` runs them on `device` (its NCHWc block, GEMM tile)."""
+        block, tile = self.layout_block(device, runtime), self.gemm_tile(device, runtime)
         key = (model, shapes, runtime, block, tile)
         if key not in self._graphs:
             path = self.sources.get(model) or _sample_path(model)

@@ -26,11 +26,10 @@ inside it (onnxruntime's FusedConv / FusedGemm, MNN's Conv+ReLU); both runtimes 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
-from ..lab.nominal import cpu_isa
+from ..runtimes import KernelRules, kernel_rules
 from .cost import ModelCost, NodeCost
 
 GEMV_ROWS = 8  # a GEMM with fewer rows streams its weights once: memory-bound, its own kind
@@ -228,23 +227,6 @@ _MNN_UNARY = {
     "Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Sigmoid", "Tanh", "Erf", "HardSwish", "Softplus",
     "Floor", "Ceil", "Round", "Sign", "Sin", "Cos",
 }  # fmt: skip
-# Output positions per tile of MNN's float GEMM on x86 (its eP): a unary op reading the output of a
-# convolution run as a GEMM over a whole number of these tiles runs ~6x slower per element here
-MNN_GEMM_TILE = 24
-# MNN's float GEMM tile (eP) by ISA: x86-64 is the AVX2 tile above, seen on this lab's MNN 3.x x86-64 wheel;
-# on arm64 MNNGetMatMulPackMode (source/backend/cpu/arm/CommonOptFunctionNeon.cpp, as published for MNN
-# 3.x) packs eP = 12, hP = 8, lP = 1 (the ARMv8.2 FP16 path also eP = 12), read from the source, the
-# slow-unary effect itself not yet measured on ARM. Any other ISA has no tile, so no mark.
-MNN_GEMM_TILES = {"x86_64": MNN_GEMM_TILE, "aarch64": 12}
-_ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
-
-
-def mnn_gemm_tile(fingerprint: Mapping[str, Any]) -> int | None:
-    """MNN's float GEMM tile (output positions) on a device, from its fingerprint's architecture; None
-    where the ISA is not one whose tile is known (then nothing is marked as reading whole tiles)."""
-    _, arch = cpu_isa(fingerprint)
-    arch = arch.lower()
-    return MNN_GEMM_TILES.get(_ARCH_ALIASES.get(arch, arch))
 
 
 @dataclass(frozen=True)
@@ -489,18 +471,31 @@ def _gemm(
     return kind, 2.0 * m * n * k
 
 
+UNKNOWN_DEVICE = -1  # a gemm_tile for "the device is not known"
+
+# The runtime-specific graph fusions a `KernelRules.fusions` can name (applied in graph_kernels).
+FUSIONS = ("erf-gelu", "quick-gelu", "skip-layer-norm", "matmul-scale")
+
+
 def graph_kernels(
-    cost: ModelCost, runtime: str = "onnxruntime", nchwc_block: int = 1, gemm_tile: int | None = MNN_GEMM_TILE
+    cost: ModelCost,
+    runtime: str = "onnxruntime",
+    nchwc_block: int = 1,
+    gemm_tile: int | None = UNKNOWN_DEVICE,
 ) -> list[Kernel]:
     """The kernels a runtime will dispatch for a model, from its graph (fusion rules in the docstring).
 
-    `nchwc_block` is the device's MLAS NCHWc channel block (`nchwc_block`; 1: none): onnxruntime's layout
-    reorders are predicted at it. `gemm_tile` is MNN's GEMM tile on the device (`mnn_gemm_tile`; None:
-    unknown ISA, no unary op is marked as reading whole tiles).
+    The runtime's rules are its `edgebench.runtimes` module's `KernelRules` ("": no runtime, the common
+    fusions only). `nchwc_block` is the device's NCHWc channel block (`Runtime.block`; 1: none): a
+    runtime with NCHWc layouts has its layout reorders predicted at it. `gemm_tile` is the runtime's GEMM
+    tile on the device (`Runtime.gemm_tile`; None: unknown, no unary op is marked as reading whole tiles).
 
     Shape arithmetic the analysis resolved statically is left out when the model's inputs are fully known
     (runtimes fold it then), kept as `shape` kernels otherwise.
     """
+    rules = kernel_rules(runtime)
+    if gemm_tile == UNKNOWN_DEVICE:
+        gemm_tile = rules.unknown_device_gemm_tile
     nodes = list(cost.nodes)
     consumers: dict[str, int] = {}
     for n in nodes:
@@ -519,35 +514,48 @@ def graph_kernels(
         head = absorbed.get(p.name, p) if p is not None else None
         if head is None or head.op_type not in _FOLDS_INTO or consumers.get(n.inputs[data], 0) != 1:
             continue
-        if n.op_type == "Add" and not _fuses_bias(head, runtime, cost.declared_static):
+        if n.op_type == "Add" and not _fuses_bias(head, rules, cost.declared_static):
             continue
-        if n.op_type not in ("BatchNormalization", "Add") and not _fuses_activation(head, n, runtime):
+        if n.op_type not in ("BatchNormalization", "Add") and not _fuses_activation(head, n, rules):
             continue
         absorbed[n.name] = head
-    hidden, swish_reads = _hard_swish_parts(nodes, consumers, producer) if runtime == "mnn" else (set(), {})
+    hidden, swish_reads = (
+        _hard_swish_parts(nodes, consumers, producer) if rules.hard_swish_as_unary else (set(), {})
+    )
     adds = {n.name: n.op_type == "Add" for n in nodes}
     fused: dict[str, Kernel] = {}  # node name -> the fused kernel that runs in its place
     fused.update(_layer_norms(nodes, hidden))
-    if runtime == "mnn":
-        fused.update(_erf_gelus(nodes, consumers, producer, hidden))
-    if runtime == "onnxruntime":
-        fused.update(_quick_gelus(nodes, producer, hidden))
-        fused.update(_skip_layer_norms(nodes, consumers, producer, absorbed))
-        absorbed.update(_matmul_scales(nodes, consumers, producer))
-    block = nchwc_block if runtime == "onnxruntime" else 1
-    steps = {n.name: _mnn_lstm_step(n) for n in nodes if n.op_type == "LSTM"} if runtime == "mnn" else {}
+    for fusion in rules.fusions:
+        if fusion == "erf-gelu":
+            fused.update(_erf_gelus(nodes, consumers, producer, hidden))
+        elif fusion == "quick-gelu":
+            fused.update(_quick_gelus(nodes, producer, hidden))
+        elif fusion == "skip-layer-norm":
+            fused.update(_skip_layer_norms(nodes, consumers, producer, absorbed))
+        elif fusion == "matmul-scale":
+            absorbed.update(_matmul_scales(nodes, consumers, producer))
+        else:
+            raise ValueError(f"runtime '{runtime}': unknown fusion '{fusion}' (known: {', '.join(FUSIONS)})")
+    block = nchwc_block if rules.nchwc_layout else 1
+    steps = {n.name: _mnn_lstm_step(n) for n in nodes if n.op_type == "LSTM"} if rules.lstm_as_steps else {}
     out = []
     for n in nodes:
         if n.name in absorbed or n.name in hidden:
             continue
         kernels = steps.get(n.name) or [fused.get(n.name) or _nchwc_node_kernel(n, block)]
-        if runtime == "mnn" and _reads_gemm_tiles(n, swish_reads, producer, absorbed, gemm_tile):
+        if rules.marks_gemm_tile_reads and _reads_gemm_tiles(n, swish_reads, producer, absorbed, gemm_tile):
             kernels = [replace(k, reads_gemm_tiles=True) for k in kernels]
         out += kernels
-    if runtime == "mnn":  # MNN runs a HardSigmoid as a scale, a shift and a ReLU6: three kernels
-        out += [_node_kernel(n) for n in nodes if n.op_type == "HardSigmoid" for _ in range(2)]
-    if runtime == "onnxruntime":
+    # a HardSigmoid run as several kernels (MNN: a scale, a shift and a ReLU6)
+    out += [
+        _node_kernel(n)
+        for n in nodes
+        if n.op_type == "HardSigmoid"
+        for _ in range(rules.hard_sigmoid_kernels - 1)
+    ]
+    if rules.nchwc_layout:
         out += nchwc_reorders(nodes, absorbed, nchwc_block)
+    if rules.reshapes_around_batched_gemm:
         # a MatMul of more than two dimensions that took its bias runs as a Gemm between two reshapes
         out += [
             Kernel("view", 0.0, 0.0, 0.0, f"{head.name}/reshape", "Reshape")
@@ -557,7 +565,11 @@ def graph_kernels(
             if head.output_shapes and len(head.output_shapes[0] or ()) > 2
             for _ in range(2)
         ]
-    out += [_node_kernel(n, kind="shape") for n in cost.meta_nodes if n.op_type in _SHAPE or runtime == ""]
+    out += [
+        _node_kernel(n, kind="shape")
+        for n in cost.meta_nodes
+        if n.op_type in _SHAPE or not rules.folds_static_shapes
+    ]
     return out
 
 
@@ -621,11 +633,11 @@ def _hard_swish_parts(
 
 
 def runs_gemm_tiles(
-    conv: Kernel, x: Sequence[int] | None, out: Sequence[int] | None, tile: int | None = MNN_GEMM_TILE
+    conv: Kernel, x: Sequence[int] | None, out: Sequence[int] | None, tile: int | None
 ) -> bool:
-    """Whether MNN runs a dense convolution as one GEMM over a whole number of `MNN_GEMM_TILE` tiles of
+    """Whether MNN runs a dense convolution as one GEMM over a whole number of GEMM tiles of
     output positions: a 1x1 or a strided one (a stride-1 kxk runs its own way) whose batch x height x width
-    divides by the tile (`mnn_gemm_tile` of the device; None: no tile known, never). From the sizes alone
+    divides by the tile (`Runtime.gemm_tile` of the device; None: no tile known, never). From the sizes alone
     (a profile has no attributes), as both sides see them."""
     if tile is None:
         return False
@@ -642,7 +654,7 @@ def _reads_gemm_tiles(
     swish_reads: dict[str, str],
     producer: dict[str, NodeCost],
     absorbed: dict[str, NodeCost],
-    tile: int | None = MNN_GEMM_TILE,
+    tile: int | None,
 ) -> bool:
     """Whether a graph node runs as an MNN unary op reading a convolution `runs_gemm_tiles` wrote (what a
     BatchNormalization or an activation fused into it counts as the convolution's)."""
@@ -656,7 +668,7 @@ def _reads_gemm_tiles(
 
 def mark_gemm_tile_reads(
     kernels: Sequence[tuple[Kernel, Sequence[int] | None, Sequence[int] | None]],
-    tile: int | None = MNN_GEMM_TILE,
+    tile: int | None,
 ) -> list[Kernel]:
     """A profile's kernels as they ran, each with its input and output dims: MNN's unary ops that read what
     the kernel before them wrote as a GEMM over whole tiles (`runs_gemm_tiles`) marked so."""
@@ -841,21 +853,6 @@ def _chain_back(producer: dict[str, NodeCost], tensor: str, *steps: tuple[str, .
     return chain
 
 
-def nchwc_block(fingerprint: Mapping[str, Any]) -> int:
-    """The channel block onnxruntime's MLAS runs NCHWc kernels at on a device, from its fingerprint's
-    architecture and CPU flags (1: no NCHWc, and then onnxruntime registers no NchwcTransformer).
-
-    MLAS (core/mlas/lib/platform.cpp) sets the block per platform: 8 on every x86-64 CPU (its SSE, AVX and
-    AVX2/FMA3 kernels), 16 where AVX-512F is usable (checked inside the AVX2/FMA3 branch); 32-bit x86 has
-    none. On ARM64 the NEON NCHWc kernels are compiled only with the build option
-    onnxruntime_USE_ARM_NEON_NCHWC, off by default (onnxruntime PR 26171; so in the published wheels,
-    1.32 included): 1. A fingerprint without an architecture is taken as having none either."""
-    flags, arch = cpu_isa(fingerprint)
-    if arch.lower() not in ("x86_64", "amd64", "x64"):
-        return 1
-    return 16 if {"avx512f", "avx2", "fma"} <= flags else 8
-
-
 _NCHWC_POOLS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
 _NCHWC_BINARY = {"Add", "Sum", "Mul"}  # blocked when every input is a blocked activation of one shape
 _NCHWC_UNARY = {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid"}
@@ -1001,7 +998,7 @@ def _bias_data_input(add: NodeCost) -> int | None:
     return 1 if const[0] else 0
 
 
-def _fuses_bias(head: NodeCost, runtime: str, static: bool) -> bool:
+def _fuses_bias(head: NodeCost, rules: KernelRules, static: bool) -> bool:
     """A constant Add after a convolution, a Gemm or a MatMul of constant 2-D weights becomes the kernel's
     bias (onnxruntime's MatMulAddFusion makes a Gemm of the MatMul, beyond two dimensions only when the
     model declares its shapes, reshaping to two and back; MNN's converter makes a 1x1 convolution of it);
@@ -1015,14 +1012,14 @@ def _fuses_bias(head: NodeCost, runtime: str, static: bool) -> bool:
     w = head.input_shapes[1] if len(head.input_shapes) > 1 else None
     if not const[1] or w is None or len(w) != 2 or out is None:
         return False
-    return runtime != "onnxruntime" or static
+    return not rules.bias_fusion_needs_static_shapes or static
 
 
-def _fuses_activation(head: NodeCost, act: NodeCost, runtime: str) -> bool:
-    """Which activations a runtime runs inside the convolution or GEMM before them."""
+def _fuses_activation(head: NodeCost, act: NodeCost, rules: KernelRules) -> bool:
+    """Which activations a runtime runs inside the convolution or GEMM before them (`activation_fusion`)."""
     if head.op_type in _DECONV:
         return False
-    if runtime == "mnn":
+    if rules.activation_fusion == "relu-or-conv-clip":
         if act.op_type == "Relu":
             return True
         return act.op_type == "Clip" and head.op_type in _CONV

@@ -6,6 +6,8 @@ Each adapter builds argv from edgebench's options and parses the tool's output i
 
 from __future__ import annotations
 
+from ..runtimes import names as runtime_names
+from ..runtimes import runtime
 from .base import NativeOptions, NativeResult, NativeToolError, RunnerAdapter
 from .mnn_bench import MnnBenchmark
 from .ort_perf import OrtPerfTest
@@ -18,12 +20,10 @@ ADAPTERS: dict[str, type[RunnerAdapter]] = {
     "mnn_benchmark": MnnBenchmark,
 }
 
-# runtime -> the runner that measures it
+# runtime -> the runner that measures it (each runtime's `native_tool`)
 RUNNER_FOR_RUNTIME = {
-    "litert": "benchmark_model",
-    "tflite": "benchmark_model",  # LiteRT's former name, still accepted
-    "onnxruntime": "onnxruntime_perf_test",
-    "mnn": "mnn_benchmark",
+    **{name: tool for name in runtime_names() if (tool := runtime(name).native_tool) is not None},
+    "tflite": runtime("litert").native_tool,  # LiteRT's former name, still accepted
 }
 
 __all__ = [

@@ -12,11 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..runtimes import names as runtime_names
 from .params import IDENTITY as ID
 from .params import POLICY as PO
 from .params import ParamError, ProbeParams, param
 
-RUNTIMES = ("onnxruntime", "mnn", "litert")
+RUNTIMES = runtime_names()  # edgebench.runtimes: one module each
 DTYPES = ("fp32", "fp16", "int8")
 MATMUL_DTYPES = (*DTYPES, "bf16")  # bf16 is measured when asked for
 MATMUL_BACKENDS = ("numpy", "onnxruntime", "mnn")

@@ -23,10 +23,11 @@ import pytest
 
 from edgebench.analysis import kernel_predict as kp
 from edgebench.analysis.cost import analyze, load_model
-from edgebench.analysis.kernels import graph_kernels, nchwc_block
+from edgebench.analysis.kernels import graph_kernels
 from edgebench.models.builtin import builtin_model
 from edgebench.models.kernel_samples import is_kernel_sample, sample_model
 from edgebench.results.store import Store
+from edgebench.runtimes.onnxruntime import nchwc_block
 from edgebench.testing.cli import edgebench
 
 pytestmark = pytest.mark.integration

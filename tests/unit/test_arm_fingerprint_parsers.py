@@ -10,16 +10,14 @@ from pathlib import Path
 import pytest
 
 from edgebench.agent.info import core_name, cpu_clusters, fingerprint
-from edgebench.analysis.kernels import (
-    Kernel,
-    mark_gemm_tile_reads,
-    mnn_gemm_tile,
-    nchwc_block,
-    runs_gemm_tiles,
-)
+from edgebench.analysis.kernels import Kernel, mark_gemm_tile_reads, runs_gemm_tiles
 from edgebench.lab.health import DeviceCheck, _fill_agent_facts, check_rows
 from edgebench.lab.nominal import derived_peak
 from edgebench.render.report.html import _arm_details
+from edgebench.runtimes import runtime
+from edgebench.runtimes.onnxruntime import nchwc_block
+
+mnn_gemm_tile = runtime("mnn").gemm_tile
 
 PHONE_FEATURES = (
     "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp"
@@ -202,7 +200,9 @@ def test_the_predictor_keys_each_devices_tile_and_block_by_its_isa() -> None:
         {"device": "local", "fingerprint": {"arch": "x86_64", "cpu_flags": ["avx2", "fma"]}},
     ]
     predictor = TargetPredictor([], {}, device_info=infos)
-    assert predictor.tiles == {"pi5": 12, "local": 24} and predictor.blocks == {"pi5": 1, "local": 8}
+    assert [predictor.gemm_tile(d, "mnn") for d in ("pi5", "local", "unknown")] == [12, 24, 24]
+    assert [predictor.layout_block(d, "onnxruntime") for d in ("pi5", "local", "unknown")] == [1, 8, 1]
+    assert predictor.layout_block("local", "mnn") == 1  # MNN has no NCHWc layout
 
 
 def test_devices_check_and_the_report_show_the_arm_features_clusters_and_a_derived_peak(phone: Path) -> None:

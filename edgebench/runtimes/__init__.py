@@ -1,0 +1,39 @@
+"""The runtimes, loaded by name: `runtime("mnn")` is the `RUNTIME` of `edgebench.runtimes.mnn`. Adding
+a runtime is one module here and one line in `MODULES`; the rest of the harness asks it, not its name."""
+
+from __future__ import annotations
+
+import importlib
+
+from .base import IsaFact, KernelRules, Runtime
+
+__all__ = ["MODULES", "IsaFact", "KernelRules", "Runtime", "kernel_rules", "names", "runtime"]
+
+# runtime name -> its module in this package
+MODULES = {
+    "onnxruntime": "onnxruntime",
+    "mnn": "mnn",
+    "litert": "litert",
+}
+
+# What a graph is as no runtime runs it: the common fusions only, nothing folded.
+NO_RUNTIME = KernelRules(folds_static_shapes=False)
+
+
+def names() -> tuple[str, ...]:
+    return tuple(MODULES)
+
+
+def runtime(name: str) -> Runtime:
+    """The runtime called `name`; a ValueError naming the known ones otherwise."""
+    if name not in MODULES:
+        raise ValueError(f"unknown runtime '{name}' (known: {', '.join(MODULES)})")
+    found: Runtime = importlib.import_module(f"{__package__}.{MODULES[name]}").RUNTIME
+    return found
+
+
+def kernel_rules(name: str) -> KernelRules:
+    """The kernel rules of a runtime; "" (no runtime) and unknown names get the common fusions only."""
+    if name == "":
+        return NO_RUNTIME
+    return runtime(name).kernels if name in MODULES else KernelRules()

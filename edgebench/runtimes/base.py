@@ -1,0 +1,96 @@
+"""The interface every runtime module fills in: what the host needs to know about one runtime (its model
+formats, its backends, its vendor tool's adapter, how its graph becomes kernels) and the machine-specific
+numbers it runs at, each keyed by what it depends on (the ISA) and by the runtime version it was seen on."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..lab.nominal import cpu_isa
+
+_ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
+
+
+def isa_of(fingerprint: Mapping[str, Any]) -> str:
+    """The architecture a device fingerprint reports, under one name per ISA ("x86_64", "aarch64")."""
+    _, arch = cpu_isa(fingerprint)
+    arch = arch.lower()
+    return _ARCH_ALIASES.get(arch, arch)
+
+
+@dataclass(frozen=True)
+class IsaFact:
+    """A number a runtime runs at on one ISA, and where it comes from (runtime version, measured or read)."""
+
+    isa: str
+    value: int
+    seen_on: str
+
+
+@dataclass(frozen=True)
+class KernelRules:
+    """How a runtime turns an ONNX graph into the kernels it dispatches, as `analysis.kernels.graph_kernels`
+    applies them: which graph fusions it makes beyond the common ones (folding a BatchNormalization, a bias
+    or an activation into the convolution or GEMM before it, LayerNormalization) and which kernels it adds.
+    The defaults are a runtime that makes only the common fusions."""
+
+    # Named fusions (`analysis.kernels.FUSIONS`) the runtime makes, in the order they are applied.
+    fusions: tuple[str, ...] = ()
+    # Which activations fold into the convolution or GEMM before them: "conv-or-relu" (any after a
+    # convolution, a ReLU after anything) or "relu-or-conv-clip" (a ReLU, or a Clip after a convolution).
+    activation_fusion: str = "conv-or-relu"
+    # A bias after a MatMul of more than two dimensions fuses only when the model declares its shapes.
+    bias_fusion_needs_static_shapes: bool = False
+    # An exported hard-swish (x * HardSigmoid(x)) runs as one unary op.
+    hard_swish_as_unary: bool = False
+    # A one-step LSTM runs as its gate projections and element-wise steps (`analysis.kernels`).
+    lstm_as_steps: bool = False
+    # Kernels a HardSigmoid runs as (MNN: a scale, a shift and a ReLU6).
+    hard_sigmoid_kernels: int = 1
+    # Unary ops reading a convolution's whole GEMM tiles are marked (they run on a law of their own), at
+    # the device's tile (`Runtime.gemm_tile`); a device whose ISA is not known is taken at this one.
+    marks_gemm_tile_reads: bool = False
+    unknown_device_gemm_tile: int | None = None
+    # Channel-blocked (NCHWc) convolutions with layout reorders around them, at the device's block.
+    nchwc_layout: bool = False
+    # A MatMul of more than two dimensions that took its bias runs as a Gemm between two reshapes.
+    reshapes_around_batched_gemm: bool = False
+    # Shape arithmetic resolved statically is folded when the inputs are fully known.
+    folds_static_shapes: bool = True
+    # Ops the runtime runs at a cost of their own within their kernel kind, with their family code (the
+    # kernel predictor fits them apart and tells the correction which family ran).
+    op_families: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """One runtime as the host knows it; each module in `edgebench.runtimes` defines one as `RUNTIME`."""
+
+    name: str
+    python_module: str  # what the agent imports to run it (checked by `available`)
+    formats: tuple[str, ...]  # model file formats it loads; the first is its own
+    backends: tuple[str, ...]  # the compute units it can place a model on
+    native_tool: str | None  # "module:function" in edgebench.native: its vendor benchmark tool's adapter
+    kernels: KernelRules
+    # Its float GEMM's output tile (positions) per ISA, where known.
+    gemm_tiles: tuple[IsaFact, ...] = ()
+    # Its channel block for NCHWc layouts on a device, from the fingerprint (1: no such layout).
+    layout_block: Callable[[Mapping[str, Any]], int] | None = None
+    # Convolutions it runs as Winograd, so a measurement may beat a floor counted in direct MACs.
+    winograd_3x3: bool = False
+
+    def gemm_tile(self, fingerprint: Mapping[str, Any]) -> int | None:
+        """The GEMM tile on the device the fingerprint describes; None where its ISA's tile is not known."""
+        isa = isa_of(fingerprint)
+        return next((f.value for f in self.gemm_tiles if f.isa == isa), None)
+
+    def block(self, fingerprint: Mapping[str, Any]) -> int:
+        return self.layout_block(fingerprint) if self.layout_block else 1
+
+    def available(self) -> bool:
+        """Whether this host can run it in-process (its Python package imports), as a guard for tests and
+        `doctor`, without importing it."""
+        return importlib.util.find_spec(self.python_module) is not None

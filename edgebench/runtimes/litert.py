@@ -1,0 +1,18 @@
+"""LiteRT (formerly TensorFlow Lite) as the host knows it: .tflite models, its CPU interpreter in the agent,
+`benchmark_model` on phones."""
+
+from __future__ import annotations
+
+from .base import KernelRules, Runtime
+from .onnxruntime import RUNTIME as ONNXRUNTIME
+
+RUNTIME = Runtime(
+    name="litert",
+    python_module="ai_edge_litert",
+    formats=("tflite",),
+    backends=("cpu",),
+    native_tool="benchmark_model",
+    # No kernel rules of its own yet (its graphs are not ONNX); the kernel predictor's op families are
+    # onnxruntime's, as they have been for every runtime but MNN.
+    kernels=KernelRules(op_families=ONNXRUNTIME.kernels.op_families),
+)
