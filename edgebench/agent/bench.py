@@ -19,8 +19,9 @@ from typing import Any
 from .inputs import InputError, describe, make_inputs
 from .loading import cold_load, given_values
 from .main import TaskError
-from .runtimes import ModelLoadError, RuntimeMissing, import_runtime, open_session
+from .runtimes import import_runtime, open_session
 from .selfcheck import check_outputs, pristine_copy
+from .session import ModelLoadError, RuntimeMissing
 from .timing import (
     TimingPolicy,
     current_rss_mb,

@@ -27,7 +27,8 @@ from typing import Any
 
 from .bench import pin
 from .main import TaskError
-from .runtimes import InputInfo, ModelLoadError, OrtSession, RuntimeMissing, _dist_version, _first_line
+from .session import InputInfo, ModelLoadError, RuntimeMissing, _dist_version, _first_line
+from .session_onnxruntime import OrtSession
 from .timing import current_rss_mb, peak_rss_mb
 
 # Accepted names of the KV cache tensors: (pattern, family); the family of the inputs picks the outputs'.

@@ -29,7 +29,8 @@ from .bench import pin
 from .info import _read
 from .inputs import make_inputs
 from .main import TaskError
-from .runtimes import RUNTIME_MODULES, RuntimeMissing, import_runtime, open_session
+from .runtimes import RUNTIME_MODULES, import_runtime, open_session
+from .session import RuntimeMissing
 from .timing import TimingPolicy
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .runtimes import InputInfo
+from .session import InputInfo
 
 
 class InputError(Exception):

@@ -17,7 +17,8 @@ from typing import Any
 
 from .inputs import InputError, apply_values, make_inputs
 from .main import TaskError
-from .runtimes import RUNTIME_MODULES, ModelLoadError, RuntimeMissing, import_runtime, open_session
+from .runtimes import RUNTIME_MODULES, import_runtime, open_session
+from .session import ModelLoadError, RuntimeMissing
 from .timing import current_rss_mb
 
 EVICTED_BELOW = 0.05  # resident fraction under which the file counts as evicted

@@ -24,8 +24,9 @@ from typing import Any
 from .bench import import_then_pin
 from .inputs import InputError, describe, make_inputs
 from .main import TaskError
-from .runtimes import ModelLoadError, RuntimeMissing, open_session
+from .runtimes import open_session
 from .selfcheck import check_outputs, pristine_copy
+from .session import ModelLoadError, RuntimeMissing
 from .timing import refresher
 
 SNR_CAP_DB = 200.0  # identical arrays have infinite SNR; reported as this finite ceiling

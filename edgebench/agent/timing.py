@@ -1,7 +1,7 @@
 """Measurement policy on the device: warm-up by count and time, then samples until runs AND seconds.
 
 Knows nothing of models or devices: it times a zero-argument step with the device's monotonic clock. A step
-may have a `refresh()` (runtimes.Step): it is called before every run, outside the timed region, so a
+may have a `refresh()` (session.Step): it is called before every run, outside the timed region, so a
 runtime that reuses its input buffers computes on the given inputs every time.
 """
 

@@ -54,7 +54,7 @@ def _gate_rules(suite: Path | None):  # type: ignore[no-untyped-def]
 
 
 def _budgets(suite: Path | None, items: list[str] | None):  # type: ignore[no-untyped-def]
-    from ..analysis.fit import budgets_from_suite, parse_budgets
+    from ..analysis.budgets import budgets_from_suite, parse_budgets
 
     base = budgets_from_suite(suite) if suite is not None else ()
     return parse_budgets(items or [], base)
@@ -138,7 +138,9 @@ def fit(
     as_json: bool = JSON_OPT,
 ) -> int:
     """Does the model fit the chip? Exit 0 fits, 1 does not fit (or, with --strict, uncertain)."""
-    from ..analysis.fit import MEASURING_PROBES, assess, verdict_exit_code
+    from ..analysis.fit import assess
+    from ..analysis.fit_result import verdict_exit_code
+    from ..analysis.observations import MEASURING_PROBES
     from ..execution.provenance import host_provenance
     from ..records import new_run_id
 
@@ -191,7 +193,7 @@ def _fit_models(
     """--model selects rows: a name measured in the store, or a model file (whose counts let fit predict
     it where it was never benched), counted at its --shape values (plain, or MODEL:INPUT=DIMS for one of
     them; edgebench.cli.shapes). Returns the names selected, the counts and notes for the user."""
-    from ..analysis.fit import count_model
+    from ..analysis.model_counts import count_model
     from ..errors import ModelError
     from ..models.refs import resolve_model
     from .shapes import check_plain_used, onnx_input_ranks, parse_shape_args, shapes_for
@@ -288,7 +290,7 @@ def _show(result, run_id: str, no_store: bool) -> None:  # type: ignore[no-untyp
     """The verdicts as a table on stdout (full width when piped), the trust figures after it."""
     from rich.text import Text
 
-    from ..analysis.fit import (
+    from ..analysis.fit_result import (
         MIN_JUDGED_KERNEL_MODELS,
         MIN_JUDGED_MODELS,
         kernel_next_step,

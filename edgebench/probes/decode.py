@@ -187,7 +187,7 @@ def check_convention(model: Any, path: Path) -> None:
 
     from ..agent.decode import find_io
     from ..agent.main import TaskError
-    from ..agent.runtimes import InputInfo
+    from ..agent.session import InputInfo
 
     graph = model.graph
     weights = {init.name for init in graph.initializer}

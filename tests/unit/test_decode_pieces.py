@@ -10,7 +10,7 @@ import pytest
 
 from edgebench.agent.decode import find_io, prompt_ids
 from edgebench.agent.main import TaskError, run_task
-from edgebench.agent.runtimes import InputInfo
+from edgebench.agent.session import InputInfo
 from edgebench.errors import ModelError
 from edgebench.jobs import Job, JobOutcome
 from edgebench.lab.device import AgentReply

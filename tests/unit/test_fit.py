@@ -10,7 +10,8 @@ import numpy as np
 import onnx
 import pytest
 
-from edgebench.analysis import fit
+from edgebench.analysis import budgets as budget_defs
+from edgebench.analysis import fit, fit_result, model_counts, observations, roofline_predict
 from edgebench.errors import ConfigError, UserError
 from edgebench.models.builtin import build_convnet, build_mlp
 from edgebench.records import RECORD_FIELDS, Record, Samples
@@ -27,24 +28,24 @@ TRUE_PER_NODE_MS = 0.003
 
 def synthetic_model(
     name: str, conv_gflop: float, gemv_mb: float, attn_gflop: float, n_act: int
-) -> fit.ModelCounts:
+) -> model_counts.ModelCounts:
     """A model made of a few node kinds, sized by the arguments."""
     nodes = []
     for _ in range(4):
-        nodes.append(fit.OpCost("Conv", conv_gflop * 1e9 / 4, 40_000.0, 200_000.0))
-        nodes.append(fit.OpCost("Relu", 50_000.0, 0.0, 400_000.0))
+        nodes.append(model_counts.OpCost("Conv", conv_gflop * 1e9 / 4, 40_000.0, 200_000.0))
+        nodes.append(model_counts.OpCost("Relu", 50_000.0, 0.0, 400_000.0))
     for _ in range(3):
-        nodes.append(fit.OpCost("MatMul", gemv_mb * 1e6 / 2 / 3, gemv_mb * 1e6 / 3, 8_000.0))
-        nodes.append(fit.OpCost("Add", 1_000.0, 4_000.0, 8_000.0))
-    nodes.append(fit.OpCost("MatMul", attn_gflop * 1e9, 0.0, 1_000_000.0))
+        nodes.append(model_counts.OpCost("MatMul", gemv_mb * 1e6 / 2 / 3, gemv_mb * 1e6 / 3, 8_000.0))
+        nodes.append(model_counts.OpCost("Add", 1_000.0, 4_000.0, 8_000.0))
+    nodes.append(model_counts.OpCost("MatMul", attn_gflop * 1e9, 0.0, 1_000_000.0))
     for _ in range(n_act):
-        nodes.append(fit.OpCost("Mul", 100_000.0, 0.0, 800_000.0))
-    return fit.ModelCounts(
+        nodes.append(model_counts.OpCost("Mul", 100_000.0, 0.0, 800_000.0))
+    return model_counts.ModelCounts(
         name, sum(n.flops for n in nodes), sum(n.weight_bytes for n in nodes), tuple(nodes)
     )
 
 
-def true_latency_ms(c: fit.ModelCounts, slow: float = 1.0) -> float:
+def true_latency_ms(c: model_counts.ModelCounts, slow: float = 1.0) -> float:
     """Ground truth of the synthetic device: every node at its own rate, plus per-node and fixed overheads."""
     t = TRUE_OVERHEAD_MS + TRUE_PER_NODE_MS * len(c.nodes)
     for n in c.nodes:
@@ -57,7 +58,7 @@ def true_latency_ms(c: fit.ModelCounts, slow: float = 1.0) -> float:
     return t * slow
 
 
-def _fleet(n: int = 16, seed: int = 5) -> list[fit.ModelCounts]:
+def _fleet(n: int = 16, seed: int = 5) -> list[model_counts.ModelCounts]:
     """Synthetic models spread over two decades of compute and of weight bytes."""
     rng = np.random.default_rng(seed)
     return [
@@ -147,7 +148,9 @@ COUNTS = {c.name: c for c in FLEET}
 
 
 def test_budgets_parse_and_override() -> None:
-    budgets = fit.parse_budgets(["latency_p99_ms=15", "memory_mb=60", "energy_mj=2.5", "latency_p99_ms=12"])
+    budgets = budget_defs.parse_budgets(
+        ["latency_p99_ms=15", "memory_mb=60", "energy_mj=2.5", "latency_p99_ms=12"]
+    )
     by = {b.key: b for b in budgets}
     assert by["latency_p99_ms"].limit == 12 and by["latency_p99_ms"].stat == "p99"
     assert by["memory_mb"].quantity == "memory" and by["energy_mj"].unit == "mJ"
@@ -165,20 +168,23 @@ def test_budgets_parse_and_override() -> None:
 )
 def test_bad_budget_is_one_line_user_error(bad: str, words: str) -> None:
     with pytest.raises(UserError) as err:
-        fit.parse_budgets([bad])
+        budget_defs.parse_budgets([bad])
     assert words in str(err.value) and "\n" not in str(err.value)
 
 
 def test_budgets_from_suite(tmp_path: Path) -> None:
     suite = tmp_path / "nightly.toml"
     suite.write_text('name = "n"\n[budget]\nlatency_p99_ms = 15\nmemory_mb = 60\n')
-    assert {b.key: b.limit for b in fit.budgets_from_suite(suite)} == {"latency_p99_ms": 15, "memory_mb": 60}
+    assert {b.key: b.limit for b in budget_defs.budgets_from_suite(suite)} == {
+        "latency_p99_ms": 15,
+        "memory_mb": 60,
+    }
     suite.write_text("[budget]\nlatency_p98_ms = 15\n")
     with pytest.raises(ConfigError, match="nightly.toml.*latency_p98_ms"):
-        fit.budgets_from_suite(suite)
+        budget_defs.budgets_from_suite(suite)
     suite.write_text("[budget\n")
     with pytest.raises(ConfigError, match="nightly.toml"):
-        fit.budgets_from_suite(suite)
+        budget_defs.budgets_from_suite(suite)
 
 
 # ------------------------------------------------------------------------------------- measured verdicts
@@ -188,7 +194,7 @@ def test_measured_verdicts_under_and_over_budget() -> None:
     records = bench_records("phone", "small", 4.0, p99=12.0, rss=40.0) + bench_records(
         "phone", "big", 12.0, p99=20.0, rss=90.0
     )
-    budgets = fit.parse_budgets(["latency_p99_ms=15", "memory_mb=60"])
+    budgets = budget_defs.parse_budgets(["latency_p99_ms=15", "memory_mb=60"])
     result = fit.assess(records, budgets)
     by = {v.model: v for v in result.verdicts}
     assert by["small"].fits is True and by["small"].basis == "measured"
@@ -226,12 +232,12 @@ def decode_rate(device: str, model: str, rate: float, run_id: str = "r1", thread
 
 
 def test_decode_tokens_per_s_min_is_a_floor_not_a_ceiling() -> None:
-    [budget] = fit.parse_budgets(["decode_tokens_per_s_min=20"])
+    [budget] = budget_defs.parse_budgets(["decode_tokens_per_s_min=20"])
     assert budget.at_least and budget.unit == "tokens/s" and budget.margin(25.0) == pytest.approx(0.25)
     records = bench_records("phone", "llm", 30.0) + decode_rate("phone", "llm", 25.0)
     records += decode_rate("phone", "tiny-llm", 12.0, run_id="old") + decode_rate("phone", "tiny-llm", 15.0)
     records += decode_rate("phone", "tiny-llm", 18.0, threads=4)
-    budgets = fit.parse_budgets(["decode_tokens_per_s_min=20", "memory_mb=1000"])
+    budgets = budget_defs.parse_budgets(["decode_tokens_per_s_min=20", "memory_mb=1000"])
     by = {v.model: v for v in fit.assess(records, budgets, run_order=["old", "r1"]).verdicts}
     assert by["llm"].fits is True and by["llm"].values["decode_tokens_per_s_min"] == 25.0
     # Only decoded (never benched): judged on the decode's own figures, its fastest configuration.
@@ -240,7 +246,7 @@ def test_decode_tokens_per_s_min_is_a_floor_not_a_ceiling() -> None:
     assert tiny.values == {"decode_tokens_per_s_min": 18.0, "memory_mb": 900.0}
     assert tiny.margin == pytest.approx((18 - 20) / 20) and tiny.config["threads"] == 4
     with pytest.raises(UserError, match="decode_tokens_per_s_min"):
-        fit.parse_budgets(["decode_tokens_per_s=3"])
+        budget_defs.parse_budgets(["decode_tokens_per_s=3"])
 
 
 def test_latest_run_wins_and_best_configuration_is_used() -> None:
@@ -249,10 +255,10 @@ def test_latest_run_wins_and_best_configuration_is_used() -> None:
         + bench_records("phone", "m", 5.0, run_id="new")
         + bench_records("phone", "m", 4.0, run_id="new", threads=4)
     )
-    obs = fit.observations(records, run_order=["old", "new"])
+    obs = observations.observations(records, run_order=["old", "new"])
     assert len(obs) == 1 and obs[0].latency["p50"] == 4.0 and obs[0].config == {"threads": 4}
     records = bench_records("phone", "m", 3.0, run_id="old") + bench_records("phone", "m", 5.0, run_id="new")
-    assert fit.observations(records, run_order=["old", "new"])[0].latency["p50"] == 5.0
+    assert observations.observations(records, run_order=["old", "new"])[0].latency["p50"] == 5.0
 
 
 def test_thread_sweep_points_count_as_configurations() -> None:
@@ -271,7 +277,7 @@ def test_thread_sweep_points_count_as_configurations() -> None:
         )
         for t, v in ((1, 9.0), (2, 4.5))
     ]
-    obs = fit.observations(records, run_order=["r1", "r2"])
+    obs = observations.observations(records, run_order=["r1", "r2"])
     assert obs[0].latency["p50"] == 4.5 and obs[0].config == {"threads": 2, "cluster": "all"}
 
 
@@ -291,7 +297,7 @@ def test_roofline_totals_not_per_op_breakdowns() -> None:
         ),
         Record("r0", "phone", "roofline", "m", None, "weight_bytes", 4e6, "B", {}),
     ]
-    assert fit.counts_from_records(records)["m"].flops == 1e9
+    assert model_counts.counts_from_records(records)["m"].flops == 1e9
 
 
 def test_p99_from_raw_samples_when_too_few_for_a_record() -> None:
@@ -300,7 +306,7 @@ def test_p99_from_raw_samples_when_too_few_for_a_record() -> None:
     samples = [
         Samples("r1", "phone", "bench", "m", "onnxruntime", "latency_ms", "ms", values, {"threads": 1})
     ]
-    result = fit.assess(records, fit.parse_budgets(["latency_p99_ms=6"]), samples=samples)
+    result = fit.assess(records, budget_defs.parse_budgets(["latency_p99_ms=6"]), samples=samples)
     v = result.verdicts[0]
     assert v.values["latency_p99_ms"] == pytest.approx(float(np.percentile(values, 99)))
     assert "p99" in v.estimated and v.fits is False
@@ -308,11 +314,12 @@ def test_p99_from_raw_samples_when_too_few_for_a_record() -> None:
 
 def test_budget_without_data_is_unchecked_not_passed() -> None:
     result = fit.assess(
-        bench_records("phone", "m", 5.0, p99=6.0), fit.parse_budgets(["latency_p99_ms=10", "energy_mj=1"])
+        bench_records("phone", "m", 5.0, p99=6.0),
+        budget_defs.parse_budgets(["latency_p99_ms=10", "energy_mj=1"]),
     )
     v = result.verdicts[0]
     # A pair is never passed on a budget nobody checked: met on latency, unknown on energy: uncertain.
-    assert v.verdict == fit.UNCERTAIN and v.fits is None and v.unchecked == ("energy_mj",)
+    assert v.verdict == fit_result.UNCERTAIN and v.fits is None and v.unchecked == ("energy_mj",)
     assert "energy_mj not checked" in v.why
     rec = next(r for r in result.records("x") if r.metric == "fits")
     assert rec.annotations["unchecked"] == ["energy_mj"] and rec.value is None
@@ -327,7 +334,7 @@ def test_energy_measured_and_predicted_from_net_power() -> None:
                 "r1", "board", "power", c.name, "onnxruntime", "energy_mj_per_inference", 0.5 * p50, "mJ", {}
             )
         )
-    result = fit.assess(records, fit.parse_budgets(["energy_mj=100"]), counts=COUNTS, models=["m9"])
+    result = fit.assess(records, budget_defs.parse_budgets(["energy_mj=100"]), counts=COUNTS, models=["m9"])
     by = {v.model: v for v in result.verdicts}
     assert by["m0"].values["energy_mj"] == pytest.approx(0.5 * true_latency_ms(FLEET[0]))
     assert by["m9"].basis == "predicted"
@@ -344,7 +351,7 @@ def test_unknown_device_is_a_user_error() -> None:
 
 def test_unmeasured_model_is_predicted_and_marked() -> None:
     records = fleet_records(skip=("m5",))
-    budgets = fit.parse_budgets(["latency_p99_ms=1000", "memory_mb=500"])
+    budgets = budget_defs.parse_budgets(["latency_p99_ms=1000", "memory_mb=500"])
     result = fit.assess(records, budgets, counts=COUNTS)
     v = next(v for v in result.verdicts if v.model == "m5")
     truth = true_latency_ms(COUNTS["m5"])
@@ -354,7 +361,7 @@ def test_unmeasured_model_is_predicted_and_marked() -> None:
     assert v.predicted["predicted_memory_mb"] == pytest.approx(
         50 + 1.1 * COUNTS["m5"].weight_bytes / 1e6, rel=0.02
     )
-    tight = fit.assess(records, fit.parse_budgets([f"latency_p99_ms={truth * 0.5}"]), counts=COUNTS)
+    tight = fit.assess(records, budget_defs.parse_budgets([f"latency_p99_ms={truth * 0.5}"]), counts=COUNTS)
     v2 = next(v for v in tight.verdicts if v.model == "m5")
     assert v2.fits is False and v2.basis == "predicted" and v2.limiting == "latency_p99_ms"
     recs = {(r.model, r.metric, r.params.get("stat")): r for r in tight.records("x")}
@@ -364,7 +371,9 @@ def test_unmeasured_model_is_predicted_and_marked() -> None:
 
 def test_cross_validation_is_exact_on_a_device_the_model_describes() -> None:
     result = fit.assess(fleet_records(), counts=COUNTS)
-    overall = {(s.holdout, s.quantity): s for s in result.cv_summaries() if s.device == fit.AGGREGATE_DEVICE}
+    overall = {
+        (s.holdout, s.quantity): s for s in result.cv_summaries() if s.device == fit_result.AGGREGATE_DEVICE
+    }
     s = overall[("model", "latency_p50_ms")]
     assert s.pairs == len(FLEET) and s.within == 1.0 and s.median_abs_err < 0.02
     recs = result.records("x")
@@ -393,13 +402,13 @@ def test_cross_validation_under_measurement_noise() -> None:
 
 def test_measured_elsewhere_carries_over_to_another_device() -> None:
     """A model the counts mispredict (3x slower kernels) is predicted well where it ran elsewhere."""
-    odd = fit.ModelCounts("odd", COUNTS["m5"].flops, COUNTS["m5"].weight_bytes, COUNTS["m5"].nodes)
+    odd = model_counts.ModelCounts("odd", COUNTS["m5"].flops, COUNTS["m5"].weight_bytes, COUNTS["m5"].nodes)
     counts = {**COUNTS, "odd": odd}
     records = fleet_records("a") + fleet_records("b", slow=2.0)
     records += bench_records("a", "odd", 3 * true_latency_ms(COUNTS["m5"]), p99=1.0)
     for c in FLEET[:4]:  # other models that also run oddly on both, so the carry-over proves itself
         name = c.name + "x"
-        counts[name] = fit.ModelCounts(name, c.flops, c.weight_bytes, c.nodes)
+        counts[name] = model_counts.ModelCounts(name, c.flops, c.weight_bytes, c.nodes)
         records += bench_records("a", name, 3 * true_latency_ms(c), p99=1.0)
         records += bench_records("b", name, 6 * true_latency_ms(c), p99=1.0)
     result = fit.assess(records, counts=counts)
@@ -449,7 +458,7 @@ def test_measured_ceilings_turn_coefficients_into_efficiencies() -> None:
     records.append(
         Record("r0", "board", "bandwidth", None, None, "bandwidth_gbps", 20.0, "GB/s", {"kernel": "copy"})
     )
-    ceil = fit.device_ceilings(records)["board"]
+    ceil = roofline_predict.device_ceilings(records)["board"]
     assert ceil.peak_flops == pytest.approx(0.1e12) and ceil.bandwidth == pytest.approx(20e9)
     result = fit.assess(records, counts=COUNTS)
     cal = result.calibrations[("board", "onnxruntime")]
@@ -464,7 +473,7 @@ def test_measured_ceilings_turn_coefficients_into_efficiencies() -> None:
 def test_count_model_matches_hand_counts(tmp_path: Path) -> None:
     path = tmp_path / "mlp.onnx"
     onnx.save(build_mlp(hidden=256, width=128, layers=3), path)
-    c = fit.count_model(path, "mlp")
+    c = model_counts.count_model(path, "mlp")
     dims = [(128, 256), (256, 256), (256, 128)]
     assert c.weight_bytes == sum(4 * (k * n + n) for k, n in dims)
     matmul = sum(n.flops for n in c.nodes if n.op_type == "MatMul")
@@ -476,26 +485,26 @@ def test_count_model_matches_hand_counts(tmp_path: Path) -> None:
 def test_count_model_conv_and_shapes(tmp_path: Path) -> None:
     path = tmp_path / "conv.onnx"
     onnx.save(build_convnet(size=32, channels=16), path)
-    c = fit.count_model(path, "conv")
+    c = model_counts.count_model(path, "conv")
     conv0 = next(n for n in c.nodes if n.op_type == "Conv")
     out = 32 * 32 * 32  # 32 output channels at 32x32
     assert conv0.flops == 2 * out * (3 * 9) + out  # 3x3x3 weights each, plus the bias (roofline convention)
     assert conv0.weight_bytes == 4 * (32 * 27 + 32)
     mlp = tmp_path / "mlp.onnx"
     onnx.save(build_mlp(hidden=64, width=32, layers=2), mlp)
-    one = fit.count_model(mlp, "mlp")
-    four = fit.count_model(mlp, "mlp", {"x": [4, 32]})
+    one = model_counts.count_model(mlp, "mlp")
+    four = model_counts.count_model(mlp, "mlp", {"x": [4, 32]})
     assert four.flops == pytest.approx(4 * one.flops)
-    assert fit.count_model(mlp, "mlp", {"x": [4, 32], "image": [1, 3, 8, 8]}).flops == four.flops
+    assert model_counts.count_model(mlp, "mlp", {"x": [4, 32], "image": [1, 3, 8, 8]}).flops == four.flops
     with pytest.raises(UserError):
-        fit.count_model(mlp, "mlp", {"x": [4, 32, 1]})
+        model_counts.count_model(mlp, "mlp", {"x": [4, 32, 1]})
 
 
 def test_count_model_refuses_non_onnx(tmp_path: Path) -> None:
     path = tmp_path / "m.mnn"
     path.write_bytes(b"\0" * 16)
     with pytest.raises(UserError, match="ONNX"):
-        fit.count_model(path, "m")
+        model_counts.count_model(path, "m")
 
 
 def test_ceilings_come_from_the_latest_runs_and_a_held_out_model_does_not_leak_into_fitted_ones() -> None:
@@ -503,20 +512,24 @@ def test_ceilings_come_from_the_latest_runs_and_a_held_out_model_does_not_leak_i
         return Record(run, "board", "matmul", None, None, "effective_tops", value, "TOPS", {"dtype": "fp32"})
 
     bw = Record("r2", "board", "bandwidth", None, None, "bandwidth_gbps", 20.0, "GB/s", {"kernel": "copy"})
-    ceil = fit.device_ceilings([tops("r0", 0.9), tops("r1", 0.1), bw], run_order=["r0", "r1", "r2"])
+    ceil = roofline_predict.device_ceilings(
+        [tops("r0", 0.9), tops("r1", 0.1), bw], run_order=["r0", "r1", "r2"]
+    )
     assert ceil["board"].peak_flops == pytest.approx(0.1e12)  # the latest run, not the best ever stored
 
     records = fleet_records()  # no ceilings: they are fitted from the benched models' own rates
     result = fit.assess(records, counts=COUNTS)
     source = result.calibrations[("board", "onnxruntime")]["ceilings"]["source"]
     assert source == "fitted from the measured models"
-    obs = fit.observations(records)
-    t = fit._Target("board", "onnxruntime", fit.MachineModel(), {o.model: o for o in obs})
-    t.ceil = fit._effective_ceilings(None, t.obs, COUNTS)
-    t.features = {n: fit.floor_times(c, t.ceil) for n, c in COUNTS.items()}
-    t.z = {n: fit._descriptor(c, t.features[n]) for n, c in COUNTS.items()}
-    engine = fit._Engine({("board", "onnxruntime"): t}, COUNTS)
-    fastest = max(t.obs, key=lambda m: COUNTS[m].flops / fit.base_latency(t.obs[m]))
+    obs = observations.observations(records)
+    t = roofline_predict._Target(
+        "board", "onnxruntime", roofline_predict.MachineModel(), {o.model: o for o in obs}
+    )
+    t.ceil = roofline_predict._effective_ceilings(None, t.obs, COUNTS)
+    t.features = {n: roofline_predict.floor_times(c, t.ceil) for n, c in COUNTS.items()}
+    t.z = {n: roofline_predict._descriptor(c, t.features[n]) for n, c in COUNTS.items()}
+    engine = roofline_predict._Engine({("board", "onnxruntime"): t}, COUNTS)
+    fastest = max(t.obs, key=lambda m: COUNTS[m].flops / observations.base_latency(t.obs[m]))
     held, _ = engine.features(("board", "onnxruntime"), fastest)
     full, _ = engine.features(("board", "onnxruntime"), None)
     assert held[fastest] != full[fastest]  # its floor times come from ceilings it did not set
@@ -532,13 +545,15 @@ def test_latency_pairs_with_counts_at_the_same_shapes() -> None:
     records = at(None, 4.0) + at({"x": [1, 3, 320, 320]}, 1.0)  # declared 640x640, and a smaller bench
     declared = {"x": [1, 3, 640, 640]}
 
-    def counts(shapes: dict[str, list[int]] | None) -> dict[str, fit.ModelCounts]:
-        return {"det": fit.ModelCounts("det", 1e9, 1e6, shapes=shapes, declared=declared)}
+    def counts(shapes: dict[str, list[int]] | None) -> dict[str, model_counts.ModelCounts]:
+        return {"det": model_counts.ModelCounts("det", 1e9, 1e6, shapes=shapes, declared=declared)}
 
-    [big] = fit.observations(records, counts=counts({}))  # counted as declared: the 640x640 bench
+    [big] = observations.observations(records, counts=counts({}))  # counted as declared: the 640x640 bench
     assert big.latency["p50"] == 4.0
-    [small] = fit.observations(records, counts=counts({"x": [1, 3, 320, 320]}))
+    [small] = observations.observations(records, counts=counts({"x": [1, 3, 320, 320]}))
     assert small.latency["p50"] == 1.0
-    assert fit.observations(records, counts=counts({"x": [1, 3, 480, 480]})) == []  # never benched there
-    [fastest] = fit.observations(records, counts=counts(None))  # counts of unknown shapes: any bench
+    assert (
+        observations.observations(records, counts=counts({"x": [1, 3, 480, 480]})) == []
+    )  # never benched there
+    [fastest] = observations.observations(records, counts=counts(None))  # counts of unknown shapes: any bench
     assert fastest.latency["p50"] == 1.0

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgebench.analysis import fit
+from edgebench.analysis import budgets as budget_defs
+from edgebench.analysis import fit, fit_result
 from edgebench.records import Record
 from edgebench.results.store import Store
 
@@ -74,25 +75,29 @@ HELD = "m3"
 def predicted(noise: float, limit_factor: float, n_models: int = 24):  # type: ignore[no-untyped-def]
     models = MODELS[:n_models]
     name, flops, wb = next(m for m in models if m[0] == HELD)
-    budget = fit.parse_budgets([f"latency_p50_ms={truth_ms(flops, wb) * limit_factor}"])
+    budget = budget_defs.parse_budgets([f"latency_p50_ms={truth_ms(flops, wb) * limit_factor}"])
     result = fit.assess(lab_records(models, noise, skip=(HELD,)), budget)
     return next(v for v in result.verdicts if v.model == HELD), result
 
 
 def test_a_quiet_device_bounds_the_prediction_and_answers() -> None:
     fits, _ = predicted(noise=0.02, limit_factor=1.3)
-    assert fits.basis == "predicted" and fits.verdict == fit.FITS and fits.fits is True
+    assert fits.basis == "predicted" and fits.verdict == fit_result.FITS and fits.fits is True
     lo, hi = fits.intervals["latency_p50_ms"]
     assert lo < fits.values["latency_p50_ms"] < hi < fits.values["latency_p50_ms"] * 1.3
     over, _ = predicted(noise=0.02, limit_factor=0.7)
-    assert over.verdict == fit.NO_FIT and over.fits is False and over.ratio == pytest.approx(1 / 0.7, rel=0.1)
+    assert (
+        over.verdict == fit_result.NO_FIT
+        and over.fits is False
+        and over.ratio == pytest.approx(1 / 0.7, rel=0.1)
+    )
 
 
 def test_a_noisy_device_makes_the_same_prediction_uncertain() -> None:
     """30% noise: cross-validation finds few held-out pairs within +-10%, so a prediction under the
     budget is not called a fit when the budget is 15% over the truth; on a quiet device it is."""
     quiet, _ = predicted(noise=0.02, limit_factor=1.15)
-    assert quiet.verdict == fit.FITS
+    assert quiet.verdict == fit_result.FITS
     v, result = predicted(noise=0.3, limit_factor=1.15)
     cv = next(
         s
@@ -105,17 +110,20 @@ def test_a_noisy_device_makes_the_same_prediction_uncertain() -> None:
     assert v.values["latency_p50_ms"] < limit  # a point prediction under the limit...
     lo, hi = v.intervals["latency_p50_ms"]
     assert lo < limit < hi  # ...whose interval spans it
-    assert v.verdict == fit.UNCERTAIN and v.fits is None and "spans the limit" in v.why
+    assert v.verdict == fit_result.UNCERTAIN and v.fits is None and "spans the limit" in v.why
 
 
 def test_too_few_measured_models_give_no_interval_and_no_fit() -> None:
     v, _ = predicted(noise=0.02, limit_factor=3.0, n_models=6)
-    assert v.basis == "predicted" and v.verdict == fit.UNCERTAIN
+    assert v.basis == "predicted" and v.verdict == fit_result.UNCERTAIN
     assert "no prediction interval" in v.why and "needs 9" in v.why
 
 
 def test_prediction_interval_is_the_conformal_order_statistic() -> None:
-    cv = [fit.CvPoint("d", "ort", f"m{i}", "model", "latency_p50_ms", 1.0 + i / 100, 1.0) for i in range(19)]
+    cv = [
+        fit_result.CvPoint("d", "ort", f"m{i}", "model", "latency_p50_ms", 1.0 + i / 100, 1.0)
+        for i in range(19)
+    ]
     lo, hi, n = fit.prediction_interval(cv, "d", "ort", "latency_p50_ms", ("model",))
     assert n == 19 and lo == pytest.approx(1.01) and hi == pytest.approx(1.17)  # 2nd smallest, 18th
     assert fit.prediction_interval(cv[:8], "d", "ort", "latency_p50_ms", ("model",))[:2] == (None, None)
@@ -124,7 +132,7 @@ def test_prediction_interval_is_the_conformal_order_statistic() -> None:
     inside = 0
     for _ in range(2000):
         r = np.exp(rng.normal(0, 0.2, 20))
-        pts = [fit.CvPoint("d", None, "m", "model", "q", float(x), 1.0) for x in r[:19]]
+        pts = [fit_result.CvPoint("d", None, "m", "model", "q", float(x), 1.0) for x in r[:19]]
         a, b, _ = fit.prediction_interval(pts, "d", None, "q", ("model",))
         inside += a <= r[19] <= b
     assert 0.78 <= inside / 2000 <= 0.9
@@ -134,10 +142,10 @@ def test_ratios_are_sane_where_margins_read_minus_3530_percent() -> None:
     records = lab_records(MODELS[:3], 0.0)
     name = MODELS[0][0]
     p99 = next(r.value for r in records if r.model == name and r.params.get("stat") == "p99")
-    budgets = fit.parse_budgets([f"latency_p99_ms={p99 / 36.3}"])
+    budgets = budget_defs.parse_budgets([f"latency_p99_ms={p99 / 36.3}"])
     v = next(v for v in fit.assess(records, budgets).verdicts if v.model == name)
     assert v.margin == pytest.approx(-35.3, rel=1e-3)  # what the report used to print as -3530%
-    assert v.ratio == pytest.approx(36.3) and v.verdict == fit.NO_FIT and "36x the budget" in v.why
+    assert v.ratio == pytest.approx(36.3) and v.verdict == fit_result.NO_FIT and "36x the budget" in v.why
     from edgebench.cli.report import ratio_text
 
     assert ratio_text(v.ratio) == "36x budget" and ratio_text(0.62) == "0.62x budget"

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from edgebench.analysis import fit
+from edgebench.analysis import budgets as budget_defs
+from edgebench.analysis import fit, fit_result
 from edgebench.records import Record
 
 
@@ -29,17 +30,17 @@ def test_the_model_memory_is_judged_at_its_high_end_over_the_latest_runs_invocat
         memory("m", "model_memory_mb", 21.0, "r2", baseline_mb=51.0, measured_by="agent"),
         memory("m", "peak_rss_mb", 72.0, "r2"),
     ]
-    budgets = fit.parse_budgets(["memory_mb=20", "process_memory_mb=100"])
+    budgets = budget_defs.parse_budgets(["memory_mb=20", "process_memory_mb=100"])
     [v] = fit.assess(records, budgets, run_order=["r1", "r2"]).verdicts
-    assert v.values == {"memory_mb": 21.0, "process_memory_mb": 72.0} and v.verdict == fit.NO_FIT
+    assert v.values == {"memory_mb": 21.0, "process_memory_mb": 72.0} and v.verdict == fit_result.NO_FIT
     assert v.memory == {
         "model_mb": [18.0, 21.0],
         "baseline_mb": 51.0,
         "process_peak_mb": 72.0,
         "measured_by": "agent",
     }
-    later = fit.assess(records, fit.parse_budgets(["memory_mb=25"]), run_order=["r1", "r2"]).verdicts
-    assert later[0].verdict == fit.FITS  # r1's 200 MB is not the latest build's
+    later = fit.assess(records, budget_defs.parse_budgets(["memory_mb=25"]), run_order=["r1", "r2"]).verdicts
+    assert later[0].verdict == fit_result.FITS  # r1's 200 MB is not the latest build's
 
 
 def test_a_repeated_configurations_latency_is_the_median_of_its_invocations() -> None:
@@ -49,8 +50,8 @@ def test_a_repeated_configurations_latency_is_the_median_of_its_invocations() ->
         )
         for v in (10.0, 10.2, 30.0)
     ]
-    [v] = fit.assess(records, fit.parse_budgets(["latency_p50_ms=11"])).verdicts
-    assert v.values["latency_p50_ms"] == 10.2 and v.verdict == fit.FITS
+    [v] = fit.assess(records, budget_defs.parse_budgets(["latency_p50_ms=11"])).verdicts
+    assert v.values["latency_p50_ms"] == 10.2 and v.verdict == fit_result.FITS
 
 
 def test_a_native_runner_is_judged_on_its_tools_growth_and_says_so() -> None:
@@ -59,11 +60,11 @@ def test_a_native_runner_is_judged_on_its_tools_growth_and_says_so() -> None:
         memory("m", "peak_rss_mb", 90.0),
         memory("m", "memory_growth_mb", 12.0, measured_by=says),
     ]
-    [v] = fit.assess(records, fit.parse_budgets(["memory_mb=20"])).verdicts
-    assert v.values["memory_mb"] == 12.0 and v.verdict == fit.FITS and v.memory["measured_by"] == says
+    [v] = fit.assess(records, budget_defs.parse_budgets(["memory_mb=20"])).verdicts
+    assert v.values["memory_mb"] == 12.0 and v.verdict == fit_result.FITS and v.memory["measured_by"] == says
 
 
 def test_a_store_from_before_model_memory_uses_the_peak_over_its_baseline() -> None:
     records = latency("m") + [memory("m", "peak_rss_mb", 70.0, rss_before_load_mb=50.0)]
-    [v] = fit.assess(records, fit.parse_budgets(["memory_mb=40"])).verdicts
-    assert v.values["memory_mb"] == 20.0 and v.verdict == fit.FITS
+    [v] = fit.assess(records, budget_defs.parse_budgets(["memory_mb=40"])).verdicts
+    assert v.values["memory_mb"] == 20.0 and v.verdict == fit_result.FITS

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgebench.analysis import fit
+from edgebench.analysis import budgets as budget_defs
+from edgebench.analysis import fit, fit_result
 from edgebench.analysis.tails import check_tail, tick_of
 from edgebench.records import Record, Samples
 
@@ -86,18 +87,22 @@ def stored(model: str, samples: np.ndarray, run_id: str = "r1") -> tuple[list[Re
 @pytest.mark.parametrize(
     ("samples", "budget", "verdict"),
     [
-        (steady(), 1.5, fit.FITS),  # clean tail under the budget
-        (slow_tail(), 1.5, fit.NO_FIT),  # clean tail over the budget: the model's own
-        (ticked(), 1.5, fit.UNCERTAIN),  # 4 ms ticks over a 0.2 ms model: over with them, under without
-        (ticked(), 6.0, fit.FITS),  # fits even with the ticks: the same either way
+        (steady(), 1.5, fit_result.FITS),  # clean tail under the budget
+        (slow_tail(), 1.5, fit_result.NO_FIT),  # clean tail over the budget: the model's own
+        (
+            ticked(),
+            1.5,
+            fit_result.UNCERTAIN,
+        ),  # 4 ms ticks over a 0.2 ms model: over with them, under without
+        (ticked(), 6.0, fit_result.FITS),  # fits even with the ticks: the same either way
     ],
 )
 def test_fit_on_stored_records(samples: np.ndarray, budget: float, verdict: str) -> None:
     records, kept = stored("m", samples)
-    result = fit.assess(records, fit.parse_budgets([f"latency_p99_ms={budget}"]), samples=kept)
+    result = fit.assess(records, budget_defs.parse_budgets([f"latency_p99_ms={budget}"]), samples=kept)
     [v] = result.verdicts
     assert v.verdict == verdict, v.why
-    if verdict == fit.UNCERTAIN:
+    if verdict == fit_result.UNCERTAIN:
         assert "uncertain (tail disturbed)" in v.why and "scheduler tick" in v.why
         [rec] = [r for r in result.records("f") if r.metric == "fits"]
         assert rec.annotations["tails"]["p99"]["tick_ms"] == 4.0
@@ -111,9 +116,9 @@ def test_two_nights_do_not_flip() -> None:
     verdicts = set()
     for seed, share in ((1, 0.02), (2, 0.06)):
         records, kept = stored("int8", ticked(share=share, seed=seed))
-        [v] = fit.assess(records, fit.parse_budgets(["latency_p99_ms=0.5"]), samples=kept).verdicts
+        [v] = fit.assess(records, budget_defs.parse_budgets(["latency_p99_ms=0.5"]), samples=kept).verdicts
         verdicts.add(v.verdict)
-    assert verdicts == {fit.UNCERTAIN}
+    assert verdicts == {fit_result.UNCERTAIN}
 
 
 def test_a_disturbed_tail_cites_the_jobs_measured_disturbance() -> None:
@@ -133,6 +138,6 @@ def test_a_disturbed_tail_cites_the_jobs_measured_disturbance() -> None:
         )
         for share in (0.1, 0.6)
     ]
-    result = fit.assess(records, fit.parse_budgets(["latency_p99_ms=1.5"]), samples=kept)
+    result = fit.assess(records, budget_defs.parse_budgets(["latency_p99_ms=1.5"]), samples=kept)
     [v] = result.verdicts
-    assert v.verdict == fit.UNCERTAIN and v.tails["p99"].measured == {"others_cpu_share": 0.6}
+    assert v.verdict == fit_result.UNCERTAIN and v.tails["p99"].measured == {"others_cpu_share": 0.6}

@@ -10,20 +10,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgebench.analysis import kernel_predict as kp
+from edgebench.analysis.budgets import make_budget
 from edgebench.analysis.cost import analyze
-from edgebench.analysis.fit import (
-    FITS,
-    NO_FIT,
-    UNCERTAIN,
-    MachineModel,
-    ModelCounts,
-    _kernel_verdict,
-    _Target,
-    decide,
-    make_budget,
-    unsteady_speed_warnings,
-)
+from edgebench.analysis.fit import _kernel_verdict, decide, unsteady_speed_warnings
+from edgebench.analysis.fit_result import FITS, NO_FIT, UNCERTAIN
 from edgebench.analysis.kernels import Kernel, graph_kernels, in_bounds_share, profile_kernel
+from edgebench.analysis.model_counts import ModelCounts
+from edgebench.analysis.roofline_predict import MachineModel, _Target
 from edgebench.records import Record, RecordContext
 from edgebench.runtimes import runtime
 from edgebench.runtimes.onnxruntime import nchwc_block
@@ -651,7 +644,7 @@ def mlp_profiles(folder, device: str = "pc") -> tuple[list, dict]:
     the synthetic device's GEMM cost, the plain p50 their sum plus the overhead) and their counts."""
     import onnx
 
-    from edgebench.analysis.fit import count_model
+    from edgebench.analysis.model_counts import count_model
     from edgebench.records import Record
 
     records, counts = [], {}
@@ -685,7 +678,8 @@ def test_fit_keeps_the_kernel_predictors_held_out_errors_as_records(tmp_path) ->
     """fit's records carry the per-kernel predictor's leave-one-model-out residuals: one cv_error per
     held-out profile and per target the share within +-10%, the median error, the count and the interval,
     named by `predictor=kernel`; the reference is kernel_predict's own cross-validation on the same data."""
-    from edgebench.analysis.fit import AGGREGATE_DEVICE, KERNEL_PREDICTOR, assess
+    from edgebench.analysis.fit import assess
+    from edgebench.analysis.fit_result import AGGREGATE_DEVICE, KERNEL_PREDICTOR
 
     records, counts = mlp_profiles(tmp_path)
     result = assess(records, counts=counts)

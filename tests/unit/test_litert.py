@@ -11,7 +11,8 @@ import pytest
 
 pytest.importorskip("ai_edge_litert", reason="ai-edge-litert is not installed (scripts/install-test-deps.sh)")
 
-from edgebench.agent.runtimes import LiteRtSession, OrtSession
+from edgebench.agent.session_litert import LiteRtSession
+from edgebench.agent.session_onnxruntime import OrtSession
 from edgebench.errors import ModelError
 from edgebench.models.refs import check_model_file, resolve_model
 from edgebench.probes.common import model_file_for, runtime_of

@@ -343,7 +343,7 @@ def test_replay_perf_test_profile_is_collected_into_op_times(adb_phone_factory, 
     8 timed runs like perf_test's) is pulled, parsed into op_time_ms records and removed from the phone."""
     import shutil
 
-    from edgebench.agent.runtimes import OrtSession
+    from edgebench.agent.session_onnxruntime import OrtSession
     from edgebench.execution.oneshot import run_now
     from edgebench.jobs import Job
     from edgebench.models.refs import resolve_model

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from edgebench.analysis.fit import parse_budgets
+from edgebench.analysis.budgets import parse_budgets
 from edgebench.records import Record, RecordContext, Samples, utc_now
 from edgebench.render.report import format_for, render, write_report
 from edgebench.render.report.data import ReportData

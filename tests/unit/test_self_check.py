@@ -11,7 +11,7 @@ import pytest
 
 from edgebench.agent.bench import measure
 from edgebench.agent.main import TaskError
-from edgebench.agent.runtimes import Step
+from edgebench.agent.session import Step
 from edgebench.agent.timing import TimingPolicy
 
 FAST = TimingPolicy(warmup=3, warmup_seconds=0.0, runs=5, min_seconds=0.0)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from edgebench.analysis import fit
-from edgebench.analysis.fit import FitResult, KernelCvPoint
+from edgebench.analysis import fit_result
+from edgebench.analysis.fit_result import FitResult, KernelCvPoint
 from edgebench.render.report import render
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -18,7 +18,7 @@ def _result(kernel_models: int, whole_models: int) -> FitResult:
     """Held-out points, every one 30% off (a 0% share), over the given numbers of models."""
     kernel = [KernelCvPoint("pc", "onnxruntime", f"k{i}", "{}", 1, 1.0, 1.3) for i in range(kernel_models)]
     whole = [
-        fit.CvPoint("pc", "onnxruntime", f"m{i}", "model", "latency_p50_ms", 1.0, 1.3)
+        fit_result.CvPoint("pc", "onnxruntime", f"m{i}", "model", "latency_p50_ms", 1.0, 1.3)
         for i in range(whole_models)
     ]
     return FitResult(budgets=(), cv=whole, kernel_cv=kernel)
@@ -30,11 +30,15 @@ def _section(page: str) -> str:
 
 
 def test_thin_shares_say_too_few_models_to_judge() -> None:
-    result = _result(kernel_models=fit.MIN_JUDGED_KERNEL_MODELS - 1, whole_models=fit.MIN_JUDGED_MODELS - 1)
+    result = _result(
+        kernel_models=fit_result.MIN_JUDGED_KERNEL_MODELS - 1, whole_models=fit_result.MIN_JUDGED_MODELS - 1
+    )
     recs = result.records("fit1")
     shares = [r for r in recs if r.metric == "cv_within_10pct"]
     assert shares and all(r.annotations["judged"] is False for r in shares)
-    kernel = next(r for r in shares if r.params.get("predictor") == fit.KERNEL_PREDICTOR and r.device == "pc")
+    kernel = next(
+        r for r in shares if r.params.get("predictor") == fit_result.KERNEL_PREDICTOR and r.device == "pc"
+    )
     assert kernel.annotations["models"] == 4 and kernel.annotations["models_needed"] == 5
     assert "edgebench profile MODEL.onnx --device pc --threads 1" in kernel.annotations["next_step"]
     section = _section(render(make_data(recs, runs=("fit1",)), "html"))
@@ -50,7 +54,9 @@ def test_thin_shares_say_too_few_models_to_judge() -> None:
 
 
 def test_enough_models_show_the_share() -> None:
-    result = _result(kernel_models=fit.MIN_JUDGED_KERNEL_MODELS, whole_models=fit.MIN_JUDGED_MODELS)
+    result = _result(
+        kernel_models=fit_result.MIN_JUDGED_KERNEL_MODELS, whole_models=fit_result.MIN_JUDGED_MODELS
+    )
     recs = result.records("fit1")
     assert all(r.annotations["judged"] for r in recs if r.metric == "cv_within_10pct")
     section = _section(render(make_data(recs, runs=("fit1",)), "html"))

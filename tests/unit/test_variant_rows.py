@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from edgebench.analysis import fit
+from edgebench.analysis import budgets as budget_defs
+from edgebench.analysis import fit, fit_result
 from edgebench.analysis.variants import p50_ratio, references, speedup_text
 from edgebench.records import Record, Samples
 from edgebench.render.report import frames
@@ -65,7 +66,9 @@ def test_variants_pair_with_their_reference_by_name_and_by_accuracy() -> None:
 
 def test_rows_give_speedup_interval_size_accuracy_and_verdict(store: tuple) -> None:
     records, samples = store
-    result = fit.assess(records, fit.parse_budgets(["latency_p50_ms=1", "memory_mb=40"]), samples=samples)
+    result = fit.assess(
+        records, budget_defs.parse_budgets(["latency_p50_ms=1", "memory_mb=40"]), samples=samples
+    )
     rows = {r.variant: r for r in result.variants}
     int8 = rows["enc.int8-dynamic"]
     by_name = {s.model: s.values for s in samples}
@@ -75,9 +78,9 @@ def test_rows_give_speedup_interval_size_accuracy_and_verdict(store: tuple) -> N
     )
     assert lo < 3.0 < hi and hi - lo < 0.2  # true ratio 2.1 / 0.7
     assert int8.size_ratio == 0.25 and int8.cosine == 0.9998 and int8.snr_db == 34.0
-    assert int8.task == {"task_top1_agreement": 0.99} and int8.verdict == fit.FITS
+    assert int8.task == {"task_top1_agreement": 0.99} and int8.verdict == fit_result.FITS
     assert "x faster (95% CI" in int8.describe() and "0.25x size" in int8.describe()
-    assert rows["enc-fp16"].verdict == fit.NO_FIT and rows["enc-fp16"].cosine is None
+    assert rows["enc-fp16"].verdict == fit_result.NO_FIT and rows["enc-fp16"].cosine is None
     assert "enc" not in rows
     [rec] = [
         r for r in result.records("f") if r.metric == "variant_speedup" and r.model == "enc.int8-dynamic"

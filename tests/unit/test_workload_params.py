@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from edgebench.analysis import budgets as budget_defs
 from edgebench.analysis import fit
 from edgebench.errors import UserError
 from edgebench.probes.params import ParamError
@@ -57,19 +58,19 @@ def test_fit_budgets_on_rtf_and_cold_load() -> None:
     stream = {"threads": 1, "stream": True, "frame_s": 0.032}
     records += [rec("rtf", v, stat=s, **stream) for s, v in (("p50", 0.2), ("p99", 0.45))]
     records.append(rec("load_ms", 400.0, threads=1, cache="cold"))
-    budgets = fit.parse_budgets(["rtf_p99=0.5", "cold_load_ms=300"])
+    budgets = budget_defs.parse_budgets(["rtf_p99=0.5", "cold_load_ms=300"])
     [verdict] = fit.assess(records, budgets).verdicts
     assert verdict.values == {"rtf_p99": 0.45, "cold_load_ms": 400.0}
     assert verdict.fits is False and verdict.limiting == "cold_load_ms"
     with pytest.raises(UserError, match="rtf_<p50"):
-        fit.parse_budgets(["rtf_p42=1"])
+        budget_defs.parse_budgets(["rtf_p42=1"])
 
 
 def test_a_model_measured_only_frame_by_frame_is_fitted() -> None:
     stream = {"threads": 1, "stream": True, "frame_s": 0.032}
     records = [rec("frame_latency_ms", v, stat=s, **stream) for s, v in (("p50", 6.0), ("p99", 9.0))]
     records += [rec("rtf", 0.28, stat="p99", **stream)]
-    [verdict] = fit.assess(records, fit.parse_budgets(["rtf_p99=0.3", "latency_p99_ms=10"])).verdicts
+    [verdict] = fit.assess(records, budget_defs.parse_budgets(["rtf_p99=0.3", "latency_p99_ms=10"])).verdicts
     assert verdict.fits is True and verdict.values == {"rtf_p99": 0.28, "latency_p99_ms": 9.0}
 
 

@@ -6,8 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...analysis.fit import MEASURING_PROBES, Budget, assess
-from ...analysis.fit import PROBE as FIT_PROBE
+from ...analysis.budgets import Budget
+from ...analysis.fit import assess
+from ...analysis.model_counts import PROBE as FIT_PROBE
+from ...analysis.observations import MEASURING_PROBES
 from ...errors import UserError
 from ...records import Record, Samples, utc_now
 from ...results.store import RunInfo, Store

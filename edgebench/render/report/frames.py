@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...analysis.fit import Budget, observations
+from ...analysis.budgets import Budget
+from ...analysis.observations import observations
 from ...records import Record, RecordKey, Samples
 
 # Metrics where a higher value is better (everything else compared in deltas is better lower).

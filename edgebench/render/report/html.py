@@ -22,7 +22,7 @@ import pandas as pd
 
 from ... import __version__
 from ...analysis.ceilings import BEATS_MARGIN
-from ...analysis.fit import KERNEL_PREDICTOR
+from ...analysis.fit_result import KERNEL_PREDICTOR
 from ...execution.provenance import redact_argv
 from . import frames, plots, unmeasured, workloads
 from .data import ReportData

@@ -9,7 +9,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ...analysis.fit import KERNEL_PREDICTOR
+from ...analysis.fit_result import KERNEL_PREDICTOR
 from . import frames
 from .data import ReportData
 from .health import COLUMNS as HEALTH_COLUMNS

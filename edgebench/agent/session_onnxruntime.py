@@ -1,0 +1,102 @@
+"""The onnxruntime session: the CPU provider with explicit intra-op threads and sequential execution."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from .session import (
+    InputInfo,
+    ModelLoadError,
+    RuntimeMissing,
+    Step,
+    _first_line,
+    effective_threads,
+    thread_count,
+)
+
+ORT_TYPES = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+    "tensor(int64)": "int64",
+    "tensor(int32)": "int32",
+    "tensor(int16)": "int16",
+    "tensor(int8)": "int8",
+    "tensor(uint8)": "uint8",
+    "tensor(uint16)": "uint16",
+    "tensor(bool)": "bool",
+}
+
+
+class OrtSession:
+    """onnxruntime CPU session with explicit intra-op threads and sequential execution."""
+
+    runtime = "onnxruntime"
+
+    def __init__(
+        self,
+        path: str,
+        threads: int = 0,
+        profile_prefix: str | None = None,
+        providers: list[str] | None = None,
+        optimization: str = "all",
+    ) -> None:
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:
+            raise RuntimeMissing(f"onnxruntime is not installed for {sys.executable}") from exc
+        self.version = ort.__version__
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.graph_optimization_level = {
+            "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[optimization]
+        opts.log_severity_level = 3
+        if profile_prefix:
+            opts.enable_profiling = True
+            opts.profile_file_prefix = profile_prefix
+        before = thread_count()
+        try:
+            self.session = ort.InferenceSession(path, opts, providers=providers or ["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
+            raise ModelLoadError(_first_line(exc)) from None
+        self.effective_threads = effective_threads(threads, before, thread_count())
+        self.inputs = [
+            InputInfo(i.name, list(i.shape), ORT_TYPES.get(i.type, "float32"))
+            for i in self.session.get_inputs()
+        ]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def prepare(self, feeds: dict[str, Any]) -> OrtStep:
+        return OrtStep(self.session, self.output_names, feeds)
+
+    def outputs(self, feeds: dict[str, Any]) -> dict[str, Any]:
+        return dict(zip(self.output_names, self.session.run(self.output_names, feeds), strict=True))
+
+    def end_profiling(self) -> str | None:
+        return self.session.end_profiling()
+
+
+class OrtStep(Step):
+    """`InferenceSession.run` on fixed feeds; onnxruntime never writes into its inputs."""
+
+    def __init__(self, session: Any, names: list[str], feeds: dict[str, Any]) -> None:
+        self.session, self.names, self.feeds = session, names, feeds
+        self.last: list[Any] = []
+
+    def __call__(self) -> Any:
+        self.last = self.session.run(self.names, self.feeds)
+        return self.last
+
+    def outputs(self) -> dict[str, Any]:
+        import numpy as np
+
+        return {n: np.array(v, copy=True) for n, v in zip(self.names, self.last, strict=True)}
+
+
+SESSION = OrtSession  # what agent.runtimes.open_session opens for this runtime

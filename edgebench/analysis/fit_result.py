@@ -1,0 +1,457 @@
+"""What `fit` concludes, as typed results: a verdict per target x model x budget, the cross-validation of each
+predictor (held-out points and their summaries), and the records they are stored as."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..records import Record, utc_now
+from .budgets import Budget
+from .model_counts import PROBE, ModelCounts
+from .tails import TailCheck
+from .variants import VariantRow
+
+STATS = ("p50", "p90", "p99", "mean", "min", "max")
+
+
+WITHIN = 0.10  # the cross-validation figure: share of held-out pairs within +-10%
+
+
+AGGREGATE_DEVICE = "*"  # device name of fleet-wide records
+
+
+# Held-out models a share within +-10% is judged from (fewer: "too few models to judge", with the command
+# that gives enough). The whole-model predictor fits one point per model on up to 7 coefficients: with
+# fewer than 8 models each held-out calibration falls back to its two- or three-coefficient forms, and
+# the share judges those, not the predictor a fleet gets. The per-kernel predictor fits its coefficients
+# on every profiled kernel and sample, so the held-out models only count how often it lands: one of
+# five moves the share by 20%.
+MIN_JUDGED_MODELS = 8
+
+
+MIN_JUDGED_KERNEL_MODELS = 5
+
+
+MIN_SAMPLES_P99 = 100
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One target x model against the budgets."""
+
+    device: str
+    runtime: str | None
+    model: str
+    basis: str  # measured | predicted
+    values: dict[str, float]  # budget key -> value compared
+    fits: bool | None
+    limiting: str | None
+    margin: float | None
+    margins: dict[str, float]
+    unchecked: tuple[str, ...]
+    config: dict[str, Any] = field(default_factory=dict)
+    predicted: dict[str, float] = field(
+        default_factory=dict
+    )  # predicted_latency_ms (p50/p99), memory, energy
+    evidence: str = ""
+    estimated: tuple[str, ...] = ()
+    counts: ModelCounts | None = None
+    # The answer: "fits", "does not fit" or "uncertain" (FITS, NO_FIT, UNCERTAIN; "" without budgets),
+    # the value / limit ratio of each budget (0.5 = half the budget, 36 = 36 times over), the interval a
+    # prediction's true value lies in (per budget, when one is available) and why the answer is what it is.
+    verdict: str = ""
+    ratios: dict[str, float] = field(default_factory=dict)
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
+    why: str = ""
+    # The memory behind `memory_mb`: the model's range over invocations (`model_mb`: [low, high]), the
+    # runtime + harness baseline beside it, the process peak, and what measured them.
+    memory: dict[str, Any] = field(default_factory=dict)
+    tails: dict[str, TailCheck] = field(default_factory=dict)  # measured tails' make-up (analysis.tails)
+
+    @property
+    def ratio(self) -> float | None:
+        """value / limit of the limiting budget."""
+        return self.ratios.get(self.limiting) if self.limiting else None
+
+
+FITS, NO_FIT, UNCERTAIN = "fits", "does not fit", "uncertain"
+
+
+INTERVAL_COVERAGE = 0.8  # a prediction interval holds the true value 4 times in 5 (10% on each side)
+
+
+@dataclass(frozen=True)
+class CvPoint:
+    """One held-out measured pair: what the calibration predicted without it."""
+
+    device: str
+    runtime: str | None
+    model: str
+    holdout: str  # pair | model
+    quantity: str  # latency_p50_ms | latency_p99_ms | memory_mb
+    measured: float
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1.0
+
+
+@dataclass(frozen=True)
+class CvSummary:
+    device: str
+    runtime: str | None
+    holdout: str
+    quantity: str
+    pairs: int
+    within: float
+    median_abs_err: float
+    models: int = 0  # distinct models held out
+
+    @property
+    def judged(self) -> bool:
+        """Whether enough models were held out to judge the share (MIN_JUDGED_MODELS)."""
+        return self.models >= MIN_JUDGED_MODELS
+
+
+KERNEL_PREDICTOR = "kernel"  # `predictor` param of the per-kernel predictor's cross-validation records
+
+
+@dataclass(frozen=True)
+class KernelCvPoint:
+    """One profiled model at one set of input shapes, predicted from its graph by the per-kernel
+    calibration of its target without it (kernel_predict.cross_validate); measured: its plain p50."""
+
+    device: str
+    runtime: str | None
+    model: str
+    shapes: str  # canonical JSON of the input shapes
+    threads: int | None
+    measured: float
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1.0
+
+
+@dataclass(frozen=True)
+class KernelCvSummary:
+    """The per-kernel predictor's held-out errors on a target (or fleet-wide, device `*`), and the
+    interval on measured / predicted they give a new model's p50 (per target; None with too few)."""
+
+    device: str
+    runtime: str | None
+    pairs: int
+    within: float
+    median_abs_err: float
+    interval: tuple[float, float] | None
+    coverage: float
+    threads: int | None = None
+    models: int = 0  # distinct models held out
+
+    @property
+    def judged(self) -> bool:
+        """Whether enough models were held out to judge the share (MIN_JUDGED_KERNEL_MODELS)."""
+        return self.models >= MIN_JUDGED_KERNEL_MODELS
+
+
+@dataclass
+class FitResult:
+    """Everything `fit` found: verdicts, cross-validation, per-target calibrations, notes for the user."""
+
+    budgets: tuple[Budget, ...]
+    verdicts: list[Verdict] = field(default_factory=list)
+    cv: list[CvPoint] = field(default_factory=list)
+    calibrations: dict[tuple[str, str | None], dict[str, Any]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    kernel_cv: list[KernelCvPoint] = field(default_factory=list)
+    kernel_coverage: float = 0.8
+    variants: list[VariantRow] = field(default_factory=list)  # each variant against its fp32 reference
+
+    def kernel_cv_summaries(self) -> list[KernelCvSummary]:
+        """The per-kernel predictor's held-out errors per target and fleet-wide (device `*`, no interval:
+        an interval belongs to one target's calibration)."""
+        from .kernel_predict import conformal_bounds
+
+        groups: dict[tuple[str, str | None], list[KernelCvPoint]] = defaultdict(list)
+        for p in self.kernel_cv:
+            groups[(p.device, p.runtime)].append(p)
+        if groups:
+            groups[(AGGREGATE_DEVICE, None)] = list(self.kernel_cv)
+        out = []
+        for (device, runtime), pts in sorted(
+            groups.items(), key=lambda kv: (kv[0][0] != AGGREGATE_DEVICE, kv[0][0], kv[0][1] or "")
+        ):
+            errs = np.abs([p.error for p in pts])
+            per_target = device != AGGREGATE_DEVICE
+            bounds = (
+                conformal_bounds([p.measured / p.predicted for p in pts], self.kernel_coverage)
+                if per_target
+                else None
+            )
+            threads = {p.threads for p in pts}
+            out.append(
+                KernelCvSummary(
+                    device,
+                    runtime,
+                    len(pts),
+                    float(np.mean(errs <= WITHIN + 1e-12)),
+                    float(np.median(errs)),
+                    bounds,
+                    self.kernel_coverage,
+                    threads.pop() if per_target and len(threads) == 1 else None,
+                    len({(p.device, p.model) for p in pts}),
+                )
+            )
+        return out
+
+    def cv_summaries(self) -> list[CvSummary]:
+        """Per target and fleet-wide (device `*`): share within +-10% and the median absolute error."""
+        groups: dict[tuple, list[CvPoint]] = defaultdict(list)
+        for p in self.cv:
+            groups[(p.device, p.runtime, p.holdout, p.quantity)].append(p)
+            groups[(AGGREGATE_DEVICE, None, p.holdout, p.quantity)].append(p)
+        out = []
+        for (device, runtime, holdout, quantity), pts in sorted(
+            groups.items(),
+            key=lambda kv: (kv[0][0] != AGGREGATE_DEVICE, kv[0][0], kv[0][1] or "", kv[0][2], kv[0][3]),
+        ):
+            errs = np.abs([p.error for p in pts])
+            out.append(
+                CvSummary(
+                    device,
+                    runtime,
+                    holdout,
+                    quantity,
+                    len(pts),
+                    float(np.mean(errs <= WITHIN + 1e-12)),
+                    float(np.median(errs)),
+                    len({(p.device, p.model) for p in pts}),
+                )
+            )
+        return out
+
+    def records(self, run_id: str) -> list[Record]:
+        """The result as records (probe `fit`), the schema every other part reads: identity in params
+        (the budget, stat, holdout, quantity a figure is of), what is known about it in annotations."""
+        ts = utc_now()
+        out: list[Record] = []
+
+        def rec(
+            device: str,
+            runtime: str | None,
+            model: str | None,
+            metric: str,
+            value: float | None,
+            unit: str,
+            params: dict[str, Any] | None = None,
+            /,
+            **annotations: Any,
+        ) -> None:
+            out.append(
+                Record(
+                    run_id,
+                    device,
+                    PROBE,
+                    model,
+                    runtime,
+                    metric,
+                    None if value is None else float(value),
+                    unit,
+                    params or {},
+                    ts,
+                    annotations,
+                )
+            )
+
+        limits = {b.key: b.limit for b in self.budgets}
+        for v in self.verdicts:
+            common: dict[str, Any] = {"basis": v.basis}
+            if v.config:
+                common["config"] = v.config
+            if v.counts is not None:
+                common["flops"] = v.counts.flops
+                common["weight_bytes"] = v.counts.weight_bytes
+            rec(
+                v.device,
+                v.runtime,
+                v.model,
+                "fits",
+                None if v.fits is None else float(v.fits),
+                "bool",
+                None,
+                **common,
+                verdict=v.verdict,
+                why=v.why,
+                budgets=limits,
+                limiting=v.limiting,
+                ratio=v.ratio,
+                ratios=v.ratios,
+                intervals={k: list(iv) for k, iv in v.intervals.items()},
+                values=v.values,
+                unchecked=list(v.unchecked),
+                evidence=v.evidence or None,
+                estimated=list(v.estimated),
+                memory=v.memory or None,
+                tails={k: t.to_dict() for k, t in v.tails.items() if t.disturbed} or None,
+            )
+            for key, ratio in v.ratios.items():
+                iv = v.intervals.get(key)
+                rec(
+                    v.device,
+                    v.runtime,
+                    v.model,
+                    "budget_ratio",
+                    ratio,
+                    "ratio",
+                    {"budget": key},
+                    basis=v.basis,
+                    limit=limits[key],
+                    value=v.values[key],
+                    interval=list(iv) if iv else None,
+                )
+            for key, value in v.predicted.items():
+                metric, _, stat = key.partition(":")
+                rec(
+                    v.device,
+                    v.runtime,
+                    v.model,
+                    metric,
+                    value,
+                    _unit_of(metric),
+                    {"stat": stat} if stat else None,
+                    basis="predicted",
+                    evidence=v.evidence or None,
+                )
+        for (device, runtime), desc in sorted(
+            self.calibrations.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")
+        ):
+            rec(device, runtime, None, "calibration_models", desc.get("models"), "count", None, **desc)
+        for p in self.cv:
+            rec(
+                p.device,
+                p.runtime,
+                p.model,
+                "cv_error",
+                p.error,
+                "ratio",
+                {"holdout": p.holdout, "quantity": p.quantity},
+                measured=p.measured,
+                predicted=p.predicted,
+            )
+        for s in self.cv_summaries():
+            ident = {"holdout": s.holdout, "quantity": s.quantity}
+            _summary_records(
+                rec,
+                s.device,
+                s.runtime,
+                s.within,
+                s.median_abs_err,
+                ident,
+                pairs=s.pairs,
+                **judgement(s.models, MIN_JUDGED_MODELS, whole_model_next_step(s.device)),
+            )
+        self._kernel_cv_records(rec)
+        for row in self.variants:
+            rec(
+                row.device,
+                row.runtime,
+                row.variant,
+                "variant_speedup",
+                row.speedup,
+                "ratio",
+                {"reference": row.reference},
+                **{k: x for k, x in row.to_dict().items() if k not in ("device", "runtime", "variant")},
+            )
+        return out
+
+    def _kernel_cv_records(self, rec: Any) -> None:
+        """The per-kernel predictor's cross-validation, each record made by records()' `rec`."""
+        import json
+
+        ident = {"holdout": "model", "quantity": "latency_p50_ms", "predictor": KERNEL_PREDICTOR}
+        for p in self.kernel_cv:
+            shapes = json.loads(p.shapes) if p.shapes else {}
+            rec(
+                p.device,
+                p.runtime,
+                p.model,
+                "cv_error",
+                p.error,
+                "ratio",
+                {**ident, "shapes": shapes},
+                measured=p.measured,
+                predicted=p.predicted,
+                threads=p.threads,
+            )
+        for s in self.kernel_cv_summaries():
+            _summary_records(
+                rec,
+                s.device,
+                s.runtime,
+                s.within,
+                s.median_abs_err,
+                ident,
+                pairs=s.pairs,
+                interval=list(s.interval) if s.interval else None,
+                coverage=s.coverage,
+                threads=s.threads,
+                **judgement(s.models, MIN_JUDGED_KERNEL_MODELS, kernel_next_step(s.device, s.threads)),
+            )
+
+
+def _summary_records(
+    rec: Any,
+    device: str,
+    runtime: str | None,
+    within: float,
+    median_abs_err: float,
+    ident: Mapping[str, Any],
+    **annotations: Any,
+) -> None:
+    """A cross-validation summary's two records (share within +-10%, median error) through `rec`."""
+    for metric, value in (("cv_within_10pct", within), ("cv_median_abs_err", median_abs_err)):
+        rec(device, runtime, None, metric, value, "ratio", dict(ident), **annotations)
+
+
+def judgement(models: int, needed: int, next_step: str) -> dict[str, Any]:
+    """A share's annotations: how many models were held out, whether that is enough to judge it, and
+    where it is not, the step that gives enough (renderers say "too few models to judge" then)."""
+    out: dict[str, Any] = {"models": models, "judged": models >= needed, "models_needed": needed}
+    if models < needed:
+        out["next_step"] = next_step
+    return out
+
+
+def whole_model_next_step(device: str) -> str:
+    """What gives the whole-model predictor enough models on `device` (every device: DEVICE)."""
+    where = "DEVICE" if device == AGGREGATE_DEVICE else device
+    return f"bench more models there (`edgebench bench MODEL.onnx --device {where}`, one per model)"
+
+
+def kernel_next_step(device: str, threads: int | None) -> str:
+    """What gives the per-kernel predictor enough profiled models on `device`."""
+    where = "DEVICE" if device == AGGREGATE_DEVICE else device
+    at = f" --threads {threads}" if threads else ""
+    return (
+        f"profile more models there (`edgebench profile MODEL.onnx --device {where}{at}`, one per model, "
+        "beside `edgebench run suites/calibrate.toml`)"
+    )
+
+
+def _unit_of(metric: str) -> str:
+    return {"predicted_latency_ms": "ms", "predicted_memory_mb": "MB", "predicted_energy_mj": "mJ"}.get(
+        metric, ""
+    )
+
+
+def verdict_exit_code(verdicts: Sequence[Verdict], strict: bool = False) -> int:
+    """`fit` as a release gate: 1 when a pair does not fit (or, with strict, is uncertain), else 0."""
+    found = {v.verdict for v in verdicts}
+    return 1 if NO_FIT in found or (strict and UNCERTAIN in found) else 0
