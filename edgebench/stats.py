@@ -11,6 +11,7 @@ samples it needs; the median is always given (everything pairs on it) and flagge
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -195,3 +196,14 @@ def corroborated_ratio(ours: list[float], reference: list[float]) -> float:
     first round at 6.1 ms against 7.3 in its nine others read 1.21 where every other round read 0.98-1.16)."""
     rank = max(1, min(CORROBORATING_ROUNDS, min(len(ours), len(reference)) // 3))
     return sorted(ours)[rank - 1] / sorted(reference)[rank - 1]
+
+
+def conformal_bounds(ratios_seen: Iterable[float], coverage: float) -> tuple[float, float] | None:
+    """Split-conformal bounds on measured / predicted from held-out ratios (None with too few of them)."""
+    ratios = sorted(ratios_seen)
+    n = len(ratios)
+    tail = (1 - coverage) / 2
+    k = math.ceil((n + 1) * (1 - tail))
+    if n == 0 or k > n:
+        return None
+    return ratios[n - k], ratios[k - 1]

@@ -10,8 +10,10 @@ invocations of the configuration judged, so the runtime's and the harness's base
 its libraries, ~50 MB for a Python agent with onnxruntime) is not charged to the model; that baseline is
 shown beside it. `process_memory_mb` budgets the whole process's peak (`peak_rss_mb`).
 
-How a latency is predicted for a pair never measured: `roofline_predict` (the calibrated roofline,
-from whole-model counts) or, where the store holds per-op profiles, `kernel_predict`.
+A pair never measured is predicted by the first of fit's predictors (`analysis.predictor`: calibrate,
+predict, held out) that answers: the per-kernel one (`kernel_predict`) where the store holds per-op
+profiles and its held-out profiles give an interval, else the whole-model one (`roofline_predict`, the
+calibrated roofline from whole-model counts).
 
 Leave-one-model-out cross-validation on the measured pairs says how far to trust it: `holdout=pair`
 hides one model on one target (other targets keep it: the "benched elsewhere, not here" case) and
@@ -40,13 +42,14 @@ from .fit_result import (
     FITS,
     INTERVAL_COVERAGE,
     NO_FIT,
+    ROOFLINE_PREDICTOR,
     UNCERTAIN,
     WITHIN,
     CvPoint,
     FitResult,
-    KernelCvPoint,
     Verdict,
 )
+from .kernel_predict import KernelPredictor, TargetPredictor
 from .model_counts import ModelCounts, counts_from_records
 from .observations import (
     DecodeSpeed,
@@ -54,27 +57,16 @@ from .observations import (
     decode_by_pair,
     observations,
 )
+from .predictor import ENERGY, LATENCY, MEMORY, Predictor
 from .roofline_predict import (
-    MachineModel,
-    _descriptor,
-    _effective_ceilings,
+    RooflinePredictor,
     _Engine,
     _Target,
+    calibration_description,
     device_ceilings,
-    floor_times,
+    roofline_targets,
 )
 from .variants import variant_rows
-
-# ---------------------------------------------------------------------------------------------- budgets
-
-
-# ------------------------------------------------------------------------------------------ model counts
-
-
-# ----------------------------------------------------------------------------------------------- ceilings
-
-
-# ------------------------------------------------------------------------------------------- observations
 
 
 def _decode_verdict(
@@ -89,12 +81,6 @@ def _decode_verdict(
     }
     values = {b.key: measured.get(b.quantity) for b in budgets}
     return _judged(ident, "measured", values, budgets, config=speed.config)
-
-
-# ------------------------------------------------------------------------------------------- prediction
-
-
-# ------------------------------------------------------------------------------------------- assessment
 
 
 def assess(
@@ -128,64 +114,28 @@ def assess(
     kernel = _kernel_predictor(records, counts, device_info)
     profiled = sorted(kernel.runs) if kernel is not None else []
     if devices:
-        known = {o.device for o in obs_all} | {ident[0] for ident in decoded} | {d for d, _ in profiled}
-        for d in devices:
-            if d not in known:
-                model = next(iter(asked or ()), "MODEL")
-                raise UserError(
-                    f"device '{d}' has no bench measurements in the store (known: "
-                    f"{', '.join(sorted(known)) or 'none'}): run `edgebench bench {model} --device {d}` first"
-                )
+        _check_devices(devices, obs_all, decoded, profiled, asked)
         obs_all = [o for o in obs_all if o.device in devices]
-    measured_ceilings = device_ceilings(records, device_info, run_order)
-    targets: dict[tuple, _Target] = {}
-    for o in obs_all:
-        t = targets.setdefault(o.target, _Target(o.device, o.runtime, MachineModel(), {}))
-        t.obs[o.model] = o
-    for device, runtime in profiled:  # a device profiled but never benched: predicted from its kernels
-        if not devices or device in devices:
-            targets.setdefault((device, runtime), _Target(device, runtime, MachineModel(), {}))
-    for t in targets.values():
-        t.measured = measured_ceilings.get(t.device)
-        t.ceil = _effective_ceilings(t.measured, t.obs, counts)
-        for name, c in counts.items():
-            t.features[name] = floor_times(c, t.ceil)
-            t.z[name] = _descriptor(c, t.features[name])
+        profiled = [(d, r) for d, r in profiled if d in devices]
+    targets = roofline_targets(obs_all, profiled, device_ceilings(records, device_info, run_order), counts)
     # Models: those measured, those named by the caller, and those the counts describe (roofline records).
     all_models = sorted({o.model for o in obs_all} | set(models or []) | set(counts))
-    missing = sorted(m for m in all_models if m not in counts)
-    unmeasured_missing = concern([m for m in missing if not any(m in t.obs for t in targets.values())])
-    if unmeasured_missing:
-        result.warnings.append(
-            f"no FLOP/byte counts for {', '.join(unmeasured_missing)}: cannot predict "
-            "them (pass the ONNX file with --model, or run `edgebench roofline` on it)"
-        )
-    calibrated = [m for m in all_models if m in counts]
-    uncounted_measured = concern(sorted({o.model for o in obs_all} - set(counts)))
-    if uncounted_measured:
-        result.warnings.append(
-            f"measured models without counts are not used to calibrate predictions: "
-            f"{', '.join(uncounted_measured)} (pass them with --model PATH)"
-        )
-
+    result.warnings += _count_warnings(all_models, obs_all, targets, counts, concern)
     engine = _Engine(targets, counts)
+    roofline = RooflinePredictor(engine)
+    # the per-kernel predictor first: where it gives an interval it answers; elsewhere the whole-model one
+    predictors: list[Predictor] = (
+        [roofline] if kernel is None else [KernelPredictor(kernel, devices), roofline]
+    )
     for key, t in sorted(targets.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
-        cal = engine.calibration(key, exclude=None)
-        if cal is not None:
-            desc = cal.describe()
-            desc["ceilings"] = {
-                "peak_gflops": (t.ceil.peak_flops or 0) / 1e9,
-                "bandwidth_gbps": (t.ceil.bandwidth or 0) / 1e9,
-                "source": t.ceil.source,
-            }
-            if t.ceil.llc_bytes:
-                desc["ceilings"]["llc_mb"] = t.ceil.llc_bytes / 1e6
+        desc = calibration_description(engine, key)
+        if desc is not None:
             result.calibrations[key] = desc
         for model in all_models:
             if model in t.obs:
                 result.verdicts.append(_measured_verdict(t, t.obs[model], budgets, counts.get(model), engine))
-            elif model in calibrated:
-                v = _predicted_verdict(key, t, model, budgets, counts[model], engine, kernel)
+            elif model in counts:
+                v = _predicted_verdict(key, model, budgets, counts[model], predictors)
                 if v is not None:
                     result.verdicts.append(v)
                 elif concern([model]):
@@ -198,32 +148,87 @@ def assess(
     for ident, speed in sorted(decoded.items(), key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2])):
         if ident not in benched and (not devices or ident[0] in devices):
             result.verdicts.append(_decode_verdict(ident, speed, budgets))
-    result.cv = engine.cross_validate()
+    result.cv = [p for predictor in reversed(predictors) for p in predictor.held_out()]
     if kernel is not None:
-        result.kernel_cv = _kernel_cv(kernel, devices)
         result.kernel_coverage = kernel.coverage
         result.warnings += unsteady_speed_warnings(kernel.speed_spans(), devices)
     measured_on = defaultdict(set)
     for t in targets.values():
         for m in t.obs:
             measured_on[m].add((t.device, t.runtime))
+    whole_model_cv = result.held_out(ROOFLINE_PREDICTOR)
     result.verdicts = [
-        decide(v, budgets, result.cv, bool(measured_on[v.model] - {(v.device, v.runtime)}))
+        decide(v, budgets, whole_model_cv, bool(measured_on[v.model] - {(v.device, v.runtime)}))
         for v in result.verdicts
     ]
     verdict_of = {(v.device, v.model): v.verdict for v in result.verdicts if v.basis == "measured"}
     result.variants = variant_rows(records, samples, obs_all, verdict_of)
+    result.warnings += _few_models_warnings(targets, counts, result.verdicts, concern)
+    return result
+
+
+def _check_devices(
+    devices: Sequence[str],
+    obs_all: Sequence[Observation],
+    decoded: Mapping[tuple, DecodeSpeed],
+    profiled: Sequence[tuple[str, str | None]],
+    asked: Sequence[str] | None,
+) -> None:
+    """A one-line UserError for a device asked about that the store has no measurement of."""
+    known = {o.device for o in obs_all} | {ident[0] for ident in decoded} | {d for d, _ in profiled}
+    for d in devices:
+        if d not in known:
+            model = next(iter(asked or ()), "MODEL")
+            raise UserError(
+                f"device '{d}' has no bench measurements in the store (known: "
+                f"{', '.join(sorted(known)) or 'none'}): run `edgebench bench {model} --device {d}` first"
+            )
+
+
+def _count_warnings(
+    all_models: Sequence[str],
+    obs_all: Sequence[Observation],
+    targets: Mapping[tuple, _Target],
+    counts: Mapping[str, ModelCounts],
+    concern: Any,
+) -> list[str]:
+    """What the missing FLOP/byte counts cost: models that cannot be predicted, measured models that cannot
+    calibrate."""
+    out = []
+    missing = sorted(m for m in all_models if m not in counts)
+    unmeasured_missing = concern([m for m in missing if not any(m in t.obs for t in targets.values())])
+    if unmeasured_missing:
+        out.append(
+            f"no FLOP/byte counts for {', '.join(unmeasured_missing)}: cannot predict "
+            "them (pass the ONNX file with --model, or run `edgebench roofline` on it)"
+        )
+    uncounted_measured = concern(sorted({o.model for o in obs_all} - set(counts)))
+    if uncounted_measured:
+        out.append(
+            f"measured models without counts are not used to calibrate predictions: "
+            f"{', '.join(uncounted_measured)} (pass them with --model PATH)"
+        )
+    return out
+
+
+def _few_models_warnings(
+    targets: Mapping[tuple, _Target],
+    counts: Mapping[str, ModelCounts],
+    verdicts: Sequence[Verdict],
+    concern: Any,
+) -> list[str]:
+    """A warning per target whose predictions rest on fewer than three measured models."""
+    out = []
     for key, t in targets.items():
         n = sum(1 for m in t.obs if m in counts)
         if 0 < n < 3 and any(
-            v.basis == "predicted" and (v.device, v.runtime) == key and concern([v.model])
-            for v in result.verdicts
+            v.basis == "predicted" and (v.device, v.runtime) == key and concern([v.model]) for v in verdicts
         ):
-            result.warnings.append(
+            out.append(
                 f"{t.device}: predictions rest on only {n} measured model(s); bench a few "
                 "more models of different sizes on it to trust them"
             )
-    return result
+    return out
 
 
 def _cv_quantity(budget: Budget) -> str | None:
@@ -440,13 +445,11 @@ def _kernel_predictor(
     records: Sequence[Record],
     counts: Mapping[str, ModelCounts],
     device_info: Sequence[Mapping[str, Any]] = (),
-) -> Any:
+) -> TargetPredictor | None:
     """The per-op-kind predictor (edgebench.analysis.kernel_predict) where the store holds per-op profiles
     (each device's fingerprint in `device_info` sets the NCHWc layout its graphs are predicted in)."""
     if not any(r.probe == "profile" and r.metric == "op_time_ms" for r in records):
         return None
-    from .kernel_predict import TargetPredictor
-
     return TargetPredictor(records, _graph_sources(records, counts), INTERVAL_COVERAGE, device_info)
 
 
@@ -462,20 +465,6 @@ def _graph_sources(records: Sequence[Record], counts: Mapping[str, ModelCounts])
     # totals read back from the store (`counts_from_records`) name no file: the profile's path stays
     counted = {n: c.source for n, c in counts.items() if c.source and Path(c.source).is_file()}
     return {**sources, **counted}
-
-
-def _kernel_cv(kernel: Any, devices: Sequence[str] | None) -> list[KernelCvPoint]:
-    """Every profiled target's leave-one-model-out predictions (kernel_predict.TargetPredictor.held_out)."""
-    out = []
-    for target in sorted(kernel.runs, key=lambda t: (t[0], t[1] or "")):
-        if devices and target[0] not in devices:
-            continue
-        for h in kernel.held_out(target):
-            r = h.run
-            out.append(
-                KernelCvPoint(r.device, r.runtime, r.model, r.shapes, r.threads, r.latency_ms, h.predicted_ms)
-            )
-    return out
 
 
 def unsteady_speed_warnings(
@@ -499,79 +488,38 @@ def unsteady_speed_warnings(
 
 
 def _predicted_verdict(
-    key: tuple,
-    t: _Target,
+    key: tuple[str, str | None],
     model: str,
     budgets: Sequence[Budget],
     counts: ModelCounts,
-    engine: _Engine,
-    kernel: Any = None,
+    predictors: Sequence[Predictor],
 ) -> Verdict | None:
-    """A prediction: from the per-op-kind calibration where the target has one with an interval (its p50
-    and the budgets on p50 latency), else from the whole-model roofline calibration."""
-    by_kernels = kernel.predict(t.device, t.runtime, model, counts.shapes) if kernel is not None else None
-    if by_kernels is not None and by_kernels.low_ms is not None and by_kernels.high_ms is not None:
-        return _kernel_verdict(t, model, budgets, counts, by_kernels)
-    p50, evidence = engine.predict_stat(key, model, None, "p50")
-    if p50 is None:
+    """A prediction by the first predictor that gives one (the per-kernel one only with an interval): each
+    budget gets the predicted value of its quantity and, where the predictor gives one, its interval; a
+    budget the predictor does not predict stays unchecked (so the answer is "uncertain", not a guess)."""
+    stats = [b.stat or "p50" for b in budgets if b.quantity == "latency"]
+    for predictor in predictors:
+        found = predictor.predict(key, model, counts, stats)
+        if found is not None:
+            break
+    else:
         return None
-    predicted = {"predicted_latency_ms:p50": p50}
-    best, _ = engine.predict(key, model, None)
-    if best is not None:
-        predicted["predicted_latency_ms:min"] = best  # the calibrated base: the fastest inference
-    values: dict[str, float | None] = {}
-    for b in budgets:
-        if b.quantity == "latency":
-            stat = b.stat or "p50"
-            value, _ = engine.predict_stat(key, model, None, stat)
-            values[b.key] = value
-            if value is not None and stat != "p50":
-                predicted[f"predicted_latency_ms:{stat}"] = value
-        elif b.quantity == "memory":
-            values[b.key] = engine.memory(key, model, None)
-        elif b.quantity == "energy":
-            rate = engine.energy_rate(key, None)
-            values[b.key] = None if rate is None else rate * p50
-        elif b.quantity in ("load", "cold_load", "rtf"):
-            values[b.key] = None  # not predicted: load depends on the storage, RTF on a streaming bench
-    mem = engine.memory(key, model, None)
-    if mem is not None:
-        predicted["predicted_memory_mb"] = mem
-    rate = engine.energy_rate(key, None)
-    if rate is not None:
-        predicted["predicted_energy_mj"] = rate * p50
-    return _judged(
-        (t.device, t.runtime, model),
-        "predicted",
-        values,
-        budgets,
-        predicted=predicted,
-        evidence=evidence,
-        counts=counts,
-    )
-
-
-def _kernel_verdict(
-    t: _Target, model: str, budgets: Sequence[Budget], counts: ModelCounts, kp: Any
-) -> Verdict:
-    """A verdict from a kernel-level prediction: p50 latency budgets get its value and interval; budgets it
-    does not predict stay unchecked (so the answer is "uncertain" rather than a guess)."""
+    wanted = {"latency": None, "memory": MEMORY, "energy": ENERGY}
     values: dict[str, float | None] = {}
     intervals: dict[str, tuple[float, float]] = {}
     for b in budgets:
-        if b.quantity == "latency" and (b.stat or "p50") == "p50":
-            values[b.key] = kp.p50_ms
-            intervals[b.key] = (kp.low_ms, kp.high_ms)
-        else:
-            values[b.key] = None
+        quantity = f"{LATENCY}:{b.stat or 'p50'}" if b.quantity == "latency" else wanted.get(b.quantity)
+        p = found.get(quantity) if quantity else None  # load and RTF are never predicted
+        values[b.key] = None if p is None else p.point
+        if p is not None and p.interval is not None:
+            intervals[b.key] = p.interval
     return _judged(
-        (t.device, t.runtime, model),
+        (key[0], key[1], model),
         "predicted",
         values,
         budgets,
-        predicted={"predicted_latency_ms:p50": kp.p50_ms},
-        evidence=f"{kp.method}; p50 {kp.coverage:.0%} interval {kp.low_ms:.4g}-{kp.high_ms:.4g} ms "
-        f"from {kp.pairs} held-out profiles",
+        predicted={f"predicted_{q}": p.point for q, p in found.items()},
+        evidence=found[f"{LATENCY}:p50"].evidence,
         counts=counts,
         intervals=intervals,
     )

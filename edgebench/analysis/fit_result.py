@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..records import Record, utc_now
+from ..stats import conformal_bounds
 from .budgets import Budget
 from .model_counts import PROBE, ModelCounts
 from .tails import TailCheck
@@ -85,9 +86,17 @@ FITS, NO_FIT, UNCERTAIN = "fits", "does not fit", "uncertain"
 INTERVAL_COVERAGE = 0.8  # a prediction interval holds the true value 4 times in 5 (10% on each side)
 
 
+ROOFLINE_PREDICTOR = "roofline"  # the whole-model predictor (its records name no `predictor`)
+KERNEL_PREDICTOR = "kernel"  # `predictor` param of the per-kernel predictor's cross-validation records
+# Held-out models a predictor's share within +-10% is judged from (see MIN_JUDGED_MODELS).
+MIN_JUDGED = {ROOFLINE_PREDICTOR: MIN_JUDGED_MODELS, KERNEL_PREDICTOR: MIN_JUDGED_KERNEL_MODELS}
+
+
 @dataclass(frozen=True)
 class CvPoint:
-    """One held-out measured pair: what the calibration predicted without it."""
+    """One measured pair held out: what a predictor's calibration that never saw it predicted. The
+    whole-model predictor holds out a model on one target (`pair`) or everywhere (`model`) for each
+    quantity; the per-kernel one holds out a profiled model at one set of input shapes (its plain p50)."""
 
     device: str
     runtime: str | None
@@ -96,6 +105,9 @@ class CvPoint:
     quantity: str  # latency_p50_ms | latency_p99_ms | memory_mb
     measured: float
     predicted: float
+    predictor: str = ROOFLINE_PREDICTOR
+    shapes: str = ""  # canonical JSON of the input shapes (per-kernel predictor)
+    threads: int | None = None  # the threads profiled at (per-kernel predictor)
 
     @property
     def error(self) -> float:
@@ -104,6 +116,10 @@ class CvPoint:
 
 @dataclass(frozen=True)
 class CvSummary:
+    """A predictor's held-out errors on a target (or fleet-wide, device `*`) for one holdout and quantity,
+    and, per target where the predictor gives one, the interval on measured / predicted a new model's
+    value lies in at `coverage` (None with too few)."""
+
     device: str
     runtime: str | None
     holdout: str
@@ -112,53 +128,15 @@ class CvSummary:
     within: float
     median_abs_err: float
     models: int = 0  # distinct models held out
-
-    @property
-    def judged(self) -> bool:
-        """Whether enough models were held out to judge the share (MIN_JUDGED_MODELS)."""
-        return self.models >= MIN_JUDGED_MODELS
-
-
-KERNEL_PREDICTOR = "kernel"  # `predictor` param of the per-kernel predictor's cross-validation records
-
-
-@dataclass(frozen=True)
-class KernelCvPoint:
-    """One profiled model at one set of input shapes, predicted from its graph by the per-kernel
-    calibration of its target without it (kernel_predict.cross_validate); measured: its plain p50."""
-
-    device: str
-    runtime: str | None
-    model: str
-    shapes: str  # canonical JSON of the input shapes
-    threads: int | None
-    measured: float
-    predicted: float
-
-    @property
-    def error(self) -> float:
-        return self.predicted / self.measured - 1.0
-
-
-@dataclass(frozen=True)
-class KernelCvSummary:
-    """The per-kernel predictor's held-out errors on a target (or fleet-wide, device `*`), and the
-    interval on measured / predicted they give a new model's p50 (per target; None with too few)."""
-
-    device: str
-    runtime: str | None
-    pairs: int
-    within: float
-    median_abs_err: float
-    interval: tuple[float, float] | None
-    coverage: float
+    predictor: str = ROOFLINE_PREDICTOR
+    interval: tuple[float, float] | None = None
+    coverage: float | None = None
     threads: int | None = None
-    models: int = 0  # distinct models held out
 
     @property
     def judged(self) -> bool:
-        """Whether enough models were held out to judge the share (MIN_JUDGED_KERNEL_MODELS)."""
-        return self.models >= MIN_JUDGED_KERNEL_MODELS
+        """Whether enough models were held out to judge the share (MIN_JUDGED of the predictor)."""
+        return self.models >= MIN_JUDGED[self.predictor]
 
 
 @dataclass
@@ -167,62 +145,41 @@ class FitResult:
 
     budgets: tuple[Budget, ...]
     verdicts: list[Verdict] = field(default_factory=list)
-    cv: list[CvPoint] = field(default_factory=list)
+    cv: list[CvPoint] = field(default_factory=list)  # every predictor's held-out points
     calibrations: dict[tuple[str, str | None], dict[str, Any]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    kernel_cv: list[KernelCvPoint] = field(default_factory=list)
-    kernel_coverage: float = 0.8
+    kernel_coverage: float = 0.8  # the coverage of the per-kernel predictor's intervals
     variants: list[VariantRow] = field(default_factory=list)  # each variant against its fp32 reference
 
-    def kernel_cv_summaries(self) -> list[KernelCvSummary]:
-        """The per-kernel predictor's held-out errors per target and fleet-wide (device `*`, no interval:
-        an interval belongs to one target's calibration)."""
-        from .kernel_predict import conformal_bounds
+    def held_out(self, predictor: str) -> list[CvPoint]:
+        """One predictor's held-out points."""
+        return [p for p in self.cv if p.predictor == predictor]
 
-        groups: dict[tuple[str, str | None], list[KernelCvPoint]] = defaultdict(list)
-        for p in self.kernel_cv:
-            groups[(p.device, p.runtime)].append(p)
-        if groups:
-            groups[(AGGREGATE_DEVICE, None)] = list(self.kernel_cv)
-        out = []
-        for (device, runtime), pts in sorted(
-            groups.items(), key=lambda kv: (kv[0][0] != AGGREGATE_DEVICE, kv[0][0], kv[0][1] or "")
-        ):
-            errs = np.abs([p.error for p in pts])
-            per_target = device != AGGREGATE_DEVICE
-            bounds = (
-                conformal_bounds([p.measured / p.predicted for p in pts], self.kernel_coverage)
-                if per_target
-                else None
-            )
-            threads = {p.threads for p in pts}
-            out.append(
-                KernelCvSummary(
-                    device,
-                    runtime,
-                    len(pts),
-                    float(np.mean(errs <= WITHIN + 1e-12)),
-                    float(np.median(errs)),
-                    bounds,
-                    self.kernel_coverage,
-                    threads.pop() if per_target and len(threads) == 1 else None,
-                    len({(p.device, p.model) for p in pts}),
-                )
-            )
-        return out
+    def cv_summaries(self, predictor: str | None = None) -> list[CvSummary]:
+        """Per predictor (the whole-model one first), per target and fleet-wide (device `*`), holdout and
+        quantity: the share within +-10%, the median absolute error; for the per-kernel predictor, per
+        target, the interval on measured / predicted at `kernel_coverage` and the threads profiled at."""
+        wanted = [predictor] if predictor else list(MIN_JUDGED)
+        return [s for name in wanted for s in self._summaries_of(name)]
 
-    def cv_summaries(self) -> list[CvSummary]:
-        """Per target and fleet-wide (device `*`): share within +-10% and the median absolute error."""
+    def _summaries_of(self, predictor: str) -> list[CvSummary]:
         groups: dict[tuple, list[CvPoint]] = defaultdict(list)
-        for p in self.cv:
+        for p in self.held_out(predictor):
             groups[(p.device, p.runtime, p.holdout, p.quantity)].append(p)
             groups[(AGGREGATE_DEVICE, None, p.holdout, p.quantity)].append(p)
+        coverage = self.kernel_coverage if predictor == KERNEL_PREDICTOR else None
         out = []
         for (device, runtime, holdout, quantity), pts in sorted(
             groups.items(),
             key=lambda kv: (kv[0][0] != AGGREGATE_DEVICE, kv[0][0], kv[0][1] or "", kv[0][2], kv[0][3]),
         ):
             errs = np.abs([p.error for p in pts])
+            per_target = device != AGGREGATE_DEVICE
+            # an interval belongs to one target's calibration: none fleet-wide
+            bounds = None
+            if coverage is not None and per_target:
+                bounds = conformal_bounds([p.measured / p.predicted for p in pts], coverage)
+            threads = {p.threads for p in pts}
             out.append(
                 CvSummary(
                     device,
@@ -233,6 +190,10 @@ class FitResult:
                     float(np.mean(errs <= WITHIN + 1e-12)),
                     float(np.median(errs)),
                     len({(p.device, p.model) for p in pts}),
+                    predictor,
+                    bounds,
+                    coverage,
+                    threads.pop() if per_target and len(threads) == 1 else None,
                 )
             )
         return out
@@ -333,7 +294,7 @@ class FitResult:
             self.calibrations.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")
         ):
             rec(device, runtime, None, "calibration_models", desc.get("models"), "count", None, **desc)
-        for p in self.cv:
+        for p in self.held_out(ROOFLINE_PREDICTOR):
             rec(
                 p.device,
                 p.runtime,
@@ -345,7 +306,7 @@ class FitResult:
                 measured=p.measured,
                 predicted=p.predicted,
             )
-        for s in self.cv_summaries():
+        for s in self.cv_summaries(ROOFLINE_PREDICTOR):
             ident = {"holdout": s.holdout, "quantity": s.quantity}
             _summary_records(
                 rec,
@@ -376,7 +337,7 @@ class FitResult:
         import json
 
         ident = {"holdout": "model", "quantity": "latency_p50_ms", "predictor": KERNEL_PREDICTOR}
-        for p in self.kernel_cv:
+        for p in self.held_out(KERNEL_PREDICTOR):
             shapes = json.loads(p.shapes) if p.shapes else {}
             rec(
                 p.device,
@@ -390,7 +351,7 @@ class FitResult:
                 predicted=p.predicted,
                 threads=p.threads,
             )
-        for s in self.kernel_cv_summaries():
+        for s in self.cv_summaries(KERNEL_PREDICTOR):
             _summary_records(
                 rec,
                 s.device,

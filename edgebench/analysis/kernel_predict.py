@@ -51,7 +51,11 @@ import numpy as np
 from ..records import Record
 from ..runtimes import KernelRules, kernel_rules
 from ..runtimes import runtime as runtime_named
+from ..stats import conformal_bounds
+from .fit_result import KERNEL_PREDICTOR, CvPoint
 from .kernels import KINDS, Kernel, mark_gemm_tile_reads, profile_kernel
+from .model_counts import ModelCounts
+from .predictor import LATENCY, Prediction
 
 METHOD = "per-op-kind calibration (profile), in-model scale + per-inference overhead"
 MIN_KIND_KERNELS = 4  # fewer profiled kernels of a kind: it shares the pooled fit
@@ -590,17 +594,6 @@ def interval_ratios(held: Sequence[HeldOut], coverage: float) -> tuple[float, fl
     return conformal_bounds([h.ratio for h in held], coverage)
 
 
-def conformal_bounds(ratios_seen: Iterable[float], coverage: float) -> tuple[float, float] | None:
-    """Split-conformal bounds on measured / predicted from held-out ratios (None with too few of them)."""
-    ratios = sorted(ratios_seen)
-    n = len(ratios)
-    tail = (1 - coverage) / 2
-    k = math.ceil((n + 1) * (1 - tail))
-    if n == 0 or k > n:
-        return None
-    return ratios[n - k], ratios[k - 1]
-
-
 def predict(
     runs: Sequence[ProfiledRun],
     graphs: Mapping[tuple[str, str], Sequence[Kernel]],
@@ -749,13 +742,13 @@ class TargetPredictor:
 
 __all__ = [
     "HeldOut",
+    "KernelPredictor",
     "KernelCalibration",
     "KernelPrediction",
     "METHOD",
     "ProfiledRun",
     "TargetPredictor",
     "calibrate",
-    "conformal_bounds",
     "cross_validate",
     "fit_scale_and_overhead",
     "interval_ratios",
@@ -765,3 +758,51 @@ __all__ = [
     "speed_factors",
     "speed_span",
 ]
+
+
+class KernelPredictor:
+    """The per-kernel predictor behind fit's `Predictor` interface: a model's p50 on a profiled target with
+    its conformal interval, where the target's held-out profiles give one (elsewhere: None, and fit asks
+    the whole-model predictor); `devices` limits the held-out targets."""
+
+    name = KERNEL_PREDICTOR
+
+    def __init__(self, targets: TargetPredictor, devices: Sequence[str] | None = None) -> None:
+        self.targets = targets
+        self.devices = devices
+
+    def predict(
+        self, target: tuple[str, str | None], model: str, counts: ModelCounts, stats: Sequence[str]
+    ) -> dict[str, Prediction] | None:
+        kp = self.targets.predict(target[0], target[1], model, counts.shapes)
+        if kp is None or kp.low_ms is None or kp.high_ms is None:
+            return None
+        evidence = (
+            f"{kp.method}; p50 {kp.coverage:.0%} interval {kp.low_ms:.4g}-{kp.high_ms:.4g} ms "
+            f"from {kp.pairs} held-out profiles"
+        )
+        return {f"{LATENCY}:p50": Prediction(kp.p50_ms, (kp.low_ms, kp.high_ms), evidence)}
+
+    def held_out(self) -> list[CvPoint]:
+        """Every profiled target's leave-one-model-out predictions (`TargetPredictor.held_out`)."""
+        out = []
+        for target in sorted(self.targets.runs, key=lambda t: (t[0], t[1] or "")):
+            if self.devices and target[0] not in self.devices:
+                continue
+            for h in self.targets.held_out(target):
+                r = h.run
+                out.append(
+                    CvPoint(
+                        r.device,
+                        r.runtime,
+                        r.model,
+                        "model",
+                        "latency_p50_ms",
+                        r.latency_ms,
+                        h.predicted_ms,
+                        KERNEL_PREDICTOR,
+                        r.shapes,
+                        r.threads,
+                    )
+                )
+        return out

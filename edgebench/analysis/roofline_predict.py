@@ -36,9 +36,10 @@ from typing import Any
 import numpy as np
 
 from ..records import Record
-from .fit_result import CvPoint
+from .fit_result import ROOFLINE_PREDICTOR, CvPoint
 from .model_counts import ModelCounts
 from .observations import Observation, base_latency
+from .predictor import ENERGY, LATENCY, MEMORY, Prediction
 
 
 @dataclass(frozen=True)
@@ -615,3 +616,81 @@ class _Engine:
                 if mem is not None and o.memory_mb:
                     out.append(CvPoint(t.device, t.runtime, model, "model", "memory_mb", o.memory_mb, mem))
         return out
+
+
+def roofline_targets(
+    obs_all: Sequence[Observation],
+    profiled: Sequence[tuple[str, str | None]],
+    measured_ceilings: Mapping[str, MachineModel],
+    counts: Mapping[str, ModelCounts],
+) -> dict[tuple[str, str | None], _Target]:
+    """Calibrate: every target (device, runtime) with what the predictor needs of it: its measured models,
+    its ceilings (the store's, else fitted from its models) and every counted model's floor times there. A
+    target only profiled, never benched, is one too (the per-kernel predictor answers there)."""
+    targets: dict[tuple[str, str | None], _Target] = {}
+    for o in obs_all:
+        t = targets.setdefault(o.target, _Target(o.device, o.runtime, MachineModel(), {}))
+        t.obs[o.model] = o
+    for device, runtime in profiled:
+        targets.setdefault((device, runtime), _Target(device, runtime, MachineModel(), {}))
+    for t in targets.values():
+        t.measured = measured_ceilings.get(t.device)
+        t.ceil = _effective_ceilings(t.measured, t.obs, counts)
+        for name, c in counts.items():
+            t.features[name] = floor_times(c, t.ceil)
+            t.z[name] = _descriptor(c, t.features[name])
+    return targets
+
+
+def calibration_description(engine: _Engine, key: tuple[str, str | None]) -> dict[str, Any] | None:
+    """What a target's calibration is (its method, efficiencies, overheads) and the ceilings it rests on;
+    None without one."""
+    cal = engine.calibration(key, exclude=None)
+    if cal is None:
+        return None
+    t = engine.targets[key]
+    desc = cal.describe()
+    desc["ceilings"] = {
+        "peak_gflops": (t.ceil.peak_flops or 0) / 1e9,
+        "bandwidth_gbps": (t.ceil.bandwidth or 0) / 1e9,
+        "source": t.ceil.source,
+    }
+    if t.ceil.llc_bytes:
+        desc["ceilings"]["llc_mb"] = t.ceil.llc_bytes / 1e6
+    return desc
+
+
+class RooflinePredictor:
+    """The whole-model predictor behind fit's `Predictor` interface: the calibrated roofline of each target
+    (`_Engine`), its latency at any percentile, the model's memory and energy per inference."""
+
+    name = ROOFLINE_PREDICTOR
+
+    def __init__(self, engine: _Engine) -> None:
+        self.engine = engine
+
+    def predict(
+        self, target: tuple[str, str | None], model: str, counts: ModelCounts, stats: Sequence[str]
+    ) -> dict[str, Prediction] | None:
+        engine = self.engine
+        p50, evidence = engine.predict_stat(target, model, None, "p50")
+        if p50 is None:
+            return None
+        out = {f"{LATENCY}:p50": Prediction(p50, None, evidence)}
+        best, _ = engine.predict(target, model, None)
+        if best is not None:
+            out[f"{LATENCY}:min"] = Prediction(best, None, evidence)  # the calibrated base: the fastest
+        for stat in stats:
+            value, _ = engine.predict_stat(target, model, None, stat)
+            if value is not None and stat != "p50":
+                out[f"{LATENCY}:{stat}"] = Prediction(value, None, evidence)
+        mem = engine.memory(target, model, None)
+        if mem is not None:
+            out[MEMORY] = Prediction(mem, None, evidence)
+        rate = engine.energy_rate(target, None)
+        if rate is not None:
+            out[ENERGY] = Prediction(rate * p50, None, evidence)
+        return out
+
+    def held_out(self) -> list[CvPoint]:
+        return self.engine.cross_validate()

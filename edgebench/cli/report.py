@@ -291,8 +291,10 @@ def _show(result, run_id: str, no_store: bool) -> None:  # type: ignore[no-untyp
     from rich.text import Text
 
     from ..analysis.fit_result import (
+        KERNEL_PREDICTOR,
         MIN_JUDGED_KERNEL_MODELS,
         MIN_JUDGED_MODELS,
+        ROOFLINE_PREDICTOR,
         kernel_next_step,
         whole_model_next_step,
     )
@@ -325,7 +327,7 @@ def _show(result, run_id: str, no_store: bool) -> None:  # type: ignore[no-untyp
     if result.variants:
         _show_variants(result.variants)
     names = {"latency_min_ms": "fastest inference", "latency_p50_ms": "p50", "memory_mb": "peak memory"}
-    for s in result.cv_summaries():
+    for s in result.cv_summaries(ROOFLINE_PREDICTOR):
         if s.device == "*" and s.holdout == "model" and s.quantity in names:
             share = (
                 f"{s.within:.0%} of {s.pairs} held-out pairs within ±10%, median error {s.median_abs_err:.1%}"
@@ -334,7 +336,7 @@ def _show(result, run_id: str, no_store: bool) -> None:  # type: ignore[no-untyp
                 f"{whole_model_next_step(s.device)})"
             )
             note(f"edgebench: cross-validated whole-model prediction of {names[s.quantity]}: {share}")
-    for k in result.kernel_cv_summaries():
+    for k in result.cv_summaries(KERNEL_PREDICTOR):
         bounds = f", measured / predicted {k.interval[0]:.2f}-{k.interval[1]:.2f}" if k.interval else ""
         where = "all devices" if k.device == "*" else f"{k.device} {k.runtime or ''}".strip()
         if not k.judged:

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from edgebench.analysis import fit_result
 from edgebench.analysis import kernel_predict as kp
 from edgebench.analysis.budgets import make_budget
 from edgebench.analysis.cost import analyze
-from edgebench.analysis.fit import _kernel_verdict, decide, unsteady_speed_warnings
+from edgebench.analysis.fit import _predicted_verdict, decide, unsteady_speed_warnings
 from edgebench.analysis.fit_result import FITS, NO_FIT, UNCERTAIN
 from edgebench.analysis.kernels import Kernel, graph_kernels, in_bounds_share, profile_kernel
 from edgebench.analysis.model_counts import ModelCounts
-from edgebench.analysis.roofline_predict import MachineModel, _Target
 from edgebench.records import Record, RecordContext
 from edgebench.runtimes import runtime
 from edgebench.runtimes.onnxruntime import nchwc_block
@@ -286,13 +286,20 @@ def test_the_overhead_follows_the_small_models_not_the_milliseconds_big_ones_mis
 
 
 def test_the_verdict_is_uncertain_when_the_interval_straddles_the_budget() -> None:
-    pred = kp.KernelPrediction(10.0, 8.0, 12.5, 10, 0.8)
-    target = _Target("dev", "onnxruntime", MachineModel(), {})
+    class OneTarget:  # the per-kernel predictor's targets, answering one prediction
+        runs: dict = {}
+
+        def predict(self, *_: object) -> kp.KernelPrediction:
+            return kp.KernelPrediction(10.0, 8.0, 12.5, 10, 0.8)
+
+    predictor = kp.KernelPredictor(OneTarget())  # type: ignore[arg-type]
     counts = ModelCounts("new", 1e9, 1e6)
     answers = {}
     for limit in (11.0, 13.0, 7.5):
         budget = make_budget("latency_p50_ms", limit)
-        v = decide(_kernel_verdict(target, "new", [budget], counts, pred), [budget], [])
+        found = _predicted_verdict(("dev", "onnxruntime"), "new", [budget], counts, [predictor])
+        assert found is not None
+        v = decide(found, [budget], [])
         answers[limit] = v.verdict
         assert v.intervals[budget.key] == (8.0, 12.5) and v.basis == "predicted"
         assert v.evidence.startswith(kp.METHOD)
@@ -724,7 +731,7 @@ def test_the_report_says_how_far_to_trust_each_predictor(tmp_path) -> None:
 
     records, counts = mlp_profiles(tmp_path, device="phone")
     result = assess(records, counts=counts)
-    (s,) = [s for s in result.kernel_cv_summaries() if s.device == "phone"]
+    (s,) = [s for s in result.cv_summaries(fit_result.KERNEL_PREDICTOR) if s.device == "phone"]
     data = make_data(records + result.records("fit1"), runs=("r1", "fit1"))
     html_text = render(data, "html")
     section = html_text[html_text.index('id="prediction"') :]

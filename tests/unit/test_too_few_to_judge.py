@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from edgebench.analysis import fit_result
-from edgebench.analysis.fit_result import FitResult, KernelCvPoint
+from edgebench.analysis.fit_result import KERNEL_PREDICTOR, CvPoint, FitResult
 from edgebench.render.report import render
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -16,12 +16,15 @@ from test_report import make_data
 
 def _result(kernel_models: int, whole_models: int) -> FitResult:
     """Held-out points, every one 30% off (a 0% share), over the given numbers of models."""
-    kernel = [KernelCvPoint("pc", "onnxruntime", f"k{i}", "{}", 1, 1.0, 1.3) for i in range(kernel_models)]
+    kernel = [
+        CvPoint("pc", "onnxruntime", f"k{i}", "model", "latency_p50_ms", 1.0, 1.3, KERNEL_PREDICTOR, "{}", 1)
+        for i in range(kernel_models)
+    ]
     whole = [
         fit_result.CvPoint("pc", "onnxruntime", f"m{i}", "model", "latency_p50_ms", 1.0, 1.3)
         for i in range(whole_models)
     ]
-    return FitResult(budgets=(), cv=whole, kernel_cv=kernel)
+    return FitResult(budgets=(), cv=whole + kernel)
 
 
 def _section(page: str) -> str:
