@@ -79,7 +79,7 @@ def runtime_versions() -> dict[str, str | None]:
     return versions
 
 
-def _blas_name(numpy) -> str | None:  # type: ignore[no-untyped-def]
+def _blas_name(numpy) -> str | None:
     try:
         from threadpoolctl import threadpool_info
 

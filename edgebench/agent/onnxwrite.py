@@ -126,7 +126,7 @@ def model_bytes(
     return _int(1, ir_version) + _str(2, "edgebench") + _bytes(7, graph) + _messages(8, opset_msgs)
 
 
-def tensor_from_array(name: str, array) -> Tensor:  # type: ignore[no-untyped-def]
+def tensor_from_array(name: str, array) -> Tensor:
     """An initializer from a numpy array (C order, little-endian raw data)."""
     data = array.astype(array.dtype.newbyteorder("<"), copy=False)
     return Tensor(name, NUMPY_TO_ONNX[str(array.dtype)], tuple(int(d) for d in array.shape), data.tobytes())

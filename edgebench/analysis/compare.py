@@ -37,10 +37,7 @@ class CompareRow:
     @property
     def ratios(self) -> tuple[float | None, ...]:
         first = self.values[0]
-        return tuple(
-            None if first in (None, 0) or v is None else v / first  # type: ignore[operator]
-            for v in self.values[1:]
-        )
+        return tuple(None if first in (None, 0) or v is None else v / first for v in self.values[1:])
 
     @property
     def change(self) -> float:

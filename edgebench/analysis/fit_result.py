@@ -3,8 +3,9 @@ predictor (held-out points and their summaries), and the records they are stored
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +74,9 @@ class Verdict:
     # runtime + harness baseline beside it, the process peak, and what measured them.
     memory: dict[str, Any] = field(default_factory=dict)
     tails: dict[str, TailCheck] = field(default_factory=dict)  # measured tails' make-up (analysis.tails)
+    # The budgets' limits the verdict was judged against, as a stored fit run recorded them (a live
+    # result's are its FitResult's budgets).
+    limits: dict[str, float] = field(default_factory=dict)
 
     @property
     def ratio(self) -> float | None:
@@ -86,6 +90,7 @@ FITS, NO_FIT, UNCERTAIN = "fits", "does not fit", "uncertain"
 INTERVAL_COVERAGE = 0.8  # a prediction interval holds the true value 4 times in 5 (10% on each side)
 
 
+TOO_FEW = "too few models to judge"
 ROOFLINE_PREDICTOR = "roofline"  # the whole-model predictor (its records name no `predictor`)
 KERNEL_PREDICTOR = "kernel"  # `predictor` param of the per-kernel predictor's cross-validation records
 # Held-out models a predictor's share within +-10% is judged from (see MIN_JUDGED_MODELS).
@@ -108,9 +113,12 @@ class CvPoint:
     predictor: str = ROOFLINE_PREDICTOR
     shapes: str = ""  # canonical JSON of the input shapes (per-kernel predictor)
     threads: int | None = None  # the threads profiled at (per-kernel predictor)
+    stored_error: float | None = None  # as a stored fit run recorded it
 
     @property
     def error(self) -> float:
+        if self.stored_error is not None:
+            return self.stored_error
         return self.predicted / self.measured - 1.0
 
 
@@ -132,11 +140,46 @@ class CvSummary:
     interval: tuple[float, float] | None = None
     coverage: float | None = None
     threads: int | None = None
+    # As a stored fit run recorded it: whether the share was judged, the models it needed, the step that
+    # gives enough (None: not recorded; a live result derives them from the predictor).
+    stored_judged: bool | None = None
+    stored_needed: int | None = None
+    stored_next_step: str | None = None
+
+    @property
+    def needed(self) -> int | None:
+        """Held-out models the share is judged from (MIN_JUDGED of the predictor)."""
+        return self.stored_needed if self.stored_judged is not None else MIN_JUDGED.get(self.predictor)
 
     @property
     def judged(self) -> bool:
-        """Whether enough models were held out to judge the share (MIN_JUDGED of the predictor)."""
+        """Whether enough models were held out to judge the share."""
+        if self.stored_judged is not None:
+            return self.stored_judged
         return self.models >= MIN_JUDGED[self.predictor]
+
+    @property
+    def next_step(self) -> str:
+        """What gives the predictor enough models where the share is not judged."""
+        if self.stored_judged is not None:
+            return self.stored_next_step or ""
+        if self.predictor == KERNEL_PREDICTOR:
+            return kernel_next_step(self.device, self.threads)
+        return whole_model_next_step(self.device)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summary as `fit --json` prints it: its figures, whether they are judged, and the interval."""
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if not k.startswith("stored_")}
+        return {**out, "interval": list(self.interval) if self.interval else None, "judged": self.judged}
+
+    def too_few(self) -> str:
+        """Why the share is not judged and what gives enough ("" where it is judged)."""
+        if self.judged:
+            return ""
+        needed = "?" if self.needed is None else self.needed
+        return (
+            f"{TOO_FEW}: {self.models} held out, {needed} needed; {self.next_step or 'measure more models'}"
+        )
 
 
 @dataclass
@@ -150,6 +193,8 @@ class FitResult:
     warnings: list[str] = field(default_factory=list)
     kernel_coverage: float = 0.8  # the coverage of the per-kernel predictor's intervals
     variants: list[VariantRow] = field(default_factory=list)  # each variant against its fp32 reference
+    # The summaries as a stored fit run recorded them (None: derived from `cv`, as a live result does).
+    stored_summaries: list[CvSummary] | None = None
 
     def held_out(self, predictor: str) -> list[CvPoint]:
         """One predictor's held-out points."""
@@ -160,6 +205,8 @@ class FitResult:
         quantity: the share within +-10%, the median absolute error; for the per-kernel predictor, per
         target, the interval on measured / predicted at `kernel_coverage` and the threads profiled at."""
         wanted = [predictor] if predictor else list(MIN_JUDGED)
+        if self.stored_summaries is not None:
+            return [s for s in self.stored_summaries if s.predictor in wanted]
         return [s for name in wanted for s in self._summaries_of(name)]
 
     def _summaries_of(self, predictor: str) -> list[CvSummary]:
@@ -198,98 +245,14 @@ class FitResult:
             )
         return out
 
-    def records(self, run_id: str) -> list[Record]:
+    def to_records(self, run_id: str) -> list[Record]:
         """The result as records (probe `fit`), the schema every other part reads: identity in params
         (the budget, stat, holdout, quantity a figure is of), what is known about it in annotations."""
-        ts = utc_now()
         out: list[Record] = []
-
-        def rec(
-            device: str,
-            runtime: str | None,
-            model: str | None,
-            metric: str,
-            value: float | None,
-            unit: str,
-            params: dict[str, Any] | None = None,
-            /,
-            **annotations: Any,
-        ) -> None:
-            out.append(
-                Record(
-                    run_id,
-                    device,
-                    PROBE,
-                    model,
-                    runtime,
-                    metric,
-                    None if value is None else float(value),
-                    unit,
-                    params or {},
-                    ts,
-                    annotations,
-                )
-            )
-
+        rec = _Recorder(run_id, utc_now(), out)
         limits = {b.key: b.limit for b in self.budgets}
         for v in self.verdicts:
-            common: dict[str, Any] = {"basis": v.basis}
-            if v.config:
-                common["config"] = v.config
-            if v.counts is not None:
-                common["flops"] = v.counts.flops
-                common["weight_bytes"] = v.counts.weight_bytes
-            rec(
-                v.device,
-                v.runtime,
-                v.model,
-                "fits",
-                None if v.fits is None else float(v.fits),
-                "bool",
-                None,
-                **common,
-                verdict=v.verdict,
-                why=v.why,
-                budgets=limits,
-                limiting=v.limiting,
-                ratio=v.ratio,
-                ratios=v.ratios,
-                intervals={k: list(iv) for k, iv in v.intervals.items()},
-                values=v.values,
-                unchecked=list(v.unchecked),
-                evidence=v.evidence or None,
-                estimated=list(v.estimated),
-                memory=v.memory or None,
-                tails={k: t.to_dict() for k, t in v.tails.items() if t.disturbed} or None,
-            )
-            for key, ratio in v.ratios.items():
-                iv = v.intervals.get(key)
-                rec(
-                    v.device,
-                    v.runtime,
-                    v.model,
-                    "budget_ratio",
-                    ratio,
-                    "ratio",
-                    {"budget": key},
-                    basis=v.basis,
-                    limit=limits[key],
-                    value=v.values[key],
-                    interval=list(iv) if iv else None,
-                )
-            for key, value in v.predicted.items():
-                metric, _, stat = key.partition(":")
-                rec(
-                    v.device,
-                    v.runtime,
-                    v.model,
-                    metric,
-                    value,
-                    _unit_of(metric),
-                    {"stat": stat} if stat else None,
-                    basis="predicted",
-                    evidence=v.evidence or None,
-                )
+            _verdict_records(rec, v, v.limits or limits)
         for (device, runtime), desc in sorted(
             self.calibrations.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")
         ):
@@ -308,16 +271,7 @@ class FitResult:
             )
         for s in self.cv_summaries(ROOFLINE_PREDICTOR):
             ident = {"holdout": s.holdout, "quantity": s.quantity}
-            _summary_records(
-                rec,
-                s.device,
-                s.runtime,
-                s.within,
-                s.median_abs_err,
-                ident,
-                pairs=s.pairs,
-                **judgement(s.models, MIN_JUDGED_MODELS, whole_model_next_step(s.device)),
-            )
+            _summary_records(rec, s, ident, pairs=s.pairs, **_judgement_of(s))
         self._kernel_cv_records(rec)
         for row in self.variants:
             rec(
@@ -332,10 +286,8 @@ class FitResult:
             )
         return out
 
-    def _kernel_cv_records(self, rec: Any) -> None:
-        """The per-kernel predictor's cross-validation, each record made by records()' `rec`."""
-        import json
-
+    def _kernel_cv_records(self, rec: _Recorder) -> None:
+        """The per-kernel predictor's cross-validation."""
         ident = {"holdout": "model", "quantity": "latency_p50_ms", "predictor": KERNEL_PREDICTOR}
         for p in self.held_out(KERNEL_PREDICTOR):
             shapes = json.loads(p.shapes) if p.shapes else {}
@@ -354,31 +306,236 @@ class FitResult:
         for s in self.cv_summaries(KERNEL_PREDICTOR):
             _summary_records(
                 rec,
-                s.device,
-                s.runtime,
-                s.within,
-                s.median_abs_err,
+                s,
                 ident,
                 pairs=s.pairs,
                 interval=list(s.interval) if s.interval else None,
                 coverage=s.coverage,
                 threads=s.threads,
-                **judgement(s.models, MIN_JUDGED_KERNEL_MODELS, kernel_next_step(s.device, s.threads)),
+                **_judgement_of(s),
             )
 
+    @classmethod
+    def from_records(cls, records: Iterable[Record]) -> FitResult:
+        """A result as a stored fit run recorded it (`to_records`; older runs kept everything in params,
+        verdicts without words, summaries without their judgement): its verdicts, held-out points, stored
+        summaries and calibrations. Budgets and variants are not read back."""
+        out = cls(budgets=(), stored_summaries=[])
+        rows = [(r, {**r.params, **r.annotations}) for r in records if r.probe == PROBE]
+        predicted: dict[tuple, dict[str, float]] = {}
+        for r, p in rows:
+            if r.metric.startswith("predicted_"):
+                name = r.metric + (f":{p['stat']}" if p.get("stat") else "")
+                predicted.setdefault((r.device, r.runtime, r.model), {})[name] = float(r.value or 0.0)
+        summaries: dict[tuple, dict[str, Any]] = {}
+        for r, p in rows:
+            if r.metric == "fits":
+                out.verdicts.append(_verdict_from(r, p, predicted.get((r.device, r.runtime, r.model), {})))
+            elif r.metric == "cv_error":
+                out.cv.append(_cv_point_from(r, p))
+            elif r.metric == "calibration_models":
+                out.calibrations[(r.device, r.runtime)] = {**p, "models": r.value}
+            elif r.metric in ("cv_within_10pct", "cv_median_abs_err"):
+                predictor = p.get("predictor") or ROOFLINE_PREDICTOR
+                key = (r.device, r.runtime, predictor, p.get("holdout"), p.get("quantity"), p.get("pairs"))
+                summaries.setdefault(key, {"p": p})[r.metric] = r.value
+        assert out.stored_summaries is not None
+        out.stored_summaries += [_summary_from(key, found) for key, found in summaries.items()]
+        return out
 
-def _summary_records(
-    rec: Any,
-    device: str,
-    runtime: str | None,
-    within: float,
-    median_abs_err: float,
-    ident: Mapping[str, Any],
-    **annotations: Any,
-) -> None:
-    """A cross-validation summary's two records (share within +-10%, median error) through `rec`."""
-    for metric, value in (("cv_within_10pct", within), ("cv_median_abs_err", median_abs_err)):
-        rec(device, runtime, None, metric, value, "ratio", dict(ident), **annotations)
+
+class _Recorder:
+    """Makes the records of one fit run: `rec(device, runtime, model, metric, value, unit, params,
+    **annotations)` appends one."""
+
+    def __init__(self, run_id: str, ts: str, out: list[Record]) -> None:
+        self.run_id, self.ts, self.out = run_id, ts, out
+
+    def __call__(
+        self,
+        device: str,
+        runtime: str | None,
+        model: str | None,
+        metric: str,
+        value: float | None,
+        unit: str,
+        params: dict[str, Any] | None = None,
+        /,
+        **annotations: Any,
+    ) -> None:
+        value = None if value is None else float(value)
+        self.out.append(
+            Record(
+                self.run_id,
+                device,
+                PROBE,
+                model,
+                runtime,
+                metric,
+                value,
+                unit,
+                params or {},
+                self.ts,
+                annotations,
+            )
+        )
+
+
+def _verdict_records(rec: _Recorder, v: Verdict, limits: Mapping[str, float]) -> None:
+    """A verdict's records: `fits` with everything known about the answer, a `budget_ratio` per budget
+    judged, a `predicted_*` per predicted quantity."""
+    common: dict[str, Any] = {"basis": v.basis}
+    if v.config:
+        common["config"] = v.config
+    if v.counts is not None:
+        common["flops"] = v.counts.flops
+        common["weight_bytes"] = v.counts.weight_bytes
+    rec(
+        v.device,
+        v.runtime,
+        v.model,
+        "fits",
+        None if v.fits is None else float(v.fits),
+        "bool",
+        None,
+        **common,
+        verdict=v.verdict,
+        why=v.why,
+        budgets=dict(limits),
+        limiting=v.limiting,
+        ratio=v.ratio,
+        ratios=v.ratios,
+        intervals={k: list(iv) for k, iv in v.intervals.items()},
+        values=v.values,
+        unchecked=list(v.unchecked),
+        evidence=v.evidence or None,
+        estimated=list(v.estimated),
+        memory=v.memory or None,
+        tails={k: t.to_dict() for k, t in v.tails.items() if t.disturbed} or None,
+    )
+    for key, ratio in v.ratios.items():
+        iv = v.intervals.get(key)
+        rec(
+            v.device,
+            v.runtime,
+            v.model,
+            "budget_ratio",
+            ratio,
+            "ratio",
+            {"budget": key},
+            basis=v.basis,
+            limit=limits[key],
+            value=v.values[key],
+            interval=list(iv) if iv else None,
+        )
+    for key, value in v.predicted.items():
+        metric, _, stat = key.partition(":")
+        rec(
+            v.device,
+            v.runtime,
+            v.model,
+            metric,
+            value,
+            _unit_of(metric),
+            {"stat": stat} if stat else None,
+            basis="predicted",
+            evidence=v.evidence or None,
+        )
+
+
+def _verdict_from(r: Record, p: Mapping[str, Any], predicted: dict[str, float]) -> Verdict:
+    """A `fits` record read back (older runs: no words, no ratios by budget, no `basis`)."""
+    limiting = p.get("limiting")
+    ratios = dict(p.get("ratios") or {})
+    if not ratios and limiting and p.get("ratio") is not None:
+        ratios = {limiting: p["ratio"]}
+    counts = None
+    if "flops" in p:
+        weights = p.get("weight_bytes")
+        counts = ModelCounts(r.model or "", float(p["flops"]), float("nan") if weights is None else weights)
+    return Verdict(
+        r.device,
+        r.runtime,
+        r.model or "",
+        p.get("basis", ""),
+        dict(p.get("values") or {}),
+        None if r.value is None else bool(r.value),
+        limiting,
+        p.get("margin"),
+        {},
+        tuple(p.get("unchecked") or ()),
+        config=dict(p.get("config") or {}),
+        predicted=predicted,
+        evidence=p.get("evidence") or "",
+        estimated=tuple(p.get("estimated") or ()),
+        counts=counts,
+        verdict=_words_of(p, r.value),
+        ratios=ratios,
+        intervals={k: (float(iv[0]), float(iv[1])) for k, iv in (p.get("intervals") or {}).items()},
+        why=p.get("why") or "",
+        memory=dict(p.get("memory") or {}),
+        limits=dict(p.get("budgets") or {}),
+    )
+
+
+def _words_of(p: Mapping[str, Any], fits: float | None) -> str:
+    """A verdict record's answer; fit runs stored before verdicts had words: from `fits` and budgets."""
+    if "verdict" in p:
+        return str(p["verdict"] or "")
+    if not p.get("budgets"):
+        return ""
+    return {1.0: FITS, 0.0: NO_FIT}.get(fits, UNCERTAIN) if fits is not None else UNCERTAIN
+
+
+def _cv_point_from(r: Record, p: Mapping[str, Any]) -> CvPoint:
+    shapes = p.get("shapes")
+    return CvPoint(
+        r.device,
+        r.runtime,
+        r.model or "",
+        p.get("holdout"),
+        p.get("quantity"),
+        p.get("measured"),
+        p.get("predicted"),
+        p.get("predictor") or ROOFLINE_PREDICTOR,
+        json.dumps(shapes, sort_keys=True) if shapes is not None else "",
+        p.get("threads"),
+        stored_error=r.value,
+    )
+
+
+def _summary_from(key: tuple, found: Mapping[str, Any]) -> CvSummary:
+    device, runtime, predictor, holdout, quantity, pairs = key
+    p = found["p"]
+    interval = tuple(p["interval"]) if p.get("interval") else None
+    return CvSummary(
+        device,
+        runtime,
+        holdout,
+        quantity,
+        pairs,
+        found.get("cv_within_10pct"),
+        found.get("cv_median_abs_err"),
+        p.get("models", 0),
+        predictor,
+        interval,
+        p.get("coverage"),
+        p.get("threads"),
+        # fit runs stored before shares were judged by their held-out models: judged
+        stored_judged=p.get("judged", True) is not False,
+        stored_needed=p.get("models_needed"),
+        stored_next_step=p.get("next_step"),
+    )
+
+
+def _judgement_of(s: CvSummary) -> dict[str, Any]:
+    return judgement(s.models, s.needed or 0, s.next_step)
+
+
+def _summary_records(rec: _Recorder, s: CvSummary, ident: Mapping[str, Any], **annotations: Any) -> None:
+    """A cross-validation summary's two records (share within +-10%, median error)."""
+    for metric, value in (("cv_within_10pct", s.within), ("cv_median_abs_err", s.median_abs_err)):
+        rec(s.device, s.runtime, None, metric, value, "ratio", dict(ident), **annotations)
 
 
 def judgement(models: int, needed: int, next_step: str) -> dict[str, Any]:

@@ -85,32 +85,8 @@ def observations(
         if r.probe not in MEASURING_PROBES or r.model is None or r.value is None:
             continue
         key = (r.run_id, r.device, r.runtime, r.model, config_key(r))
-        g = groups.setdefault(
-            key,
-            {
-                "latency": {},
-                "ts": r.ts,
-                "config": r.key().series().param_dict(),
-            },
-        )
-        # A streaming bench's frame latency is its latency (a model measured only frame by frame still fits).
-        if r.metric in ("latency_ms", "frame_latency_ms") and r.params.get("stat") in STATS:
-            g["latency"].setdefault(r.params["stat"], []).append(r.value)  # one per invocation
-        elif r.metric.startswith(DISTURBANCE_PREFIX):
-            # What else used the device, where the job measured it: the worst invocation's figure.
-            name = r.metric[len(DISTURBANCE_PREFIX) :]
-            seen = g.setdefault("disturbance", {})
-            seen[name] = max(r.value, seen.get(name, r.value))
-        elif r.metric in ("peak_rss_mb", "load_ms", "samples_n"):
-            g[r.metric] = r.value
-            if r.metric == "peak_rss_mb" and r.annotations.get("rss_before_load_mb") is not None:
-                g.setdefault("baseline_mb", r.annotations["rss_before_load_mb"])
-        elif r.metric in ("model_memory_mb", "rss_increase_mb", "memory_growth_mb"):
-            g.setdefault(r.metric, []).append(r.value)
-            if r.metric != "rss_increase_mb" and (r.metric == "model_memory_mb" or "memory_source" not in g):
-                g["memory_source"] = r.annotations.get("measured_by") or r.metric
-                if r.annotations.get("baseline_mb") is not None:
-                    g["baseline_mb"] = r.annotations["baseline_mb"]
+        g = groups.setdefault(key, {"latency": {}, "ts": r.ts, "config": r.key().series().param_dict()})
+        _add_to_group(g, r)
     raw: dict[tuple, list[float]] = defaultdict(list)  # a run's samples, pooled over its invocations
     for s in samples:
         if s.probe in MEASURING_PROBES and s.metric == "latency_ms":
@@ -169,6 +145,29 @@ def observations(
         if ident2 not in best or obs.latency["p50"] < best[ident2].latency["p50"]:
             best[ident2] = obs
     return sorted(best.values(), key=lambda o: (o.device, o.runtime or "", o.model))
+
+
+def _add_to_group(g: dict[str, Any], r: Record) -> None:
+    """One measuring record into its run x configuration's group: latency statistics (one per
+    invocation), what else used the device, memory, load time, sample count."""
+    # A streaming bench's frame latency is its latency (a model measured only frame by frame still fits).
+    if r.metric in ("latency_ms", "frame_latency_ms") and r.params.get("stat") in STATS:
+        g["latency"].setdefault(r.params["stat"], []).append(r.value)  # one per invocation
+    elif r.metric.startswith(DISTURBANCE_PREFIX):
+        # What else used the device, where the job measured it: the worst invocation's figure.
+        name = r.metric[len(DISTURBANCE_PREFIX) :]
+        seen = g.setdefault("disturbance", {})
+        seen[name] = max(r.value, seen.get(name, r.value))
+    elif r.metric in ("peak_rss_mb", "load_ms", "samples_n"):
+        g[r.metric] = r.value
+        if r.metric == "peak_rss_mb" and r.annotations.get("rss_before_load_mb") is not None:
+            g.setdefault("baseline_mb", r.annotations["rss_before_load_mb"])
+    elif r.metric in ("model_memory_mb", "rss_increase_mb", "memory_growth_mb"):
+        g.setdefault(r.metric, []).append(r.value)
+        if r.metric != "rss_increase_mb" and (r.metric == "model_memory_mb" or "memory_source" not in g):
+            g["memory_source"] = r.annotations.get("measured_by") or r.metric
+            if r.annotations.get("baseline_mb") is not None:
+                g["baseline_mb"] = r.annotations["baseline_mb"]
 
 
 def _tails(values: Sequence[float] | None, measured: Mapping[str, Any] | None) -> dict[str, TailCheck]:

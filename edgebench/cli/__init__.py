@@ -14,7 +14,7 @@ import typer
 from ..errors import EdgebenchError, one_line
 
 try:  # typer >= 0.22 parses with its own copy of click, whose exceptions are not click's
-    from typer import _click as _typer_click  # type: ignore[attr-defined]
+    from typer import _click as _typer_click
 except ImportError:  # pragma: no cover - older typer uses click itself
     _typer_click = click
 USAGE_ERRORS = (click.exceptions.UsageError, getattr(_typer_click.exceptions, "UsageError", click.UsageError))

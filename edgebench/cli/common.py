@@ -99,7 +99,7 @@ def open_lab(lab: Path) -> Lab:
 
 
 @contextmanager
-def connected(lab: Lab, name: str):  # type: ignore[no-untyped-def]
+def connected(lab: Lab, name: str):
     """Open the named device for the duration of a command."""
     spec = lab.get(name)
     device = Device(spec)
@@ -112,7 +112,7 @@ def connected(lab: Lab, name: str):  # type: ignore[no-untyped-def]
 PIPE_WIDTH = 100_000  # "unlimited": a table in a pipe or a CI log takes its natural width, never folds
 
 
-def console(stderr: bool = False):  # type: ignore[no-untyped-def]
+def console(stderr: bool = False):
     """A Rich console for tables: the terminal's width on a terminal; in a pipe, a file or a CI log no
     width limit (nothing truncated or folded into 80 columns) and no colour codes."""
     from rich.console import Console
@@ -123,7 +123,7 @@ def console(stderr: bool = False):  # type: ignore[no-untyped-def]
     return Console(file=stream, width=PIPE_WIDTH, soft_wrap=True, no_color=True, highlight=False)
 
 
-def make_table(title: str | None, columns: list[str]):  # type: ignore[no-untyped-def]
+def make_table(title: str | None, columns: list[str]):
     """A Rich table whose title and headers are plain text (no markup: `[[gate]]` stays as written)."""
     from rich.table import Table
     from rich.text import Text
@@ -160,7 +160,7 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def open_store(path: Path):  # type: ignore[no-untyped-def]
+def open_store(path: Path):
     """A store that must already exist: reading never creates an empty one."""
     from ..results.store import Store
 

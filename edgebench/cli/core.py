@@ -242,7 +242,7 @@ def disturbed_lines(records: list[Record]) -> list[str]:
     return out
 
 
-def json_columns(frame):  # type: ignore[no-untyped-def]
+def json_columns(frame):
     """The dict columns of a records frame as canonical JSON text, for CSV and Parquet."""
     import json
 

@@ -155,7 +155,7 @@ def gate(
     return result.exit_code
 
 
-def gate_records(result, run_id: str) -> list[Record]:  # type: ignore[no-untyped-def]
+def gate_records(result, run_id: str) -> list[Record]:
     """One record per pair (probe `gate`, metric `change`), kept in the gate's own run so reports and
     `history --probe gate --metric change` read gates like any result. Identity: what was gated; the
     verdict and its numbers are annotations."""
@@ -217,7 +217,7 @@ _STYLE = {
 TABLE_WIDTH = 120  # the gate's tables fit this many columns unless --wide
 
 
-def _gate_console(wide: bool):  # type: ignore[no-untyped-def]
+def _gate_console(wide: bool):
     """Full width with --wide (a pipe: unlimited); else at most 120 columns, cells wrapped to fit."""
     from rich.console import Console
 
@@ -228,7 +228,7 @@ def _gate_console(wide: bool):  # type: ignore[no-untyped-def]
     return Console(file=sys.stdout, width=width, soft_wrap=False, no_color=not tty, highlight=False)
 
 
-def _show_gate(result, run_id: str | None, wide: bool = False) -> None:  # type: ignore[no-untyped-def]
+def _show_gate(result, run_id: str | None, wide: bool = False) -> None:
     """The pairs (FAIL first, with the jobs' warnings under them), then every rule and what it covered.
     Fits 120 columns (baseline and candidate values and q in the change cell, text wrapped) unless wide."""
     from rich.text import Text
@@ -334,7 +334,7 @@ def history(
     return 0
 
 
-def _show_history(found) -> None:  # type: ignore[no-untyped-def]
+def _show_history(found) -> None:
     from rich.text import Text
 
     out = console()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import typer
@@ -27,7 +26,7 @@ def register(app: typer.Typer) -> None:
     app.command("fit")(fit)
 
 
-def suite_runs(st, suite: Path) -> list[str]:  # type: ignore[no-untyped-def]
+def suite_runs(st, suite: Path) -> list[str]:
     """The runs of a suite (by the name in its file), and the gate runs that compared them."""
     from ..execution.suite import load_suite
 
@@ -40,7 +39,7 @@ def suite_runs(st, suite: Path) -> list[str]:  # type: ignore[no-untyped-def]
     return [r.run_id for r in runs if r.run_id in set(ids) | gated]
 
 
-def _gate_rules(suite: Path | None):  # type: ignore[no-untyped-def]
+def _gate_rules(suite: Path | None):
     """The rules `edgebench gate --suite` would apply: the suite's [[gate]] tables over the defaults."""
     from ..analysis.gate import default_rules, merge_rules
     from ..execution.suite import rules_from_suite
@@ -53,7 +52,7 @@ def _gate_rules(suite: Path | None):  # type: ignore[no-untyped-def]
     return merge_rules(default_rules(), overrides), f"the [[gate]] rules of {suite.name} over the defaults"
 
 
-def _budgets(suite: Path | None, items: list[str] | None):  # type: ignore[no-untyped-def]
+def _budgets(suite: Path | None, items: list[str] | None):
     from ..analysis.budgets import budgets_from_suite, parse_budgets
 
     base = budgets_from_suite(suite) if suite is not None else ()
@@ -171,7 +170,7 @@ def fit(
                 f"{store}: no bench measurements or predictions{what} to judge (run `edgebench bench`)"
             )
         run_id = new_run_id()
-        out = result.records(run_id)
+        out = result.to_records(run_id)
         if not no_store:
             st.import_records(run_id, out, kind="fit", provenance=host_provenance())
     if not budgets:
@@ -180,7 +179,7 @@ def fit(
     warn(result.warnings)
     code = verdict_exit_code(result.verdicts, strict)
     if as_json:
-        summary = [dataclasses.asdict(s) for s in result.cv_summaries()]
+        summary = [s.to_dict() for s in result.cv_summaries()]
         print_json(records_json(out, run_id=run_id, cv=summary, warnings=result.warnings, exit_code=code))
         return code
     _show(result, run_id, no_store)
@@ -189,7 +188,7 @@ def fit(
 
 def _fit_models(
     refs: list[str], measured: set[str], shape: list[str] | None, store: Path
-) -> tuple[set[str], dict, list[str]]:  # type: ignore[type-arg]
+) -> tuple[set[str], dict, list[str]]:
     """--model selects rows: a name measured in the store, or a model file (whose counts let fit predict
     it where it was never benched), counted at its --shape values (plain, or MODEL:INPUT=DIMS for one of
     them; edgebench.cli.shapes). Returns the names selected, the counts and notes for the user."""
@@ -248,7 +247,7 @@ def ratio_text(ratio: float | None) -> str:
     return f"{ratio:.2f}x budget" if ratio < 10 else f"{ratio:.0f}x budget"
 
 
-def _memory_text(memory: dict) -> str:  # type: ignore[type-arg]
+def _memory_text(memory: dict) -> str:
     """The memory beside a verdict's values: the model's range over invocations, then the baseline the
     runtime and harness take (not charged to memory_mb), then the whole process's peak."""
     parts = []
@@ -262,7 +261,7 @@ def _memory_text(memory: dict) -> str:  # type: ignore[type-arg]
     return ("; " if parts else "") + " ".join(parts)
 
 
-def _show_variants(rows) -> None:  # type: ignore[no-untyped-def]
+def _show_variants(rows) -> None:
     """One row per variant against its fp32 reference: speed-up with its interval, size, accuracy, verdict."""
     from rich.text import Text
 
@@ -286,7 +285,7 @@ def _show_variants(rows) -> None:  # type: ignore[no-untyped-def]
     console().print(table)
 
 
-def _show(result, run_id: str, no_store: bool) -> None:  # type: ignore[no-untyped-def]
+def _show(result, run_id: str, no_store: bool) -> None:
     """The verdicts as a table on stdout (full width when piped), the trust figures after it."""
     from rich.text import Text
 

@@ -30,7 +30,7 @@ class OneShot:
     outcomes: list[JobOutcome] = field(default_factory=list)
 
     @property
-    def records(self):  # type: ignore[no-untyped-def]
+    def records(self):
         return [r for o in self.outcomes for r in o.records]
 
     def raise_first_error(self) -> None:

@@ -46,7 +46,7 @@ class _Graph:
         self.operators: list[Any] = []
         self.opcodes: dict[int, int] = {}
 
-    def tensor(self, name: str, shape: list[int], data: np.ndarray | None = None, signature=None) -> int:  # type: ignore[no-untyped-def]
+    def tensor(self, name: str, shape: list[int], data: np.ndarray | None = None, signature=None) -> int:
         t = self.s.TensorT()
         t.name, t.shape, t.type = name, shape, self.s.TensorType.FLOAT32
         if signature is not None:

@@ -600,7 +600,7 @@ def named_errors(device: str) -> Iterator[None]:
         raise UserError(f"{device}: {exc}") from None
 
 
-def _run_power_agent(device: Device, task: PowerTask, timeout: float):  # type: ignore[no-untyped-def]
+def _run_power_agent(device: Device, task: PowerTask, timeout: float):
     try:
         return device.run_agent(task, timeout)
     except MeasurementError as exc:

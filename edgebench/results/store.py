@@ -621,7 +621,7 @@ class Store:
             for r in self.db.execute(sql, args)
         ]
 
-    def records_frame(self, run_ids: Iterable[str] | None = None, **where: Any):  # type: ignore[no-untyped-def]
+    def records_frame(self, run_ids: Iterable[str] | None = None, **where: Any):
         """Records as a pandas DataFrame (one column per record field; params stay a dict)."""
         import pandas as pd
 

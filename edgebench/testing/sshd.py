@@ -420,7 +420,7 @@ class SshBoard:
         path.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in data.items()))
         return path
 
-    def spec(self, **overrides: Any):  # type: ignore[no-untyped-def]
+    def spec(self, **overrides: Any):
         """The board's DeviceSpec, parsed from its descriptor exactly as the CLI would."""
         from ..descriptors import parse_device
         from ..tomlread import load_toml

@@ -203,7 +203,7 @@ def test_measured_verdicts_under_and_over_budget() -> None:
     assert by["big"].fits is False
     assert by["big"].limiting == "memory_mb"  # 90 MB is 50% over; 20 ms is 33% over
     assert by["big"].margin == pytest.approx((60 - 90) / 60)
-    recs = result.records("fit-run")
+    recs = result.to_records("fit-run")
     fits = {r.model: r for r in recs if r.metric == "fits"}
     assert fits["small"].value == 1.0 and fits["big"].value == 0.0
     assert (
@@ -321,7 +321,7 @@ def test_budget_without_data_is_unchecked_not_passed() -> None:
     # A pair is never passed on a budget nobody checked: met on latency, unknown on energy: uncertain.
     assert v.verdict == fit_result.UNCERTAIN and v.fits is None and v.unchecked == ("energy_mj",)
     assert "energy_mj not checked" in v.why
-    rec = next(r for r in result.records("x") if r.metric == "fits")
+    rec = next(r for r in result.to_records("x") if r.metric == "fits")
     assert rec.annotations["unchecked"] == ["energy_mj"] and rec.value is None
 
 
@@ -364,7 +364,7 @@ def test_unmeasured_model_is_predicted_and_marked() -> None:
     tight = fit.assess(records, budget_defs.parse_budgets([f"latency_p99_ms={truth * 0.5}"]), counts=COUNTS)
     v2 = next(v for v in tight.verdicts if v.model == "m5")
     assert v2.fits is False and v2.basis == "predicted" and v2.limiting == "latency_p99_ms"
-    recs = {(r.model, r.metric, r.params.get("stat")): r for r in tight.records("x")}
+    recs = {(r.model, r.metric, r.params.get("stat")): r for r in tight.to_records("x")}
     assert recs[("m5", "fits", None)].annotations["basis"] == "predicted"
     assert recs[("m5", "predicted_latency_ms", "p50")].value == pytest.approx(truth, rel=0.03)
 
@@ -376,7 +376,7 @@ def test_cross_validation_is_exact_on_a_device_the_model_describes() -> None:
     }
     s = overall[("model", "latency_p50_ms")]
     assert s.pairs == len(FLEET) and s.within == 1.0 and s.median_abs_err < 0.02
-    recs = result.records("x")
+    recs = result.to_records("x")
     within = [r for r in recs if r.metric == "cv_within_10pct" and r.device == "*"]
     assert {r.params["holdout"] for r in within} == {"pair", "model"}
     assert sum(

@@ -104,7 +104,7 @@ def test_fit_on_stored_records(samples: np.ndarray, budget: float, verdict: str)
     assert v.verdict == verdict, v.why
     if verdict == fit_result.UNCERTAIN:
         assert "uncertain (tail disturbed)" in v.why and "scheduler tick" in v.why
-        [rec] = [r for r in result.records("f") if r.metric == "fits"]
+        [rec] = [r for r in result.to_records("f") if r.metric == "fits"]
         assert rec.annotations["tails"]["p99"]["tick_ms"] == 4.0
     if budget == 6.0:
         assert "the same either way" in v.why

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -694,7 +695,7 @@ def test_fit_keeps_the_kernel_predictors_held_out_errors_as_records(tmp_path) ->
     held = reference.held_out(("pc", "onnxruntime"))
     assert len(held) == len(MLP_WIDTHS)
     errors = np.array([h.predicted_ms / h.run.latency_ms - 1 for h in held])
-    recs = [r for r in result.records("fit1") if r.params.get("predictor") == KERNEL_PREDICTOR]
+    recs = [r for r in result.to_records("fit1") if r.params.get("predictor") == KERNEL_PREDICTOR]
     points = {r.model: r for r in recs if r.metric == "cv_error"}
     assert sorted(points) == sorted(MLP_WIDTHS)
     by_model = {h.run.model: h for h in held}
@@ -713,7 +714,7 @@ def test_fit_keeps_the_kernel_predictors_held_out_errors_as_records(tmp_path) ->
     assert (low, high) == pytest.approx(kp.interval_ratios(held, 0.8))
     assert summary[(AGGREGATE_DEVICE, "cv_within_10pct")].value == target.value
     # identities differ from the whole-model predictor's figures: no two records share a key
-    keys = [r.key() for r in result.records("fit1")]
+    keys = [r.key() for r in result.to_records("fit1")]
     assert len(keys) == len(set(keys))
 
 
@@ -732,7 +733,7 @@ def test_the_report_says_how_far_to_trust_each_predictor(tmp_path) -> None:
     records, counts = mlp_profiles(tmp_path, device="phone")
     result = assess(records, counts=counts)
     (s,) = [s for s in result.cv_summaries(fit_result.KERNEL_PREDICTOR) if s.device == "phone"]
-    data = make_data(records + result.records("fit1"), runs=("r1", "fit1"))
+    data = make_data(records + result.to_records("fit1"), runs=("r1", "fit1"))
     html_text = render(data, "html")
     section = html_text[html_text.index('id="prediction"') :]
     section = section[: section.index("</section>")]
@@ -1117,3 +1118,34 @@ def test_models_of_another_kind_added_to_the_training_barely_move_the_others_pre
         for r in new
     ]
     assert np.median(np.abs(moved)) < 0.012, moved
+
+
+def test_a_stored_fit_run_reads_back_as_the_result_it_was(tmp_path) -> None:
+    """fit's result owns its record encoding: read back from its records, it gives the renderers the same
+    tables as the live result (verdicts with predictions and intervals, both predictors' held-out points
+    and summaries, calibrations), and writes the same records again."""
+    from edgebench.analysis.budgets import parse_budgets
+    from edgebench.analysis.fit import assess
+    from edgebench.analysis.fit_result import FitResult
+    from edgebench.render.report import frames
+
+    records, counts = mlp_profiles(tmp_path)
+    held = "mlp-c"
+    budgets = parse_budgets(["latency_p50_ms=0.5", "memory_mb=100"])
+    live = assess([r for r in records if r.model != held], budgets, counts=counts, models=[held])
+    assert any(v.basis == "predicted" for v in live.verdicts) and {p.predictor for p in live.cv} >= {"kernel"}
+    stored = live.to_records("fit1")
+    again = FitResult.from_records(stored)
+    live_tables, stored_tables = frames.fit_tables(live), frames.fit_tables(again)
+    for name, table in live_tables.items():
+        pd.testing.assert_frame_equal(table, stored_tables[name], check_dtype=False)
+
+    def content(recs: list[Record]) -> list[tuple]:  # variants and tails' make-up are not read back
+        return [
+            (r.device, r.runtime, r.model, r.metric, r.value, r.params, {**r.annotations, "tails": None})
+            for r in recs
+            if r.metric != "variant_speedup"
+        ]
+
+    assert content(again.to_records("fit1")) == content(stored)
+    assert frames.fit_counts(again) == frames.fit_counts(live)

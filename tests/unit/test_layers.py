@@ -59,3 +59,17 @@ def test_one_upward_import_breaks_the_contract(tmp_path: Path, module: str, line
     assert res.returncode == 1, res.stdout + res.stderr
     assert f"{broken}" in res.stdout and "BROKEN" in res.stdout, res.stdout
     assert "Contracts: 1 kept, 1 broken." in res.stdout, res.stdout
+
+
+def test_no_function_is_over_100_lines() -> None:
+    """A function longer than a screenful does several things: each gets a name of its own."""
+    import ast
+
+    long = []
+    for path in sorted((ROOT / "edgebench").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > 100:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long, long

@@ -243,7 +243,7 @@ def make_data(
     fingerprint: dict | None = None,
     health: tuple[Record, ...] = (),
 ) -> ReportData:
-    from edgebench.render.report.data import _fit_records
+    from edgebench.render.report.data import _fit_result
 
     run_infos = tuple(
         RunInfo(
@@ -277,7 +277,7 @@ def make_data(
         }
         for d in ("phone", "board")
     )
-    fit_records, source, warnings = _fit_records(records, samples, devices, budgets, list(runs))
+    fit, source, warnings = _fit_result(records, samples, devices, budgets, list(runs))
     jobs = tuple(
         {
             "run_id": run,
@@ -314,7 +314,7 @@ def make_data(
         tuple(samples),
         tuple(errors),
         tuple(budgets),
-        tuple(fit_records),
+        fit,
         source,
         tuple(warnings),
         health=tuple(health),
@@ -610,11 +610,10 @@ def test_decode_section_shows_tokens_per_s_with_the_floor_and_the_budget() -> No
     md = render(data, "md")
     assert "## LLM decode" in md and "| phone | llm | onnxruntime | 64+32 | 40 | 50 | 20 | 25 | 80.0% |" in md
     assert "| board | llm | onnxruntime | 64+32 | 40 | 125 | 8 ❌ | 10 | 80.0% |" in md
-    fit = [r for r in data.fit_records if r.metric == "fits" and r.model == "llm"]
-    assert {(r.device, r.value) for r in fit} == {("phone", 1.0), ("board", 0.0)}
+    fit = [v for v in data.fit.verdicts if v.model == "llm"]
+    assert {(v.device, v.fits) for v in fit} == {("phone", True), ("board", False)}
     assert all(
-        r.annotations["values"] == {"decode_tokens_per_s_min": 1e3 / (50.0 if r.device == "phone" else 125.0)}
-        for r in fit
+        v.values == {"decode_tokens_per_s_min": 1e3 / (50.0 if v.device == "phone" else 125.0)} for v in fit
     )
 
 
@@ -622,7 +621,7 @@ def test_live_fit_in_report_uses_stored_counts() -> None:
     recs, samples = every_probe_records()
     data = make_data(recs, samples, budgets=parse_budgets(["latency_p99_ms=20"]))
     assert data.fit_source.startswith("computed")
-    metrics = {r.metric for r in data.fit_records}
+    metrics = {r.metric for r in data.fit.to_records("report")}
     assert {"fits", "cv_error", "cv_within_10pct"} <= metrics
 
 

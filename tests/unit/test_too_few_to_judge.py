@@ -36,7 +36,7 @@ def test_thin_shares_say_too_few_models_to_judge() -> None:
     result = _result(
         kernel_models=fit_result.MIN_JUDGED_KERNEL_MODELS - 1, whole_models=fit_result.MIN_JUDGED_MODELS - 1
     )
-    recs = result.records("fit1")
+    recs = result.to_records("fit1")
     shares = [r for r in recs if r.metric == "cv_within_10pct"]
     assert shares and all(r.annotations["judged"] is False for r in shares)
     kernel = next(
@@ -60,7 +60,7 @@ def test_enough_models_show_the_share() -> None:
     result = _result(
         kernel_models=fit_result.MIN_JUDGED_KERNEL_MODELS, whole_models=fit_result.MIN_JUDGED_MODELS
     )
-    recs = result.records("fit1")
+    recs = result.to_records("fit1")
     assert all(r.annotations["judged"] for r in recs if r.metric == "cv_within_10pct")
     section = _section(render(make_data(recs, runs=("fit1",)), "html"))
     assert "too few models to judge" not in section and "0.0%</b>" in section

@@ -83,7 +83,7 @@ def test_rows_give_speedup_interval_size_accuracy_and_verdict(store: tuple) -> N
     assert rows["enc-fp16"].verdict == fit_result.NO_FIT and rows["enc-fp16"].cosine is None
     assert "enc" not in rows
     [rec] = [
-        r for r in result.records("f") if r.metric == "variant_speedup" and r.model == "enc.int8-dynamic"
+        r for r in result.to_records("f") if r.metric == "variant_speedup" and r.model == "enc.int8-dynamic"
     ]
     assert rec.value == ratio and rec.params == {"reference": "enc"} and rec.annotations["size_ratio"] == 0.25
 

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...analysis.budgets import Budget
 from ...analysis.fit import assess
+from ...analysis.fit_result import FitResult
 from ...analysis.model_counts import PROBE as FIT_PROBE
 from ...analysis.observations import MEASURING_PROBES
 from ...errors import UserError
 from ...records import Record, Samples, utc_now
 from ...results.store import RunInfo, Store
 
-LIVE_FIT_RUN = "report"
 ANALYSIS_PROBES = (FIT_PROBE, "gate")
 
 
@@ -22,7 +22,7 @@ ANALYSIS_PROBES = (FIT_PROBE, "gate")
 class ReportData:
     """Everything one report shows: runs with provenance, devices, records, raw samples, errors, budgets.
 
-    `fit_records` are `fit` records: those of the latest fit run among the selected runs, or, when there is
+    `fit` is fit's result: the latest fit run among the selected runs as it was stored, or, when there is
     none, computed for the report from the stored measurements (`fit_source` says which).
     """
 
@@ -36,7 +36,7 @@ class ReportData:
     samples: tuple[Samples, ...]
     errors: tuple[dict[str, Any], ...]
     budgets: tuple[Budget, ...] = ()
-    fit_records: tuple[Record, ...] = ()
+    fit: FitResult = field(default_factory=lambda: FitResult(budgets=()))
     fit_source: str = ""
     fit_warnings: tuple[str, ...] = ()
     health: tuple[Record, ...] = ()  # the latest `doctor` records of the report's devices, from any run
@@ -91,7 +91,7 @@ def load_report_data(
     samples = store.samples(ids)
     devices = store.device_info(ids)
     ungated = [r for r in records if r.probe != "gate"]
-    fit_records, fit_source, warnings = _fit_records(ungated, samples, devices, budgets, ids)
+    fit, fit_source, warnings = _fit_result(ungated, samples, devices, budgets, ids)
     health, health_order = _health_records(store, all_runs, {r.device for r in records})
     regression, regression_source = _regression(store, all_runs, runs, gate_rules, gate_rules_source)
     return ReportData(
@@ -105,7 +105,7 @@ def load_report_data(
         samples=tuple(samples),
         errors=tuple(store.errors(ids)),
         budgets=tuple(budgets),
-        fit_records=tuple(fit_records),
+        fit=fit,
         fit_source=fit_source,
         fit_warnings=tuple(warnings),
         health=tuple(health),
@@ -160,27 +160,25 @@ def _regression(
     return result.to_dict(), f"no stored gate run compared them: the gate applied here with {where}"
 
 
-def _fit_records(
+def _fit_result(
     records: Sequence[Record],
     samples: Sequence[Samples],
     devices: Sequence[dict[str, Any]],
     budgets: Sequence[Budget],
     run_order: Sequence[str],
-) -> tuple[list[Record], str, list[str]]:
+) -> tuple[FitResult, str, list[str]]:
+    """Fit's result for the report (the latest stored fit run's, else computed now), where it comes
+    from, and the warnings of one computed now."""
     stored = [r for r in records if r.probe == FIT_PROBE]
     if stored:
         order = {rid: i for i, rid in enumerate(run_order)}
         latest = max({r.run_id for r in stored}, key=lambda rid: order.get(rid, -1))
-        return [r for r in stored if r.run_id == latest], f"fit run {latest}", []
+        return FitResult.from_records(r for r in stored if r.run_id == latest), f"fit run {latest}", []
     measured = [r for r in records if r.probe != FIT_PROBE]
     if not any(r.probe in MEASURING_PROBES or r.probe == "decode" for r in measured):
-        return [], "", []
+        return FitResult(budgets=()), "", []
     result = assess(measured, budgets, samples=samples, device_info=devices, run_order=run_order)
-    return (
-        result.records(LIVE_FIT_RUN),
-        "computed for this report from the stored measurements",
-        result.warnings,
-    )
+    return result, "computed for this report from the stored measurements", result.warnings
 
 
 def _default_title(runs: Sequence[RunInfo]) -> str:

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ...analysis.budgets import Budget
+from ...analysis.fit_result import CvSummary, FitResult, Verdict
 from ...analysis.observations import observations
 from ...records import Record, RecordKey, Samples
 
@@ -716,207 +717,136 @@ def deltas(records: Sequence[Record], run_order: Sequence[str], threshold: float
     return pd.DataFrame(rows, columns=cols)
 
 
-ROOFLINE_PREDICTOR = "roofline"  # fit's whole-model predictor: cross-validation records without `predictor`
+VERDICT_COLUMNS = [
+    "device",
+    "runtime",
+    "model",
+    "fits",
+    "verdict",
+    "why",
+    "basis",
+    "limiting",
+    "ratio",
+    "intervals",
+    "values",
+    "budgets",
+    "unchecked",
+    "evidence",
+    "config",
+    "predicted",
+    "flops",
+    "weight_bytes",
+]
+SUMMARY_INDEX = ["device", "runtime", "predictor", "holdout", "quantity", "pairs"]
+POINT_COLUMNS = [
+    "device",
+    "runtime",
+    "predictor",
+    "model",
+    "holdout",
+    "quantity",
+    "measured",
+    "predicted",
+    "error",
+]
+CALIBRATION_COLUMNS = [
+    "device",
+    "runtime",
+    "models",
+    "method",
+    "efficiency",
+    "overhead_ms",
+    "per_node_us",
+    "local_correction",
+    "ceilings",
+]
 
 
-TOO_FEW = "too few models to judge"
-
-
-def _too_few_text(p: dict[str, Any]) -> str:
-    """Why a share is not judged and what gives enough ("" where it is judged)."""
-    if p.get("judged", True) is not False:
-        return ""
-    return (
-        f"{TOO_FEW}: {p.get('models', 0)} held out, {p.get('models_needed', '?')} needed; "
-        f"{p.get('next_step') or 'measure more models'}"
-    )
-
-
-def fit_tables(fit_records: Sequence[Record]) -> dict[str, pd.DataFrame]:
-    """Verdicts, cross-validation summaries, cross-validation points and calibrations from `fit` records;
-    the summaries and points name their predictor (`roofline`, or fit's KERNEL_PREDICTOR) and a summary
-    its interval on measured / predicted where the record gives one."""
-    verdicts, summaries, points, calib = [], [], [], []
-    predicted: dict[tuple, dict[str, float]] = {}
-    intervals: dict[tuple, tuple[tuple[float, ...], Any]] = {}  # (device, runtime, predictor)
-    judged: dict[tuple, tuple[bool, str]] = {}  # (device, runtime, predictor, holdout, quantity)
-    for r in fit_records:
-        if r.probe != "fit":
-            continue
-        if r.metric.startswith("predicted_"):
-            key = (r.device, r.runtime or "", r.model or "")
-            name = r.metric + (f":{r.params['stat']}" if r.params.get("stat") else "")
-            predicted.setdefault(key, {})[name] = float(r.value or 0.0)
-    for r in fit_records:
-        if r.probe != "fit":
-            continue
-        p = {**r.params, **r.annotations}  # fit runs stored before records had annotations: all in params
-        if r.metric == "fits":
-            verdicts.append(
-                {
-                    "device": r.device,
-                    "runtime": r.runtime or "",
-                    "model": r.model or "",
-                    "fits": r.value,
-                    "verdict": _verdict_of(p, r.value),
-                    "why": p.get("why") or "",
-                    "basis": p.get("basis", ""),
-                    "limiting": p.get("limiting"),
-                    "margin": p.get("margin"),
-                    "ratio": p.get("ratio"),
-                    "intervals": p.get("intervals") or {},
-                    "values": p.get("values") or {},
-                    "budgets": p.get("budgets") or {},
-                    "unchecked": p.get("unchecked") or [],
-                    "evidence": p.get("evidence") or "",
-                    "config": params_label(p.get("config") or {}),
-                    "predicted": predicted.get((r.device, r.runtime or "", r.model or ""), {}),
-                    "flops": p.get("flops"),
-                    "weight_bytes": p.get("weight_bytes"),
-                }
-            )
-        elif r.metric in ("cv_within_10pct", "cv_median_abs_err"):
-            predictor = p.get("predictor") or ROOFLINE_PREDICTOR
-            if p.get("interval"):
-                intervals[(r.device, r.runtime or "", predictor)] = (tuple(p["interval"]), p.get("coverage"))
-            # fit runs stored before shares were judged by their held-out models: judged
-            ident = (r.device, r.runtime or "", predictor, p.get("holdout"), p.get("quantity"))
-            judged[ident] = (p.get("judged", True) is not False, _too_few_text(p))
-            summaries.append(
-                {
-                    "device": r.device,
-                    "runtime": r.runtime or "",
-                    "predictor": predictor,
-                    "holdout": p.get("holdout"),
-                    "quantity": p.get("quantity"),
-                    "metric": r.metric,
-                    "value": r.value,
-                    "pairs": p.get("pairs"),
-                }
-            )
-        elif r.metric == "cv_error":
-            points.append(
-                {
-                    "device": r.device,
-                    "runtime": r.runtime or "",
-                    "predictor": p.get("predictor") or ROOFLINE_PREDICTOR,
-                    "model": r.model or "",
-                    "holdout": p.get("holdout"),
-                    "quantity": p.get("quantity"),
-                    "measured": p.get("measured"),
-                    "predicted": p.get("predicted"),
-                    "error": r.value,
-                }
-            )
-        elif r.metric == "calibration_models":
-            calib.append(
-                {
-                    "device": r.device,
-                    "runtime": r.runtime or "",
-                    "models": r.value,
-                    "method": p.get("method"),
-                    "efficiency": p.get("efficiency") or {},
-                    "overhead_ms": p.get("overhead_ms"),
-                    "per_node_us": p.get("per_node_us"),
-                    "local_correction": p.get("local_correction"),
-                    "ceilings": p.get("ceilings") or {},
-                }
-            )
-    summ = pd.DataFrame(
-        summaries,
-        columns=["device", "runtime", "predictor", "holdout", "quantity", "metric", "value", "pairs"],
-    )
-    if not summ.empty:
-        summ = summ.pivot_table(
-            index=["device", "runtime", "predictor", "holdout", "quantity", "pairs"],
-            columns="metric",
-            values="value",
-            aggfunc="first",
-        ).reset_index()
-        summ.columns.name = None
-        found = [intervals.get((r.device, r.runtime, r.predictor)) for r in summ.itertuples()]
-        summ["interval"] = [f[0] if f else None for f in found]
-        summ["coverage"] = [f[1] if f else None for f in found]
-        verdict = [
-            judged.get((r.device, r.runtime, r.predictor, r.holdout, r.quantity), (True, ""))
-            for r in summ.itertuples()
-        ]
-        summ["judged"] = [j for j, _ in verdict]
-        summ["too_few"] = [why for _, why in verdict]
+def fit_tables(fit: FitResult) -> dict[str, pd.DataFrame]:
+    """Verdicts, cross-validation summaries, cross-validation points and calibrations of a fit result;
+    the summaries and points name their predictor (`roofline` or `kernel`) and a summary its interval on
+    measured / predicted where the predictor gives one for its target."""
+    limits = {b.key: b.limit for b in fit.budgets}
     return {
-        "verdicts": pd.DataFrame(
-            verdicts,
-            columns=[
-                "device",
-                "runtime",
-                "model",
-                "fits",
-                "verdict",
-                "why",
-                "basis",
-                "limiting",
-                "margin",
-                "ratio",
-                "intervals",
-                "values",
-                "budgets",
-                "unchecked",
-                "evidence",
-                "config",
-                "predicted",
-                "flops",
-                "weight_bytes",
-            ],
-        ),
-        "summary": summ,
+        "verdicts": pd.DataFrame([_verdict_row(v, limits) for v in fit.verdicts], columns=VERDICT_COLUMNS),
+        "summary": _summary_table(fit.cv_summaries()),
         "points": pd.DataFrame(
-            points,
-            columns=[
-                "device",
-                "runtime",
-                "predictor",
-                "model",
-                "holdout",
-                "quantity",
-                "measured",
-                "predicted",
-                "error",
+            [
+                [p.device, p.runtime or "", p.predictor, p.model, p.holdout, p.quantity]
+                + [p.measured, p.predicted, p.error]
+                for p in fit.cv
             ],
+            columns=POINT_COLUMNS,
         ),
         "calibration": pd.DataFrame(
-            calib,
-            columns=[
-                "device",
-                "runtime",
-                "models",
-                "method",
-                "efficiency",
-                "overhead_ms",
-                "per_node_us",
-                "local_correction",
-                "ceilings",
+            [
+                [device, runtime or "", desc.get("models")]
+                + [desc.get("method"), desc.get("efficiency") or {}, desc.get("overhead_ms")]
+                + [desc.get("per_node_us"), desc.get("local_correction"), desc.get("ceilings") or {}]
+                for (device, runtime), desc in sorted(
+                    fit.calibrations.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")
+                )
             ],
+            columns=CALIBRATION_COLUMNS,
         ),
     }
 
 
-def _verdict_of(p: Mapping[str, Any], fits: float | None) -> str:
-    """A verdict record's answer; fit runs stored before verdicts had words: from `fits` and budgets."""
-    if "verdict" in p:
-        return str(p["verdict"] or "")
-    if not p.get("budgets"):
-        return ""
-    return {1.0: "fits", 0.0: "does not fit"}.get(fits, "uncertain")  # type: ignore[arg-type]
+def _verdict_row(v: Verdict, limits: Mapping[str, float]) -> dict[str, Any]:
+    weights = v.counts.weight_bytes if v.counts is not None else None
+    return {
+        "device": v.device,
+        "runtime": v.runtime or "",
+        "model": v.model or "",
+        "fits": None if v.fits is None else float(v.fits),
+        "verdict": v.verdict,
+        "why": v.why or "",
+        "basis": v.basis,
+        "limiting": v.limiting,
+        "ratio": v.ratio,
+        "intervals": {k: list(iv) for k, iv in v.intervals.items()},
+        "values": v.values,
+        "budgets": v.limits or dict(limits),
+        "unchecked": list(v.unchecked),
+        "evidence": v.evidence or "",
+        "config": params_label(v.config or {}),
+        "predicted": v.predicted,
+        "flops": v.counts.flops if v.counts is not None else None,
+        "weight_bytes": None if weights is None or weights != weights else weights,
+    }
 
 
-def fit_counts(fit_records: Sequence[Record]) -> dict[str, tuple[float, float]]:
-    """Model FLOPs and weight bytes carried in fit verdict records (for the roofline plot)."""
-    out = {}
-    for r in fit_records:
-        p = {**r.params, **r.annotations}
-        if r.probe == "fit" and r.metric == "fits" and r.model and "flops" in p:
-            out[r.model] = (float(p["flops"]), float(p.get("weight_bytes") or float("nan")))
-    return out
+def _summary_table(summaries: Sequence[CvSummary]) -> pd.DataFrame:
+    """One row per predictor x target x holdout x quantity, sorted so."""
+    if not summaries:
+        return pd.DataFrame(columns=[*SUMMARY_INDEX[:-1], "metric", "value", "pairs"])
+    rows = [
+        {
+            "device": s.device,
+            "runtime": s.runtime or "",
+            "predictor": s.predictor,
+            "holdout": s.holdout,
+            "quantity": s.quantity,
+            "pairs": s.pairs,
+            "cv_median_abs_err": s.median_abs_err,
+            "cv_within_10pct": s.within,
+            "interval": s.interval,
+            "coverage": s.coverage if s.interval else None,
+            "judged": s.judged,
+            "too_few": s.too_few(),
+        }
+        for s in summaries
+    ]
+    return pd.DataFrame(rows).sort_values(SUMMARY_INDEX, kind="stable").reset_index(drop=True)
+
+
+def fit_counts(fit: FitResult) -> dict[str, tuple[float, float]]:
+    """Model FLOPs and weight bytes carried in fit's verdicts (for the roofline plot)."""
+    return {
+        v.model: (float(v.counts.flops), float(v.counts.weight_bytes))
+        for v in fit.verdicts
+        if v.model and v.counts is not None
+    }
 
 
 def profile_shapes(records: Sequence[Record]) -> dict[tuple[str, str, str], str]:

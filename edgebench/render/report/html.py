@@ -22,11 +22,10 @@ import pandas as pd
 
 from ... import __version__
 from ...analysis.ceilings import BEATS_MARGIN
-from ...analysis.fit_result import KERNEL_PREDICTOR
+from ...analysis.fit_result import KERNEL_PREDICTOR, ROOFLINE_PREDICTOR, TOO_FEW
 from ...execution.provenance import redact_argv
 from . import frames, plots, unmeasured, workloads
 from .data import ReportData
-from .frames import ROOFLINE_PREDICTOR
 from .health import COLUMNS as HEALTH_COLUMNS
 from .health import latest_health
 from .markup import esc, figure, fmt, interval_text, nodata, pct, table
@@ -300,7 +299,7 @@ def _fit(d: ReportData) -> tuple[str, bool]:
     """The answer: a device x model matrix, each cell its verdict (fits, does not fit, uncertain) over
     the values it was judged on, coloured against the budgets; the verdicts in full below it."""
     m = frames.bench_matrix(d.measurements, d.samples, d.run_order)
-    verdicts = frames.fit_tables(d.fit_records)["verdicts"]
+    verdicts = frames.fit_tables(d.fit)["verdicts"]
     if m.empty and verdicts.empty:
         return nodata("bench measurements"), False
     devices = sorted(set(m["device"]) | set(verdicts["device"]))
@@ -519,9 +518,7 @@ def _variants(d: ReportData) -> tuple[str, bool]:
     from ...analysis.variants import speedup_text
 
     m = frames.bench_matrix(d.measurements, d.samples, d.run_order)
-    v = frames.variants(
-        d.measurements, m, frames.fit_tables(d.fit_records)["verdicts"], d.samples, d.run_order
-    )
+    v = frames.variants(d.measurements, m, frames.fit_tables(d.fit)["verdicts"], d.samples, d.run_order)
     if v.empty:
         return nodata("variants (edgebench variants)"), False
     rows = [
@@ -669,7 +666,7 @@ def _ceilings(d: ReportData) -> tuple[str, bool]:
 def _roofline(d: ReportData) -> tuple[str, bool]:
     m = frames.bench_matrix(d.measurements, d.samples, d.run_order)
     fl = frames.floors(d.measurements, d.run_order)
-    pts = frames.roofline(d.measurements, m, frames.fit_counts(d.fit_records))
+    pts = frames.roofline(d.measurements, m, frames.fit_counts(d.fit))
     covered = set(zip(fl["device"], fl["model"], strict=True))
     # A boolean Series, not a list: an empty list would select no *columns* and drop "device" with them.
     keep = pd.Series(
@@ -1084,64 +1081,27 @@ def _too_few_tile(kpi: str, r: Any, what: str) -> str:
     """A share's tile where too few models were held out to judge it: says so, and what gives enough."""
     return (
         f'<div class="kpi too-few" data-kpi="{esc(kpi)}" data-device="{esc(r.device)}" data-judged="no">'
-        f"<b>{esc(frames.TOO_FEW)}</b><span>{esc(what)}: {esc(r.quantity)}<br>{esc(r.too_few)}</span></div>"
+        f"<b>{esc(TOO_FEW)}</b><span>{esc(what)}: {esc(r.quantity)}<br>{esc(r.too_few)}</span></div>"
     )
 
 
 def _prediction(d: ReportData) -> tuple[str, bool]:
     """Where fit predicted: the cross-validation that bounds each prediction, and the calibrations."""
-    t = frames.fit_tables(d.fit_records)
+    t = frames.fit_tables(d.fit)
     v, summ, pts, cal = t["verdicts"], t["summary"], t["points"], t["calibration"]
     if v.empty and pts.empty:
         return nodata("bench measurements to judge"), False
     out = [f'<p class="note">Source: {esc(d.fit_source)}.</p>']
     for w in d.fit_warnings:
         out.append(f'<p class="note">Note: {esc(w)}</p>')
-    predicted = v[v["basis"] == "predicted"]
-    if not predicted.empty:
-        prows: list[list[Any]] = [
-            [
-                r.device,
-                r.model,
-                r.runtime,
-                (r.predicted or {}).get("predicted_latency_ms:p50"),
-                (r.predicted or {}).get("predicted_memory_mb"),
-                r.evidence,
-            ]
-            for r in predicted.itertuples()
-        ]
-        out.append(
-            table(
-                ["device", "model", "runtime", "predicted p50 ms", "predicted memory MB", "evidence"], prows
-            )
-        )
+    out.append(_predicted_table(v[v["basis"] == "predicted"]))
     if pts.empty:
         out.append(
             '<p class="note">No cross-validation: it needs at least two measured models with FLOP/byte '
             "counts on a device (run `edgebench fit --model PATH ...` or `edgebench roofline`).</p>"
         )
     else:
-        overall = summ[summ["device"] == "*"] if not summ.empty else summ
-        whole = overall[overall["predictor"] == ROOFLINE_PREDICTOR] if not overall.empty else overall
-        labels = {
-            ("model", "latency_p50_ms"): "p50 of a model never benched anywhere",
-            ("pair", "latency_p50_ms"): "p50 of a model benched on other devices, not this one",
-            ("model", "latency_min_ms"): "fastest inference (the calibrated cost, least disturbed by load)",
-            ("model", "memory_mb"): "peak memory",
-        }
-        for (holdout, quantity), what in labels.items():
-            found = whole[(whole["holdout"] == holdout) & (whole["quantity"] == quantity)]
-            for r in found.itertuples():
-                if not r.judged:
-                    kpi = f"cv-{holdout}-{quantity}"
-                    out.append(_too_few_tile(kpi, r, f"{what} (whole-model predictor)"))
-                    continue
-                out.append(
-                    f'<div class="kpi" data-kpi="cv-{esc(holdout)}-{esc(quantity)}">'
-                    f"<b>{pct(r.cv_within_10pct)}</b><span>within ±10%: {esc(what)} (whole-model "
-                    f"predictor)<br>{int(r.pairs)} held-out pairs, median error "
-                    f"{pct(r.cv_median_abs_err)}</span></div>"
-                )
+        out += _whole_model_cv_kpis(summ)
         out += _kernel_cv_kpis(summ)
         out.append(
             '<p class="note">Each measured model is predicted from the others measured on its device, as if '
@@ -1152,88 +1112,118 @@ def _prediction(d: ReportData) -> tuple[str, bool]:
             "the run-to-run noise of the device: on a busy or thermally unstable device they scatter more "
             "than the fastest inference does.</p>"
         )
-        p50 = pts[
-            (pts["quantity"] == "latency_p50_ms")
-            & (pts["holdout"] == "model")
-            & (pts["predictor"] == ROOFLINE_PREDICTOR)
+        out.append(_cv_figures(summ, pts))
+    out.append(_calibration_table(cal))
+    return "".join(out), True
+
+
+def _predicted_table(predicted: pd.DataFrame) -> str:
+    """The predicted pairs: p50 and memory, and what each prediction rests on."""
+    if predicted.empty:
+        return ""
+    prows: list[list[Any]] = [
+        [
+            r.device,
+            r.model,
+            r.runtime,
+            (r.predicted or {}).get("predicted_latency_ms:p50"),
+            (r.predicted or {}).get("predicted_memory_mb"),
+            r.evidence,
         ]
-        out.append('<div class="figure-row">')
-        if not p50.empty:
+        for r in predicted.itertuples()
+    ]
+    return table(["device", "model", "runtime", "predicted p50 ms", "predicted memory MB", "evidence"], prows)
+
+
+def _whole_model_cv_kpis(summ: pd.DataFrame) -> list[str]:
+    """The whole-model predictor's fleet-wide shares within +-10%, one tile per question it answers."""
+    out = []
+    overall = summ[summ["device"] == "*"] if not summ.empty else summ
+    whole = overall[overall["predictor"] == ROOFLINE_PREDICTOR] if not overall.empty else overall
+    labels = {
+        ("model", "latency_p50_ms"): "p50 of a model never benched anywhere",
+        ("pair", "latency_p50_ms"): "p50 of a model benched on other devices, not this one",
+        ("model", "latency_min_ms"): "fastest inference (the calibrated cost, least disturbed by load)",
+        ("model", "memory_mb"): "peak memory",
+    }
+    for (holdout, quantity), what in labels.items():
+        found = whole[(whole["holdout"] == holdout) & (whole["quantity"] == quantity)]
+        for r in found.itertuples():
+            if not r.judged:
+                kpi = f"cv-{holdout}-{quantity}"
+                out.append(_too_few_tile(kpi, r, f"{what} (whole-model predictor)"))
+                continue
             out.append(
-                figure(
-                    plots.cv_plot(p50),
-                    "fit-cv",
-                    "leave-one-model-out: each measured model predicted from the others on its device",
-                )
+                f'<div class="kpi" data-kpi="cv-{esc(holdout)}-{esc(quantity)}">'
+                f"<b>{pct(r.cv_within_10pct)}</b><span>within ±10%: {esc(what)} (whole-model "
+                f"predictor)<br>{int(r.pairs)} held-out pairs, median error "
+                f"{pct(r.cv_median_abs_err)}</span></div>"
             )
-        if not summ.empty:
-            rows2: list[list[Any]] = [
-                [
-                    r.device,
-                    r.runtime,
-                    PREDICTOR_NAMES.get(r.predictor, r.predictor),
-                    r.holdout,
-                    r.quantity,
-                    int(r.pairs),
-                    pct(r.cv_within_10pct) if r.judged else frames.TOO_FEW,
-                    pct(r.cv_median_abs_err),
-                    interval_text(r.interval, r.coverage),
-                ]
-                for r in summ.itertuples()
-            ]
-            out.append(
-                table(
-                    [
-                        "device",
-                        "runtime",
-                        "predictor",
-                        "held out",
-                        "quantity",
-                        "pairs",
-                        "within ±10%",
-                        "median error",
-                        "interval (measured / predicted)",
-                    ],
-                    rows2,
-                )
-            )
-        out.append("</div>")
-    if not cal.empty:
-        rows3: list[list[Any]] = []
-        for r in cal.itertuples():
-            eff = ", ".join(f"{k} {x:.0%}" for k, x in (r.efficiency or {}).items())
-            ce = r.ceilings or {}
-            rows3.append(
-                [
-                    r.device,
-                    r.runtime,
-                    int(r.models) if r.models == r.models else 0,
-                    r.method,
-                    eff,
-                    r.overhead_ms,
-                    r.per_node_us,
-                    "yes" if r.local_correction else "no",
-                    f"{fmt(ce.get('peak_gflops'))} GFLOP/s, {fmt(ce.get('bandwidth_gbps'))} GB/s "
-                    f"({ce.get('source', '')})",
-                ]
-            )
+    return out
+
+
+def _cv_figures(summ: pd.DataFrame, pts: pd.DataFrame) -> str:
+    """The leave-one-model-out plot of the whole-model p50 and every predictor's summary table."""
+    out = []
+    p50 = pts[
+        (pts["quantity"] == "latency_p50_ms")
+        & (pts["holdout"] == "model")
+        & (pts["predictor"] == ROOFLINE_PREDICTOR)
+    ]
+    out.append('<div class="figure-row">')
+    if not p50.empty:
         out.append(
-            table(
-                [
-                    "device",
-                    "runtime",
-                    "models",
-                    "method",
-                    "efficiency of each floor",
-                    "overhead ms",
-                    "per node µs",
-                    "local correction",
-                    "ceilings",
-                ],
-                rows3,
+            figure(
+                plots.cv_plot(p50),
+                "fit-cv",
+                "leave-one-model-out: each measured model predicted from the others on its device",
             )
         )
-    return "".join(out), True
+    if not summ.empty:
+        rows2: list[list[Any]] = [
+            [
+                r.device,
+                r.runtime,
+                PREDICTOR_NAMES.get(r.predictor, r.predictor),
+                r.holdout,
+                r.quantity,
+                int(r.pairs),
+                pct(r.cv_within_10pct) if r.judged else TOO_FEW,
+                pct(r.cv_median_abs_err),
+                interval_text(r.interval, r.coverage),
+            ]
+            for r in summ.itertuples()
+        ]
+        headers = ["device", "runtime", "predictor", "held out", "quantity", "pairs", "within ±10%"]
+        out.append(table([*headers, "median error", "interval (measured / predicted)"], rows2))
+    out.append("</div>")
+    return "".join(out)
+
+
+def _calibration_table(cal: pd.DataFrame) -> str:
+    """Each target's whole-model calibration: its method, efficiencies, overheads and ceilings."""
+    if cal.empty:
+        return ""
+    rows3: list[list[Any]] = []
+    for r in cal.itertuples():
+        eff = ", ".join(f"{k} {x:.0%}" for k, x in (r.efficiency or {}).items())
+        ce = r.ceilings or {}
+        rows3.append(
+            [
+                r.device,
+                r.runtime,
+                int(r.models) if r.models == r.models else 0,
+                r.method,
+                eff,
+                r.overhead_ms,
+                r.per_node_us,
+                "yes" if r.local_correction else "no",
+                f"{fmt(ce.get('peak_gflops'))} GFLOP/s, {fmt(ce.get('bandwidth_gbps'))} GB/s "
+                f"({ce.get('source', '')})",
+            ]
+        )
+    headers = ["device", "runtime", "models", "method", "efficiency of each floor", "overhead ms"]
+    return table([*headers, "per node µs", "local correction", "ceilings"], rows3)
 
 
 def _deltas(d: ReportData) -> tuple[str, bool]:

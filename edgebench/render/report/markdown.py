@@ -9,7 +9,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ...analysis.fit_result import KERNEL_PREDICTOR
+from ...analysis.fit_result import KERNEL_PREDICTOR, ROOFLINE_PREDICTOR
 from . import frames
 from .data import ReportData
 from .health import COLUMNS as HEALTH_COLUMNS
@@ -186,7 +186,7 @@ def _answer(data: ReportData) -> list[str]:
     """Device x model: the verdict next to p50, p99, memory and energy, marked against the budgets."""
     out = ["", "## Which model fits which chip", ""]
     m = frames.bench_matrix(data.measurements, data.samples, data.run_order)
-    verdicts = frames.fit_tables(data.fit_records)["verdicts"]
+    verdicts = frames.fit_tables(data.fit)["verdicts"]
     by = {(v.device, v.runtime, v.model): v for v in verdicts.itertuples()}
     if m.empty and verdicts.empty:
         return [*out, "_No bench measurements._"]
@@ -320,7 +320,7 @@ def _variants(data: ReportData) -> list[str]:
     from ...analysis.variants import speedup_text
 
     v = frames.variants(
-        data.measurements, m, frames.fit_tables(data.fit_records)["verdicts"], data.samples, data.run_order
+        data.measurements, m, frames.fit_tables(data.fit)["verdicts"], data.samples, data.run_order
     )
     if v.empty:
         return []
@@ -393,11 +393,11 @@ def _accuracy(data: ReportData) -> list[str]:
 
 
 def _cv(data: ReportData) -> list[str]:
-    summ = frames.fit_tables(data.fit_records)["summary"]
+    summ = frames.fit_tables(data.fit)["summary"]
     if summ.empty:
         return []
     overall = summ[(summ["device"] == "*") & (summ["holdout"] == "model")]
-    whole = overall[overall["predictor"] == frames.ROOFLINE_PREDICTOR]
+    whole = overall[overall["predictor"] == ROOFLINE_PREDICTOR]
     kernel = _kernel_cv(summ)
     if whole.empty and not kernel:
         return []
