@@ -52,6 +52,7 @@ import onnx
 from ..errors import EdgebenchError, ModelError, UserError, one_line
 from ..jobs import Job, JobOutcome, ModelRef
 from ..records import Record, RecordContext, utc_now
+from ..runtimes import owner_of
 from .quantize import (
     DeclaredInput,
     all_graphs,
@@ -363,7 +364,8 @@ def converter_log(path: Path, kind: str) -> Iterator[None]:
 
 def _make_one(ctx: _Context, kind: str) -> Variant:
     fmt = "mnn" if kind.startswith("mnn") else "onnx"
-    runtime = "mnn" if fmt == "mnn" else "onnxruntime"
+    owner = owner_of(fmt)
+    runtime = owner.name if owner is not None else "onnxruntime"
     target = ctx.target(kind)
     start = time.monotonic()
     params: dict[str, Any] = {}

@@ -9,6 +9,8 @@ from typing import Any
 from ..errors import ModelError, UserError
 from ..jobs import Job, ModelRef
 from ..lab.device import Device
+from ..runtimes import owner_of, runtimes_for
+from ..runtimes import runtime as runtime_named
 from .registry import RUNTIMES, BenchParams, values
 
 
@@ -16,44 +18,43 @@ def job_timeout(device: Device, job: Job) -> float:
     return job.timeout_s or device.spec.timeout_s
 
 
-# The runtime a model file implies when none is asked for.
-RUNTIME_OF_FORMAT = {"onnx": "onnxruntime", "mnn": "mnn", "tflite": "litert"}
-
-
 def runtime_of(model: ModelRef | None, requested: str | None) -> str:
-    """The asked-for runtime, else the one the model's format implies (`.tflite` runs on LiteRT)."""
+    """The asked-for runtime, else the one whose own format the model's is (`.tflite` runs on LiteRT;
+    ONNX, and no model, on onnxruntime)."""
     if requested:
         return requested
-    return RUNTIME_OF_FORMAT.get(model.format, "onnxruntime") if model is not None else "onnxruntime"
+    owner = owner_of(model.format) if model is not None else None
+    return owner.name if owner is not None else "onnxruntime"
 
 
 def check_runtime(model: ModelRef | None, runtime: str | None) -> str:
-    """The runtime a job will use, or a usage error when it cannot run the model (unknown runtime, an
-    .mnn on onnxruntime, a .tflite elsewhere than LiteRT). Pure: the CLI calls it before any run is
-    stored, so a typo never becomes a failed run in the store."""
+    """The runtime a job will use, or a usage error when it cannot run the model (unknown runtime, a
+    model in a format it neither runs nor converts). Pure: the CLI calls it before any run is stored, so
+    a typo never becomes a failed run in the store."""
     chosen = runtime_of(model, "litert" if runtime == "tflite" else runtime)  # LiteRT's former name
     if chosen not in RUNTIMES:
         raise UserError(f"unknown runtime '{chosen}' (use {', '.join(RUNTIMES)})")
     if model is None:
         return chosen
-    if (chosen == "litert") != (model.format == "tflite"):
-        if chosen == "litert":
-            raise ModelError(f"{model.path}: LiteRT runs .tflite models (use --runtime onnxruntime or mnn)")
-        raise ModelError(f"{model.path}: {chosen} cannot run a .tflite model (use --runtime litert)")
-    if chosen == "onnxruntime" and model.format == "mnn":
-        raise ModelError(f"{model.path}: onnxruntime cannot run an MNN model (use --runtime mnn)")
+    rt = runtime_named(chosen)
+    if model.format not in rt.formats:
+        owner = owner_of(model.format)
+        noun = owner.model_noun if owner is not None else f"a .{model.format} model"
+        runs = " and ".join(f".{f}" for f in rt.formats)
+        use = " or ".join(runtimes_for(model.format)) or "another runtime"
+        raise ModelError(
+            f"{model.path}: {rt.display} cannot run {noun} ({rt.display} runs {runs} models; "
+            f"use --runtime {use})"
+        )
     return chosen
 
 
 def model_file_for(model: ModelRef, runtime: str) -> Path:
-    """The file the runtime loads: ONNX as is; for MNN an .mnn, converted from ONNX once and cached;
-    LiteRT only `.tflite` files (no converter here)."""
+    """The file the runtime loads: its own format as is; another it runs, converted on the host once
+    (`Runtime.converter`, cached)."""
     check_runtime(model, runtime)
-    if runtime == "mnn" and model.format == "onnx":
-        from ..models.convert import onnx_to_mnn
-
-        return onnx_to_mnn(model.path)
-    return model.path
+    convert = runtime_named(runtime).converter(model.format)
+    return convert(model.path) if convert is not None else model.path
 
 
 def require_model(job: Job) -> ModelRef:

@@ -36,6 +36,7 @@ from ..jobs import Job
 from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, Record, RecordContext
 from ..results.store import Store
+from ..runtimes import runtime as runtime_named
 from ..stats import OUTLIER_Z, summarize
 from .common import job_timeout, push_model_and_inputs, require_model, runtime_of
 from .registry import DecodeParams
@@ -246,10 +247,12 @@ def run_decode(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
         "new_tokens": params.new_tokens,
     }
     weights = inspect_decoder(model.path) if model.format == "onnx" else None
-    if runtime == "mnn" and weights and weights.custom_ops:
+    rt = runtime_named(runtime)
+    if rt.converter(model.format) is not None and weights and weights.custom_ops:
         raise ModelError(
-            f"{model.path}: MNN's converter does not take {', '.join(weights.custom_ops)} (quantized "
-            "onnxruntime ops): run the fp32 decoder on MNN, or this one with --runtime onnxruntime"
+            f"{model.path}: {rt.display}'s converter does not take {', '.join(weights.custom_ops)} "
+            f"(quantized onnxruntime ops): run the fp32 decoder on {rt.display}, or this one with "
+            "--runtime onnxruntime"
         )
     out = ProbeResult()
     stored = DramBandwidth.from_params(params.bandwidth) if params.bandwidth else None

@@ -20,6 +20,7 @@ from ..jobs import Job, ModelRef
 from ..lab.device import Device
 from ..models.refs import resolve_model
 from ..records import ProbeResult, RecordContext
+from ..runtimes import runtime as runtime_named
 from ..stats import corroborated_ratio
 from .common import check_runtime, job_timeout, model_file_for
 from .registry import RUNTIMES, DoctorParams
@@ -49,17 +50,14 @@ def runtimes_on(device: Device) -> list[str]:
     return [r for r in RUNTIMES if found.get(r)]
 
 
-# LiteRT loads only .tflite files and nothing here converts ONNX to it: its check runs the built-in
-# flatbuffer MLP when the doctor's model is another format.
-LITERT_MODEL = "builtin:mlp.tflite"
-
-
 def models_for(model: ModelRef, runtimes: list[str]) -> dict[str, ModelRef]:
-    """The model each runtime's check runs: the doctor's model where the runtime loads it, LiteRT's
-    built-in otherwise; a runtime that can run neither (onnxruntime given an .mnn) is left out."""
+    """The model each runtime's check runs: the doctor's model where the runtime runs it, else the
+    runtime's own check model (`Runtime.check_model`: LiteRT's built-in flatbuffer MLP); a runtime that
+    can run neither (onnxruntime given an .mnn) is left out."""
     out: dict[str, ModelRef] = {}
     for runtime in runtimes:
-        for candidate in (model, resolve_model(LITERT_MODEL)) if runtime == "litert" else (model,):
+        own = runtime_named(runtime).check_model
+        for candidate in (model, resolve_model(own)) if own else (model,):
             try:
                 check_runtime(candidate, runtime)
             except UserError:

@@ -15,24 +15,19 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ModelError, TransferError, UserError
+from ..errors import TransferError, UserError
 from ..jobs import Job, ModelRef
 from ..lab.device import Device
-from .common import RUNTIMES, job_timeout, model_file_for, shape_lists
+from .common import check_runtime, job_timeout, model_file_for, shape_lists
 from .registry import AccuracyParams
 
 _EPOCH = (2020, 1, 1, 0, 0, 0)
 
 
 def runtime_for(model: ModelRef, requested: str | None) -> str:
-    """The runtime a model file needs: .mnn files run on MNN; ONNX on the requested one (default ORT)."""
-    if requested and requested not in RUNTIMES:
-        raise UserError(f"unknown runtime '{requested}' (use {' or '.join(RUNTIMES)})")
-    if model.format == "mnn":
-        if requested == "onnxruntime":
-            raise ModelError(f"{model.path}: onnxruntime cannot run an MNN model (use --runtime mnn)")
-        return "mnn"
-    return requested or "onnxruntime"
+    """The runtime a model file runs on: the requested one when it runs the file's format, else the
+    format's own (`check_runtime`)."""
+    return check_runtime(model, requested)
 
 
 def write_npz(path: Path, arrays: dict[str, Any]) -> Path:

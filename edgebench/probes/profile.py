@@ -33,11 +33,13 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..agent.protocol import ProfileTask
-from ..errors import MeasurementError
+from ..errors import MeasurementError, UserError
 from ..jobs import Job
 from ..lab.device import AgentReply, Device
 from ..models.refs import models_cache_dir
 from ..records import ProbeResult, RecordContext
+from ..runtimes import names as runtime_names
+from ..runtimes import runtime as runtime_named
 from ..stats import summarize
 from .common import job_timeout, push_model_and_inputs, shape_lists
 from .numerics import pull, remote_tmp_dir, remove_remote, runtime_for, scratch_dir
@@ -197,13 +199,10 @@ def speed_reference_files(runtime: str) -> dict[str, Path]:
     from ..models.kernel_samples import sample_model
 
     files = {}
+    convert = runtime_named(runtime).converter("onnx")
     for key in SPEED_REFERENCES:
         identity, path = sample_model(key)
-        if runtime == "mnn":
-            from ..models.convert import onnx_to_mnn
-
-            path = onnx_to_mnn(path)
-        files[identity] = path
+        files[identity] = convert(path) if convert is not None else path
     return files
 
 
@@ -243,10 +242,17 @@ def run_profile(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     # fit predicts from this graph, and cross-validates on it
     if model is not None and model.format == "onnx":
         ctx.base_annotations = {**ctx.base_annotations, "model_path": str(model.path.resolve())}
+    rt = runtime_named(runtime)
+    read_profile = rt.profile_reader()
+    if read_profile is None:
+        profiled = [n for n in runtime_names() if runtime_named(n).profiler is not None]
+        raise UserError(
+            f"profile: {rt.display} has no per-op profile here (use --runtime {' or '.join(profiled)})"
+        )
     timeout = job_timeout(device, job)
     remote_model, remote_inputs = push_model_and_inputs(device, job, runtime, params.inputs)
     calibration = None
-    if runtime == "onnxruntime":
+    if rt.profiler_calibration:
         calibration = device.ensure_files([calibration_model()], timeout)[0]
     references = speed_reference_files(runtime) if params.speed_references else {}
     remote_references = device.ensure_files(list(references.values()), timeout)
@@ -254,11 +260,7 @@ def run_profile(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
         params, runtime, remote_model, remote_inputs, remote_tmp_dir(device), calibration, remote_references
     )
     reply = device.run_agent(task, timeout)
-    if runtime == "mnn":
-        profile = mnn_profile(reply.result["mnn"])
-    else:
-        profile = _pull_ort_profile(device, reply, timeout)
-    out = profile_records(ctx, reply, profile)
+    out = profile_records(ctx, reply, read_profile(device, reply, timeout))
     named = dict(zip(remote_references, references, strict=True))
     out.records.extend(speed_reference_records(ctx, reply.result.get("speed_references_ms") or {}, named))
     return out
@@ -287,7 +289,12 @@ def speed_reference_records(
 
 
 # ---- onnxruntime -------------------------------------------------------------------------------------
-def _pull_ort_profile(device: Device, reply: AgentReply, timeout: float) -> OpProfile:
+def mnn_profile_of(device: Device, reply: AgentReply, timeout: float) -> OpProfile:
+    """MNN's per-op profile: the agent's callbacks timed each op (nothing to pull)."""
+    return mnn_profile(reply.result["mnn"])
+
+
+def ort_profile_of(device: Device, reply: AgentReply, timeout: float) -> OpProfile:
     ort = reply.result["ort"]
     cal = ort.get("calibration") or {}
     with scratch_dir() as tmp:

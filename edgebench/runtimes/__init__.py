@@ -7,7 +7,17 @@ import importlib
 
 from .base import IsaFact, KernelRules, Runtime
 
-__all__ = ["MODULES", "IsaFact", "KernelRules", "Runtime", "kernel_rules", "names", "runtime"]
+__all__ = [
+    "MODULES",
+    "IsaFact",
+    "KernelRules",
+    "Runtime",
+    "kernel_rules",
+    "names",
+    "owner_of",
+    "runtime",
+    "runtimes_for",
+]
 
 # runtime name -> its module in this package
 MODULES = {
@@ -30,6 +40,16 @@ def runtime(name: str) -> Runtime:
         raise ValueError(f"unknown runtime '{name}' (known: {', '.join(MODULES)})")
     found: Runtime = importlib.import_module(f"{__package__}.{MODULES[name]}").RUNTIME
     return found
+
+
+def owner_of(fmt: str) -> Runtime | None:
+    """The runtime whose own format `fmt` is (None: no runtime's)."""
+    return next((rt for rt in map(runtime, MODULES) if rt.formats[0] == fmt), None)
+
+
+def runtimes_for(fmt: str) -> list[str]:
+    """The runtimes that run a model in format `fmt` (as it is or converted on the host)."""
+    return [name for name in MODULES if fmt in runtime(name).formats]
 
 
 def kernel_rules(name: str) -> KernelRules:

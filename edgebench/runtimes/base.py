@@ -4,9 +4,11 @@ numbers it runs at, each keyed by what it depends on (the ISA) and by the runtim
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..lab.nominal import cpu_isa
@@ -70,8 +72,10 @@ class Runtime:
     """One runtime as the host knows it; each module in `edgebench.runtimes` defines one as `RUNTIME`."""
 
     name: str
+    display: str  # its name in a sentence ("MNN", "LiteRT")
     python_module: str  # what the agent imports to run it (checked by `available`)
-    formats: tuple[str, ...]  # model file formats it loads; the first is its own
+    formats: tuple[str, ...]  # model file formats it runs; the first is its own, the others it converts
+    model_noun: str  # a model in its own format, in a sentence ("an MNN model")
     backends: tuple[str, ...]  # the compute units it can place a model on
     native_tool: str | None  # "module:function" in edgebench.native: its vendor benchmark tool's adapter
     kernels: KernelRules
@@ -81,6 +85,17 @@ class Runtime:
     layout_block: Callable[[Mapping[str, Any]], int] | None = None
     # Convolutions it runs as Winograd, so a measurement may beat a floor counted in direct MACs.
     winograd_3x3: bool = False
+    # format -> "module:function" in edgebench (path -> path of its own format, cached): how a model in
+    # another format it runs is converted on the host first
+    converters: Mapping[str, str] = field(default_factory=dict)
+    # "module:function" in edgebench reading the agent's per-op profile reply on this runtime
+    # (device, reply, timeout) -> OpProfile, and whether its profiler's own cost is calibrated out with
+    # a calibration model; None: no per-op profile
+    profiler: str | None = None
+    profiler_calibration: bool = False
+    # A model in its own format `doctor` checks it with when the doctor's model is one it cannot run
+    # (nothing here converts to it)
+    check_model: str | None = None
 
     def gemm_tile(self, fingerprint: Mapping[str, Any]) -> int | None:
         """The GEMM tile on the device the fingerprint describes; None where its ISA's tile is not known."""
@@ -90,7 +105,25 @@ class Runtime:
     def block(self, fingerprint: Mapping[str, Any]) -> int:
         return self.layout_block(fingerprint) if self.layout_block else 1
 
+    def converter(self, fmt: str) -> Callable[[Path], Path] | None:
+        """The host-side conversion of a model in format `fmt` to this runtime's own (None: none needed or
+        none known), imported on use."""
+        target = self.converters.get(fmt)
+        return _load(target) if target is not None else None
+
+    def profile_reader(self) -> Callable[..., Any] | None:
+        """How this runtime's per-op profile is read from the agent's reply (None: it has none)."""
+        return _load(self.profiler) if self.profiler is not None else None
+
     def available(self) -> bool:
         """Whether this host can run it in-process (its Python package imports), as a guard for tests and
         `doctor`, without importing it."""
         return importlib.util.find_spec(self.python_module) is not None
+
+
+def _load(target: str) -> Callable[..., Any]:
+    """The function a "module:function" in edgebench names, imported on use (the runtime modules sit
+    below the layers that implement them)."""
+    module, function = target.split(":")
+    found: Callable[..., Any] = getattr(importlib.import_module(f"edgebench.{module}"), function)
+    return found

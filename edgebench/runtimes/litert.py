@@ -8,10 +8,13 @@ from .onnxruntime import RUNTIME as ONNXRUNTIME
 
 RUNTIME = Runtime(
     name="litert",
+    display="LiteRT",
     python_module="ai_edge_litert",
     formats=("tflite",),
+    model_noun="a .tflite model",
     backends=("cpu",),
     native_tool="benchmark_model",
+    check_model="builtin:mlp.tflite",  # nothing here converts ONNX to .tflite
     # No kernel rules of its own yet (its graphs are not ONNX); the kernel predictor's op families are
     # onnxruntime's, as they have been for every runtime but MNN.
     kernels=KernelRules(op_families=ONNXRUNTIME.kernels.op_families),

@@ -16,10 +16,14 @@ GEMM_TILES = (
 
 RUNTIME = Runtime(
     name="mnn",
+    display="MNN",
     python_module="MNN",
     formats=("mnn", "onnx"),
+    model_noun="an MNN model",
+    converters={"onnx": "models.convert:onnx_to_mnn"},
     backends=("cpu",),
     native_tool="mnn_benchmark",
+    profiler="probes.profile:mnn_profile_of",
     kernels=KernelRules(
         fusions=("erf-gelu",),
         activation_fusion="relu-or-conv-clip",

@@ -27,10 +27,14 @@ def nchwc_block(fingerprint: Mapping[str, Any]) -> int:
 
 RUNTIME = Runtime(
     name="onnxruntime",
+    display="onnxruntime",
     python_module="onnxruntime",
     formats=("onnx",),
+    model_noun="an ONNX model",
     backends=("cpu",),
     native_tool="onnxruntime_perf_test",
+    profiler="probes.profile:ort_profile_of",
+    profiler_calibration=True,
     kernels=KernelRules(
         # QuickGelu, SkipLayerNormalization and a MatMul's constant scale folded in (its level-2 fusions)
         fusions=("quick-gelu", "skip-layer-norm", "matmul-scale"),

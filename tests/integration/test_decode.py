@@ -217,7 +217,7 @@ def test_a_misnamed_kv_input_is_one_line_naming_it_and_loses_nothing(tmp_path: P
 def test_bad_flags_are_one_line_exit_2(tmp_path: Path) -> None:
     for argv, words in (
         (["--prompt-tokens", "0"], "--prompt-tokens: must be at least 1"),
-        (["--runtime", "litert"], "LiteRT runs .tflite models (use --runtime onnxruntime or mnn)"),
+        (["--runtime", "litert"], "LiteRT runs .tflite models; use --runtime onnxruntime or mnn"),
         (["--new-tokens", "4000"], "prompt_tokens + new_tokens = 4016 is over the model's 2048 positions"),
     ):
         res = edgebench(

@@ -116,3 +116,56 @@ def test_analysis_never_branches_on_a_runtime_name() -> None:
         if re.search(r"runtime\s*[!=]=|[!=]=\s*\"(onnxruntime|mnn|litert|ncnn)\"", line)
     ]
     assert not found, found
+
+
+def test_formats_decide_what_a_runtime_runs_and_the_error_names_who_can(tmp_path: Path) -> None:
+    from edgebench.errors import ModelError
+    from edgebench.jobs import ModelRef
+    from edgebench.probes.common import check_runtime, model_file_for, runtime_of
+
+    onnx_model = ModelRef("m", builtin_model("tinymlp"))
+    mnn_model, tflite_model = ModelRef("m", tmp_path / "m.mnn"), ModelRef("m", tmp_path / "m.tflite")
+    assert [runtime_of(m, None) for m in (onnx_model, mnn_model, tflite_model)] == [
+        "onnxruntime",
+        "mnn",
+        "litert",
+    ]
+    assert check_runtime(onnx_model, "mnn") == "mnn"  # MNN converts ONNX on the host
+    cases = [
+        (
+            mnn_model,
+            "onnxruntime",
+            "onnxruntime cannot run an MNN model (onnxruntime runs .onnx models; use --runtime mnn)",
+        ),
+        (
+            onnx_model,
+            "litert",
+            "LiteRT cannot run an ONNX model (LiteRT runs .tflite models; use --runtime onnxruntime or mnn)",
+        ),
+        (
+            tflite_model,
+            "mnn",
+            "MNN cannot run a .tflite model (MNN runs .mnn and .onnx models; use --runtime litert)",
+        ),
+    ]
+    for model, asked, words in cases:
+        with pytest.raises(ModelError) as err:
+            check_runtime(model, asked)
+        assert str(err.value).endswith(words), err.value
+    converted = model_file_for(onnx_model, "mnn")  # through Runtime.converter: MNN's own tool
+    assert converted.suffix == ".mnn" and converted.stat().st_size > 0
+    assert model_file_for(onnx_model, "onnxruntime") == onnx_model.path
+
+
+def test_each_runtime_names_its_profile_reader_and_its_doctor_model() -> None:
+    from edgebench.jobs import ModelRef
+    from edgebench.probes import profile
+    from edgebench.probes.doctor import models_for
+
+    assert runtime("onnxruntime").profile_reader() is profile.ort_profile_of
+    assert runtime("mnn").profile_reader() is profile.mnn_profile_of
+    assert runtime("litert").profile_reader() is None and runtime("onnxruntime").profiler_calibration
+    onnx_model = ModelRef("m", builtin_model("tinymlp"))
+    chosen = models_for(onnx_model, ["onnxruntime", "mnn", "litert"])
+    assert chosen["onnxruntime"] == chosen["mnn"] == onnx_model
+    assert chosen["litert"].path.suffix == ".tflite"  # LiteRT's own check model
