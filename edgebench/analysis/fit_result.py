@@ -257,22 +257,11 @@ class FitResult:
             self.calibrations.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")
         ):
             rec(device, runtime, None, "calibration_models", desc.get("models"), "count", None, **desc)
-        for p in self.held_out(ROOFLINE_PREDICTOR):
-            rec(
-                p.device,
-                p.runtime,
-                p.model,
-                "cv_error",
-                p.error,
-                "ratio",
-                {"holdout": p.holdout, "quantity": p.quantity},
-                measured=p.measured,
-                predicted=p.predicted,
-            )
-        for s in self.cv_summaries(ROOFLINE_PREDICTOR):
-            ident = {"holdout": s.holdout, "quantity": s.quantity}
-            _summary_records(rec, s, ident, pairs=s.pairs, **_judgement_of(s))
-        self._kernel_cv_records(rec)
+        for predictor in MIN_JUDGED:  # the whole-model predictor's, then the per-kernel one's
+            for p in self.held_out(predictor):
+                _cv_point_record(rec, p)
+            for summary in self.cv_summaries(predictor):
+                _cv_summary_records(rec, summary)
         for row in self.variants:
             rec(
                 row.device,
@@ -285,35 +274,6 @@ class FitResult:
                 **{k: x for k, x in row.to_dict().items() if k not in ("device", "runtime", "variant")},
             )
         return out
-
-    def _kernel_cv_records(self, rec: _Recorder) -> None:
-        """The per-kernel predictor's cross-validation."""
-        ident = {"holdout": "model", "quantity": "latency_p50_ms", "predictor": KERNEL_PREDICTOR}
-        for p in self.held_out(KERNEL_PREDICTOR):
-            shapes = json.loads(p.shapes) if p.shapes else {}
-            rec(
-                p.device,
-                p.runtime,
-                p.model,
-                "cv_error",
-                p.error,
-                "ratio",
-                {**ident, "shapes": shapes},
-                measured=p.measured,
-                predicted=p.predicted,
-                threads=p.threads,
-            )
-        for s in self.cv_summaries(KERNEL_PREDICTOR):
-            _summary_records(
-                rec,
-                s,
-                ident,
-                pairs=s.pairs,
-                interval=list(s.interval) if s.interval else None,
-                coverage=s.coverage,
-                threads=s.threads,
-                **_judgement_of(s),
-            )
 
     @classmethod
     def from_records(cls, records: Iterable[Record]) -> FitResult:
@@ -528,14 +488,43 @@ def _summary_from(key: tuple, found: Mapping[str, Any]) -> CvSummary:
     )
 
 
-def _judgement_of(s: CvSummary) -> dict[str, Any]:
-    return judgement(s.models, s.needed or 0, s.next_step)
+def _cv_point_record(rec: _Recorder, p: CvPoint) -> None:
+    """A held-out point's `cv_error` record; the whole-model predictor's name no predictor (as they
+    always have), the others' their predictor, the input shapes and threads."""
+    params: dict[str, Any] = {"holdout": p.holdout, "quantity": p.quantity}
+    extra: dict[str, Any] = {}
+    if p.predictor != ROOFLINE_PREDICTOR:
+        params.update(predictor=p.predictor, shapes=json.loads(p.shapes) if p.shapes else {})
+        extra["threads"] = p.threads
+    rec(
+        p.device,
+        p.runtime,
+        p.model,
+        "cv_error",
+        p.error,
+        "ratio",
+        params,
+        measured=p.measured,
+        predicted=p.predicted,
+        **extra,
+    )
 
 
-def _summary_records(rec: _Recorder, s: CvSummary, ident: Mapping[str, Any], **annotations: Any) -> None:
-    """A cross-validation summary's two records (share within +-10%, median error)."""
+def _cv_summary_records(rec: _Recorder, s: CvSummary) -> None:
+    """A cross-validation summary's two records (share within +-10%, median error) with its count and
+    judgement; a predictor that gives intervals adds the target's interval, coverage and threads."""
+    ident: dict[str, Any] = {"holdout": s.holdout, "quantity": s.quantity}
+    extra: dict[str, Any] = {}
+    if s.predictor != ROOFLINE_PREDICTOR:
+        ident["predictor"] = s.predictor
+        extra = {
+            "interval": list(s.interval) if s.interval else None,
+            "coverage": s.coverage,
+            "threads": s.threads,
+        }
+    judged = judgement(s.models, s.needed or 0, s.next_step)
     for metric, value in (("cv_within_10pct", s.within), ("cv_median_abs_err", s.median_abs_err)):
-        rec(s.device, s.runtime, None, metric, value, "ratio", dict(ident), **annotations)
+        rec(s.device, s.runtime, None, metric, value, "ratio", dict(ident), pairs=s.pairs, **extra, **judged)
 
 
 def judgement(models: int, needed: int, next_step: str) -> dict[str, Any]:
