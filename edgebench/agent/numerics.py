@@ -15,16 +15,14 @@ Standard library plus numpy and the runtime only; both imported lazily.
 
 from __future__ import annotations
 
-import gzip
 import os
-import shutil
 import time
 from typing import Any
 
 from .bench import import_then_pin
 from .inputs import InputError, describe, make_inputs
 from .main import TaskError
-from .runtimes import open_session
+from .runtimes import open_session, session_module
 from .selfcheck import check_outputs, pristine_copy
 from .session import ModelLoadError, RuntimeMissing
 from .timing import refresher
@@ -167,6 +165,9 @@ def run_profile(task: dict) -> tuple[dict, list[str]]:
     runtime = task.get("runtime", "onnxruntime")
     warmup, runs = int(task.get("warmup", 3)), max(1, int(task.get("runs", 20)))
     min_seconds = float(task.get("min_seconds", 0.0))
+    module = session_module(runtime)
+    if not hasattr(module, "profile"):
+        raise TaskError("usage", f"{runtime} has no per-op profile here")
     session = _open(task)
     feeds = _inputs(task, session, warnings)
     pristine = pristine_copy(feeds)
@@ -184,10 +185,9 @@ def run_profile(task: dict) -> tuple[dict, list[str]]:
     try:
         if beside is not None:
             beside.block()
-        if runtime == "mnn":
-            latencies, result["mnn"] = _mnn_callback_profile(session, plain, warmup, runs, min_seconds)
-        else:
-            latencies, result["ort"] = _ort_profile(task, plain, feeds, warmup, runs, min_seconds)
+        latencies, result[module.PROFILE_KEY] = module.profile(
+            task, session, plain, feeds, warmup, runs, min_seconds
+        )
         if beside is not None:
             beside.block()
     except TaskError:
@@ -248,208 +248,6 @@ def _speed_references(task: dict, warnings: list[str]) -> SpeedReferences | None
     return SpeedReferences(steps)
 
 
-# what `min_seconds` may stretch a profile to: a profiler's trace grows by every kernel of every
-# instrumented run, and a second of PP-OCR cls's 235 kernels is ~100k events (~25 MB of JSON) already
-MAX_ROUNDS = 1000
-
-
-def _alternate(
-    plain: Any, instrumented: Any, warmup: int, runs: int, min_seconds: float = 0.0
-) -> list[float]:
-    """Warm both up, then alternate one instrumented and one plain (timed) run; returns the plain times.
-
-    At least `runs` rounds, and more until the measured rounds have lasted `min_seconds` (up to
-    MAX_ROUNDS): a shared device's speed moves from one fraction of a second to the next (20 runs of a
-    0.02 ms kernel, 0.4 ms in all, read anywhere in a 2x band over ten seconds here, while the median over
-    those ten seconds came back within 5% in a new process), so a p50 stands for the device only when its
-    runs are spread over a window that long.
-
-    Each run is preceded by its step's refresh (outside the timer): the inputs are the inputs every time.
-    """
-    refresh_plain, refresh_instrumented = refresher(plain), refresher(instrumented)
-    for _ in range(warmup):
-        refresh_plain()
-        plain()
-        refresh_instrumented()
-        instrumented()
-    clock = time.perf_counter_ns
-    samples: list[float] = []
-    start = clock()
-    while len(samples) < runs or (
-        clock() - start < min_seconds * 1e9 and len(samples) < max(runs, MAX_ROUNDS)
-    ):
-        refresh_instrumented()
-        instrumented()
-        refresh_plain()
-        t0 = clock()
-        plain()
-        samples.append((clock() - t0) / 1e6)
-    return samples
-
-
-def _ort_profile(
-    task: dict,
-    plain: Any,
-    feeds: dict[str, Any],
-    warmup: int,
-    runs: int,
-    min_seconds: float = 0.0,
-) -> tuple[list[float], dict[str, Any]]:
-    """Plain runs and profiled runs (a second session); returns plain latencies and the gzipped traces."""
-    folder = task["profile_dir"]
-    os.makedirs(folder, exist_ok=True)
-    token = task.get("token", str(os.getpid()))
-    profiled = _open(task, profile_prefix=os.path.join(folder, f"ort-{token}"))
-    latencies = _alternate(plain, profiled.prepare(feeds), warmup, runs, min_seconds)
-    trace = _gzip(profiled.end_profiling(), folder)
-    out: dict[str, Any] = {"trace": trace, "warmup": warmup, "runs": len(latencies)}
-    calibration = task.get("calibration_model")
-    if calibration:
-        out["calibration"] = _ort_calibration(task, calibration, folder, token, warmup, runs)
-    return latencies, out
-
-
-def _ort_calibration(
-    task: dict, path: str, folder: str, token: str, warmup: int, runs: int
-) -> dict[str, Any]:
-    """A chain of trivial ops, plain and profiled: per op, the difference is the profiler's own cost."""
-    import numpy as np
-
-    plain = _open(task, path)
-    feeds = {
-        i.name: np.ones([d if isinstance(d, int) and d > 0 else 1 for d in i.shape], dtype=i.dtype)
-        for i in plain.inputs
-    }
-    profiled = _open(task, path, profile_prefix=os.path.join(folder, f"cal-{token}"))
-    plain_ms = _alternate(plain.prepare(feeds), profiled.prepare(feeds), warmup, runs)
-    return {"trace": _gzip(profiled.end_profiling(), folder), "plain_ms": plain_ms}
-
-
-def _gzip(path: str, folder: str) -> str:
-    path = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
-    target = os.path.join(folder, os.path.basename(path) + ".gz")
-    with open(path, "rb") as src, gzip.open(target, "wb", compresslevel=6) as dst:
-        shutil.copyfileobj(src, dst)
-    os.remove(path)
-    return target
-
-
-def _mnn_callback_profile(
-    session: Any,
-    plain: Any,
-    warmup: int,
-    runs: int,
-    min_seconds: float = 0.0,
-) -> tuple[list[float], dict[str, Any]]:
-    """Per-op wall times from MNN's begin/end callbacks, per run, with plain runs alternated.
-
-    The time between one op's end callback and the next op's begin callback is pure instrumentation
-    (no op runs there); its median is reported as the per-op overhead for the host to subtract.
-    """
-    import numpy as np
-
-    interp, sess = session.interpreter, session.session
-    clock = time.perf_counter_ns
-    stamps: list[int] = []
-    keys: list[tuple[str, str]] = []
-
-    def begin(_tensors: Any, _info: Any) -> bool:
-        stamps.append(clock())
-        return True
-
-    def end(_tensors: Any, info: Any) -> bool:
-        stamps.append(clock())
-        keys.append((info.getName(), info.getType()))
-        return True
-
-    counts: list[int] = []
-
-    def instrumented() -> None:
-        plain.refresh()  # the same session, so the same input tensors to put back
-        before = len(keys)
-        interp.runSessionWithCallBackInfo(sess, begin, end)
-        counts.append(len(keys) - before)
-
-    shapes = _mnn_op_tensors(interp, sess, plain)
-    latencies = _alternate(plain, instrumented, warmup, runs, min_seconds)
-    if not keys:
-        raise TaskError("model", "MNN ran no ops with callbacks (empty model?)")
-    t = np.asarray(stamps, dtype=np.int64).reshape(-1, 2)
-    skip = sum(counts[:warmup])
-    t, keys, counts = t[skip:], keys[skip:], counts[warmup:]
-    durations = ((t[:, 1] - t[:, 0]) / 1e6).tolist()
-    index: dict[tuple[str, str], int] = {}
-    per_run: list[list[float]] = []
-    calls: list[int] = []
-    gaps: list[float] = []
-    offset = 0
-    for count in counts:
-        row: dict[int, float] = {}
-        for j in range(offset, offset + count):
-            k = index.setdefault(keys[j], len(index))
-            row[k] = row.get(k, 0.0) + durations[j]
-            if len(calls) < len(index):
-                calls.append(0)
-            calls[k] += 1
-        if count > 1:
-            run = t[offset : offset + count]
-            gaps.extend(((run[1:, 0] - run[:-1, 1]) / 1e6).tolist())
-        per_run.append([row.get(k, 0.0) for k in range(len(index))])
-        offset += count
-    width = len(index)
-    ops = [
-        {"node": n, "op_type": ty, "calls": calls[k] / len(counts), **shapes.get((n, ty), {})}
-        for (n, ty), k in index.items()
-    ]
-    return latencies, {
-        "ops": ops,
-        "per_run_ms": [r + [0.0] * (width - len(r)) for r in per_run],
-        "overhead_ms": float(np.median(gaps)) if gaps else 0.0,
-        "runs": len(counts),
-    }
-
-
-def _mnn_op_tensors(interp: Any, sess: Any, plain: Any) -> dict[tuple[str, str], dict[str, Any]]:
-    """Each op's input and output tensors (element type, dims) from one untimed run: reading shapes in
-    the timed runs' callbacks would put that work inside the ops' times."""
-    found: dict[tuple[str, str], dict[str, Any]] = {}
-
-    def describe_all(tensors: Any) -> list[list[Any]]:
-        out = []
-        for t in tensors or []:
-            try:
-                out.append([_mnn_dtype(t), [int(d) for d in t.getShape()]])
-            except Exception:  # noqa: BLE001 - a tensor MNN cannot describe keeps the op's others
-                continue
-        return out
-
-    def begin(tensors: Any, info: Any) -> bool:
-        op = found.setdefault((info.getName(), info.getType()), {})
-        op["inputs"] = describe_all(tensors)
-        op["mflops"] = float(info.getFlops())  # MNN's own count, in millions
-        return True
-
-    def end(tensors: Any, info: Any) -> bool:
-        found.setdefault((info.getName(), info.getType()), {})["outputs"] = describe_all(tensors)
-        return True
-
-    plain.refresh()
-    interp.runSessionWithCallBackInfo(sess, begin, end)
-    return found
-
-
-def _mnn_dtype(tensor: Any) -> str:
-    """MNN's halide type as the element-type names onnxruntime's profile uses (float, int32 ...)."""
-    import MNN
-
-    code = tensor.getDataType()
-    for name, dtype in (("Float", "float"), ("Int", "int32"), ("Int64", "int64"), ("Uint8", "uint8")):
-        if code == getattr(MNN, f"Halide_Type_{name}", None):
-            return dtype
-    return "float"
-
-
-# ---- task `sensitivity` -----------------------------------------------------------------------------
 def run_sensitivity(task: dict) -> tuple[dict, list[str]]:
     import numpy as np
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import sys
 import time
+from types import ModuleType
 from typing import Any
 
 from .session import RuntimeMissing, Session
@@ -35,10 +36,16 @@ def import_runtime(runtime: str) -> float:
     return (time.perf_counter_ns() - start) / 1e6
 
 
-def open_session(runtime: str, path: str, threads: int = 0, **options: Any) -> Session:
-    """Open the model in the runtime's session (its module in SESSION_MODULES, imported on use)."""
+def session_module(runtime: str) -> ModuleType:
+    """The runtime's session module (SESSION_MODULES; imported on use): its `SESSION` class and, where it
+    has a per-op profile, `profile` and `PROFILE_KEY`."""
     module = SESSION_MODULES.get(runtime)
     if module is None:
         raise ValueError(f"unknown runtime {runtime!r}")
-    session: Session = importlib.import_module(f"{__package__}.{module}").SESSION(path, threads, **options)
+    return importlib.import_module(f"{__package__}.{module}")
+
+
+def open_session(runtime: str, path: str, threads: int = 0, **options: Any) -> Session:
+    """Open the model in the runtime's session."""
+    session: Session = session_module(runtime).SESSION(path, threads, **options)
     return session

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from .session import (
@@ -15,6 +16,7 @@ from .session import (
     effective_threads,
     thread_count,
 )
+from .timing import alternate
 
 
 class MnnSession:
@@ -138,4 +140,130 @@ class MnnStep(Step):
         return self.owner.read_outputs()
 
 
-SESSION = MnnSession  # what agent.runtimes.open_session opens for this runtime
+# what agent.runtimes.open_session opens for this runtime
+
+
+def profile(
+    task: dict,
+    session: Any,
+    plain: Any,
+    feeds: dict[str, Any],
+    warmup: int,
+    runs: int,
+    min_seconds: float = 0.0,
+) -> tuple[list[float], dict[str, Any]]:
+    """Per-op wall times from MNN's begin/end callbacks, per run, with plain runs alternated.
+
+    The time between one op's end callback and the next op's begin callback is pure instrumentation
+    (no op runs there); its median is reported as the per-op overhead for the host to subtract.
+    """
+    import numpy as np
+
+    interp, sess = session.interpreter, session.session
+    clock = time.perf_counter_ns
+    stamps: list[int] = []
+    keys: list[tuple[str, str]] = []
+
+    def begin(_tensors: Any, _info: Any) -> bool:
+        stamps.append(clock())
+        return True
+
+    def end(_tensors: Any, info: Any) -> bool:
+        stamps.append(clock())
+        keys.append((info.getName(), info.getType()))
+        return True
+
+    counts: list[int] = []
+
+    def instrumented() -> None:
+        plain.refresh()  # the same session, so the same input tensors to put back
+        before = len(keys)
+        interp.runSessionWithCallBackInfo(sess, begin, end)
+        counts.append(len(keys) - before)
+
+    shapes = _mnn_op_tensors(interp, sess, plain)
+    latencies = alternate(plain, instrumented, warmup, runs, min_seconds)
+    if not keys:
+        from .main import TaskError
+
+        raise TaskError("model", "MNN ran no ops with callbacks (empty model?)")
+    t = np.asarray(stamps, dtype=np.int64).reshape(-1, 2)
+    skip = sum(counts[:warmup])
+    t, keys, counts = t[skip:], keys[skip:], counts[warmup:]
+    durations = ((t[:, 1] - t[:, 0]) / 1e6).tolist()
+    index: dict[tuple[str, str], int] = {}
+    per_run: list[list[float]] = []
+    calls: list[int] = []
+    gaps: list[float] = []
+    offset = 0
+    for count in counts:
+        row: dict[int, float] = {}
+        for j in range(offset, offset + count):
+            k = index.setdefault(keys[j], len(index))
+            row[k] = row.get(k, 0.0) + durations[j]
+            if len(calls) < len(index):
+                calls.append(0)
+            calls[k] += 1
+        if count > 1:
+            run = t[offset : offset + count]
+            gaps.extend(((run[1:, 0] - run[:-1, 1]) / 1e6).tolist())
+        per_run.append([row.get(k, 0.0) for k in range(len(index))])
+        offset += count
+    width = len(index)
+    ops = [
+        {"node": n, "op_type": ty, "calls": calls[k] / len(counts), **shapes.get((n, ty), {})}
+        for (n, ty), k in index.items()
+    ]
+    return latencies, {
+        "ops": ops,
+        "per_run_ms": [r + [0.0] * (width - len(r)) for r in per_run],
+        "overhead_ms": float(np.median(gaps)) if gaps else 0.0,
+        "runs": len(counts),
+    }
+
+
+def _mnn_op_tensors(interp: Any, sess: Any, plain: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    """Each op's input and output tensors (element type, dims) from one untimed run: reading shapes in
+    the timed runs' callbacks would put that work inside the ops' times."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def describe_all(tensors: Any) -> list[list[Any]]:
+        out = []
+        for t in tensors or []:
+            try:
+                out.append([_mnn_dtype(t), [int(d) for d in t.getShape()]])
+            except Exception:  # noqa: BLE001 - a tensor MNN cannot describe keeps the op's others
+                continue
+        return out
+
+    def begin(tensors: Any, info: Any) -> bool:
+        op = found.setdefault((info.getName(), info.getType()), {})
+        op["inputs"] = describe_all(tensors)
+        op["mflops"] = float(info.getFlops())  # MNN's own count, in millions
+        return True
+
+    def end(tensors: Any, info: Any) -> bool:
+        found.setdefault((info.getName(), info.getType()), {})["outputs"] = describe_all(tensors)
+        return True
+
+    plain.refresh()
+    interp.runSessionWithCallBackInfo(sess, begin, end)
+    return found
+
+
+def _mnn_dtype(tensor: Any) -> str:
+    """MNN's halide type as the element-type names onnxruntime's profile uses (float, int32 ...)."""
+    import MNN
+
+    code = tensor.getDataType()
+    for name, dtype in (("Float", "float"), ("Int", "int32"), ("Int64", "int64"), ("Uint8", "uint8")):
+        if code == getattr(MNN, f"Halide_Type_{name}", None):
+            return dtype
+    return "float"
+
+
+# ---- task `sensitivity` -----------------------------------------------------------------------------
+
+
+SESSION = MnnSession
+PROFILE_KEY = "mnn"  # where the reply carries the profile

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
+import os
+import shutil
 import sys
 from typing import Any
 
@@ -14,6 +17,7 @@ from .session import (
     effective_threads,
     thread_count,
 )
+from .timing import alternate
 
 ORT_TYPES = {
     "tensor(float)": "float32",
@@ -99,4 +103,67 @@ class OrtStep(Step):
         return {n: np.array(v, copy=True) for n, v in zip(self.names, self.last, strict=True)}
 
 
-SESSION = OrtSession  # what agent.runtimes.open_session opens for this runtime
+# what agent.runtimes.open_session opens for this runtime
+
+
+def _open_profiled(task: dict, path: str | None = None, **options: Any) -> OrtSession:
+    """A session on the task's model (or `path`) with the task's threads; a refusal is the model's."""
+    from .main import TaskError
+
+    try:
+        return OrtSession(path or task["model"], int(task.get("threads", 0)), **options)
+    except ModelLoadError as exc:
+        raise TaskError("model", str(exc)) from None
+
+
+def profile(
+    task: dict,
+    session: Any,
+    plain: Any,
+    feeds: dict[str, Any],
+    warmup: int,
+    runs: int,
+    min_seconds: float = 0.0,
+) -> tuple[list[float], dict[str, Any]]:
+    """Plain runs and profiled runs (a second session, onnxruntime's own profiler); returns the plain
+    latencies and the gzipped traces (the host reads them: probes.profile.ort_profile_of)."""
+    folder = task["profile_dir"]
+    os.makedirs(folder, exist_ok=True)
+    token = task.get("token", str(os.getpid()))
+    profiled = _open_profiled(task, profile_prefix=os.path.join(folder, f"ort-{token}"))
+    latencies = alternate(plain, profiled.prepare(feeds), warmup, runs, min_seconds)
+    trace = _gzip(profiled.end_profiling(), folder)
+    out: dict[str, Any] = {"trace": trace, "warmup": warmup, "runs": len(latencies)}
+    calibration = task.get("calibration_model")
+    if calibration:
+        out["calibration"] = _ort_calibration(task, calibration, folder, token, warmup, runs)
+    return latencies, out
+
+
+def _ort_calibration(
+    task: dict, path: str, folder: str, token: str, warmup: int, runs: int
+) -> dict[str, Any]:
+    """A chain of trivial ops, plain and profiled: per op, the difference is the profiler's own cost."""
+    import numpy as np
+
+    plain = _open_profiled(task, path)
+    feeds = {
+        i.name: np.ones([d if isinstance(d, int) and d > 0 else 1 for d in i.shape], dtype=i.dtype)
+        for i in plain.inputs
+    }
+    profiled = _open_profiled(task, path, profile_prefix=os.path.join(folder, f"cal-{token}"))
+    plain_ms = alternate(plain.prepare(feeds), profiled.prepare(feeds), warmup, runs)
+    return {"trace": _gzip(profiled.end_profiling(), folder), "plain_ms": plain_ms}
+
+
+def _gzip(path: str, folder: str) -> str:
+    path = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+    target = os.path.join(folder, os.path.basename(path) + ".gz")
+    with open(path, "rb") as src, gzip.open(target, "wb", compresslevel=6) as dst:
+        shutil.copyfileobj(src, dst)
+    os.remove(path)
+    return target
+
+
+SESSION = OrtSession
+PROFILE_KEY = "ort"  # where the reply carries the profile

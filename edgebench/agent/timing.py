@@ -12,6 +12,7 @@ import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -190,3 +191,40 @@ class OtherWork:
             return
         own = (process_cpu_ns() - self._own) / 1e9
         self.others_cpus = max(0.0, busy - self._busy - own) / wall
+
+
+# what `min_seconds` may stretch a profile to: a profiler's trace grows by every kernel of every
+# instrumented run, and a second of PP-OCR cls's 235 kernels is ~100k events (~25 MB of JSON) already
+MAX_ROUNDS = 1000
+
+
+def alternate(plain: Any, instrumented: Any, warmup: int, runs: int, min_seconds: float = 0.0) -> list[float]:
+    """Warm both up, then alternate one instrumented and one plain (timed) run; returns the plain times.
+
+    At least `runs` rounds, and more until the measured rounds have lasted `min_seconds` (up to
+    MAX_ROUNDS): a shared device's speed moves from one fraction of a second to the next (20 runs of a
+    0.02 ms kernel, 0.4 ms in all, read anywhere in a 2x band over ten seconds here, while the median over
+    those ten seconds came back within 5% in a new process), so a p50 stands for the device only when its
+    runs are spread over a window that long.
+
+    Each run is preceded by its step's refresh (outside the timer): the inputs are the inputs every time.
+    """
+    refresh_plain, refresh_instrumented = refresher(plain), refresher(instrumented)
+    for _ in range(warmup):
+        refresh_plain()
+        plain()
+        refresh_instrumented()
+        instrumented()
+    clock = time.perf_counter_ns
+    samples: list[float] = []
+    start = clock()
+    while len(samples) < runs or (
+        clock() - start < min_seconds * 1e9 and len(samples) < max(runs, MAX_ROUNDS)
+    ):
+        refresh_instrumented()
+        instrumented()
+        refresh_plain()
+        t0 = clock()
+        plain()
+        samples.append((clock() - t0) / 1e6)
+    return samples

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgebench.agent.numerics import _alternate, _speed_references
+from edgebench.agent.numerics import _speed_references
+from edgebench.agent.timing import alternate as _alternate
 from edgebench.models.kernel_samples import sample_model
 from edgebench.probes.profile import SPEED_REFERENCES, speed_reference_files
 
@@ -85,12 +86,12 @@ def test_the_references_never_run_between_the_models_runs(
     run or after its last; each reference is timed 2 x REFERENCE_ROUNDS times, however many rounds the
     model took."""
     pytest.importorskip("onnxruntime")
-    from edgebench.agent import numerics
+    from edgebench.agent import session_onnxruntime
     from edgebench.agent.numerics import REFERENCE_ROUNDS, SpeedReferences, run_profile
     from edgebench.models.builtin import builtin_model
 
     log: list[str] = []
-    alternate = numerics._alternate
+    alternate = session_onnxruntime.alternate
 
     def logged_alternate(plain: Any, instrumented: Any, *args: Any) -> list[float]:
         return alternate(Logged(plain, log, "model"), Logged(instrumented, log, "model"), *args)
@@ -99,7 +100,7 @@ def test_the_references_never_run_between_the_models_runs(
         self.steps = {path: Logged(step, log, "reference") for path, step in self.steps.items()}
         self.times = {path: [] for path in self.steps}
 
-    monkeypatch.setattr(numerics, "_alternate", logged_alternate)
+    monkeypatch.setattr(session_onnxruntime, "alternate", logged_alternate)
     init = SpeedReferences.__init__
 
     def logged_init(self: SpeedReferences, steps: dict[str, Any]) -> None:
@@ -131,7 +132,7 @@ def test_the_references_never_run_between_the_models_runs(
 
 def test_a_profile_runs_until_its_rounds_have_lasted_min_seconds() -> None:
     """More rounds than `runs` until `min_seconds` have passed, never more than MAX_ROUNDS."""
-    from edgebench.agent.numerics import MAX_ROUNDS
+    from edgebench.agent.timing import MAX_ROUNDS
 
     def step() -> None:
         time.sleep(0.002)
