@@ -215,17 +215,20 @@ class MnnDecoder:
         return {n: self.np.array(v.read(), copy=True) for n, v in zip(self.outputs, out, strict=True)}
 
 
+# runtime -> its decoder: onnxruntime's session, MNN's Module API (stateful KV inputs and outputs)
+DECODERS: dict[str, type[OrtDecoder] | type[MnnDecoder]] = {"onnxruntime": OrtDecoder, "mnn": MnnDecoder}
+
+
 def open_decoder(runtime: str, path: str, threads: int) -> OrtDecoder | MnnDecoder:
+    decoder = DECODERS.get(runtime)
+    if decoder is None:
+        raise TaskError("usage", f"decode runs {' or '.join(DECODERS)}, not {runtime!r}")
     try:
-        if runtime == "onnxruntime":
-            return OrtDecoder(path, threads)
-        if runtime == "mnn":
-            return MnnDecoder(path, threads)
+        return decoder(path, threads)
     except ModelLoadError as exc:
         raise TaskError("model", str(exc)) from None
     except RuntimeMissing as exc:
         raise TaskError("runtime", str(exc)) from None
-    raise TaskError("usage", f"decode runs onnxruntime or mnn, not {runtime!r}")
 
 
 # ---- the loop --------------------------------------------------------------------------------------------

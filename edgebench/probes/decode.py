@@ -36,13 +36,14 @@ from ..jobs import Job
 from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, Record, RecordContext
 from ..results.store import Store
+from ..runtimes import names as runtime_names
 from ..runtimes import runtime as runtime_named
 from ..stats import OUTLIER_Z, summarize
 from .common import job_timeout, push_model_and_inputs, require_model, runtime_of
 from .registry import DecodeParams
 
 MIB = 2**20
-DECODE_RUNTIMES = ("onnxruntime", "mnn")
+DECODE_RUNTIMES = tuple(name for name in runtime_names() if runtime_named(name).decodes)
 DRAM_LLC_MULTIPLE = 4  # bandwidth arrays this many times the last-level cache measure DRAM (STREAM's rule)
 DRAM_MIN_BYTES = 256 * MIB  # ... and when the cache size is unknown, at least this
 WEIGHTS_LLC_MULTIPLE = 2  # weights this many times the last-level cache stream from DRAM every token

@@ -96,6 +96,9 @@ class Runtime:
     # A model in its own format `doctor` checks it with when the doctor's model is one it cannot run
     # (nothing here converts to it)
     check_model: str | None = None
+    # Whether the agent runs LLM decode on it (`probe decode`: prefill, then token by token with its KV
+    # cache; agent.decode.DECODERS)
+    decodes: bool = False
 
     def gemm_tile(self, fingerprint: Mapping[str, Any]) -> int | None:
         """The GEMM tile on the device the fingerprint describes; None where its ISA's tile is not known."""

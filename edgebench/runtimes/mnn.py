@@ -24,6 +24,7 @@ RUNTIME = Runtime(
     backends=("cpu",),
     native_tool="mnn_benchmark",
     profiler="probes.profile:mnn_profile_of",
+    decodes=True,
     kernels=KernelRules(
         fusions=("erf-gelu",),
         activation_fusion="relu-or-conv-clip",

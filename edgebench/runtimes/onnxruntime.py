@@ -35,6 +35,7 @@ RUNTIME = Runtime(
     native_tool="onnxruntime_perf_test",
     profiler="probes.profile:ort_profile_of",
     profiler_calibration=True,
+    decodes=True,
     kernels=KernelRules(
         # QuickGelu, SkipLayerNormalization and a MatMul's constant scale folded in (its level-2 fusions)
         fusions=("quick-gelu", "skip-layer-norm", "matmul-scale"),

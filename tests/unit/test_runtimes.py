@@ -165,6 +165,10 @@ def test_each_runtime_names_its_profile_reader_and_its_doctor_model() -> None:
     assert runtime("onnxruntime").profile_reader() is profile.ort_profile_of
     assert runtime("mnn").profile_reader() is profile.mnn_profile_of
     assert runtime("litert").profile_reader() is None and runtime("onnxruntime").profiler_calibration
+    from edgebench.agent.decode import DECODERS
+    from edgebench.probes.decode import DECODE_RUNTIMES
+
+    assert DECODE_RUNTIMES == tuple(DECODERS) == ("onnxruntime", "mnn")  # the host's and the agent's
     onnx_model = ModelRef("m", builtin_model("tinymlp"))
     chosen = models_for(onnx_model, ["onnxruntime", "mnn", "litert"])
     assert chosen["onnxruntime"] == chosen["mnn"] == onnx_model
