@@ -29,7 +29,7 @@ from .bench import pin
 from .info import _read
 from .inputs import make_inputs
 from .main import TaskError
-from .runtimes import RUNTIME_MODULES, import_runtime, open_session
+from .runtimes import SESSION_MODULES, import_runtime, open_session
 from .session import RuntimeMissing
 from .timing import TimingPolicy
 
@@ -330,7 +330,7 @@ def run(task: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         raise TaskError("usage", "doctor needs at least 1 round of 2 runs")
     result: dict[str, Any] = {"affinity": affinity, "timer": timer_facts(), "runtimes": {}}
     for runtime, path in (task.get("models") or {}).items():
-        if runtime not in RUNTIME_MODULES:
+        if runtime not in SESSION_MODULES:
             result["runtimes"][runtime] = {"error": f"unknown runtime {runtime!r}"}
             continue
         try:

@@ -8,6 +8,8 @@ import platform
 import sys
 from typing import Any
 
+from .runtimes import SESSION_MODULES, session_module
+
 
 def _read(path: str) -> str | None:
     try:
@@ -62,20 +64,8 @@ def runtime_versions() -> dict[str, str | None]:
         versions["blas"] = _blas_name(numpy)
     except ImportError:
         versions["numpy"] = None
-    try:
-        import onnxruntime
-
-        versions["onnxruntime"] = onnxruntime.__version__
-    except ImportError:
-        versions["onnxruntime"] = None
-    try:
-        import MNN
-
-        versions["mnn"] = getattr(MNN, "__version__", None) or _dist_version("mnn") or "unknown"
-    except ImportError:
-        versions["mnn"] = None
-    # By its installed metadata: importing LiteRT loads its native libraries, too slow for a fingerprint.
-    versions["litert"] = _dist_version("ai-edge-litert")
+    for runtime in SESSION_MODULES:
+        versions[runtime] = session_module(runtime).installed_version()
     return versions
 
 
@@ -93,15 +83,6 @@ def _blas_name(numpy) -> str | None:
         blas = config.get("Build Dependencies", {}).get("blas", {})
         return f"{blas.get('name')} {blas.get('version')}"
     return None
-
-
-def _dist_version(name: str) -> str | None:
-    try:
-        from importlib.metadata import version
-
-        return version(name)
-    except Exception:  # noqa: BLE001
-        return None
 
 
 ISA_FLAGS = frozenset(

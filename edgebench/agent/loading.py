@@ -17,7 +17,7 @@ from typing import Any
 
 from .inputs import InputError, apply_values, make_inputs
 from .main import TaskError
-from .runtimes import RUNTIME_MODULES, import_runtime, open_session
+from .runtimes import SESSION_MODULES, import_runtime, open_session
 from .session import ModelLoadError, RuntimeMissing
 from .timing import current_rss_mb
 
@@ -27,7 +27,7 @@ COLD_ROUNDS = 5  # cold/warm load pairs
 
 def import_runtime_ms(runtime: str) -> float:
     """Import the runtime's module (its shared libraries load then); ms, 0 if it was already loaded."""
-    if runtime not in RUNTIME_MODULES:
+    if runtime not in SESSION_MODULES:
         raise TaskError("usage", f"unknown runtime {runtime!r}")
     try:
         return import_runtime(runtime)

@@ -17,17 +17,16 @@ from typing import Any
 
 from .session import RuntimeMissing, Session
 
-# The Python module each runtime is imported as (importing it loads its shared libraries).
-RUNTIME_MODULES = {"onnxruntime": "onnxruntime", "mnn": "MNN", "litert": "ai_edge_litert.interpreter"}
-# runtime -> the agent module holding its session (its `SESSION` class): one module per runtime
+# runtime -> the agent module holding its session: one module per runtime, with its `SESSION` class, the
+# `PYTHON_MODULE` importing it means, its `installed_version()` and, where it has one, its per-op `profile`
 SESSION_MODULES = {"onnxruntime": "session_onnxruntime", "mnn": "session_mnn", "litert": "session_litert"}
 
 
 def import_runtime(runtime: str) -> float:
     """Import the runtime's module and return how long that took in ms (0 when it was already imported)."""
-    module = RUNTIME_MODULES.get(runtime)
-    if module is None:
+    if runtime not in SESSION_MODULES:
         return 0.0
+    module = session_module(runtime).PYTHON_MODULE
     start = time.perf_counter_ns()
     try:
         importlib.import_module(module)

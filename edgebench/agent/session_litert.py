@@ -110,4 +110,16 @@ def _litert_dtype(dtype: Any) -> str:
     return np.dtype(dtype).name
 
 
+def installed_version() -> str | None:
+    """The installed LiteRT's version, by its metadata (importing it loads its native libraries, too
+    slow for a fingerprint; None: not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ai-edge-litert")
+    except PackageNotFoundError:
+        return None
+
+
+PYTHON_MODULE = "ai_edge_litert.interpreter"  # what importing the runtime means (its shared libraries load)
 SESSION = LiteRtSession  # what agent.runtimes.open_session opens for this runtime

@@ -265,5 +265,15 @@ def _mnn_dtype(tensor: Any) -> str:
 # ---- task `sensitivity` -----------------------------------------------------------------------------
 
 
+def installed_version() -> str | None:
+    """The installed MNN's version (None: not installed)."""
+    try:
+        import MNN
+    except ImportError:
+        return None
+    return getattr(MNN, "__version__", None) or _dist_version("mnn") or "unknown"
+
+
+PYTHON_MODULE = "MNN"  # what importing the runtime means (its shared libraries load)
 SESSION = MnnSession
 PROFILE_KEY = "mnn"  # where the reply carries the profile

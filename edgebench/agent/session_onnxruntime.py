@@ -165,5 +165,15 @@ def _gzip(path: str, folder: str) -> str:
     return target
 
 
+def installed_version() -> str | None:
+    """The installed onnxruntime's version (None: not installed)."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+    return str(onnxruntime.__version__)
+
+
+PYTHON_MODULE = "onnxruntime"  # what importing the runtime means (its shared libraries load)
 SESSION = OrtSession
 PROFILE_KEY = "ort"  # where the reply carries the profile
