@@ -77,7 +77,7 @@ class Runtime:
     formats: tuple[str, ...]  # model file formats it runs; the first is its own, the others it converts
     model_noun: str  # a model in its own format, in a sentence ("an MNN model")
     backends: tuple[str, ...]  # the compute units it can place a model on
-    native_tool: str | None  # "module:function" in edgebench.native: its vendor benchmark tool's adapter
+    native_tool: str | None  # its vendor benchmark tool: the runner key in `edgebench.native.ADAPTERS`
     kernels: KernelRules
     # Its float GEMM's output tile (positions) per ISA, where known.
     gemm_tiles: tuple[IsaFact, ...] = ()
