@@ -1,5 +1,5 @@
 """The interface every runtime module fills in: what the host needs to know about one runtime (its model
-formats, its backends, its vendor tool's adapter, how its graph becomes kernels) and the machine-specific
+formats and conversion, its vendor tool's adapter, how its graph becomes kernels) and the machine-specific
 numbers it runs at, each keyed by what it depends on (the ISA) and by the runtime version it was seen on."""
 
 from __future__ import annotations
@@ -76,7 +76,6 @@ class Runtime:
     python_module: str  # what the agent imports to run it (checked by `available`)
     formats: tuple[str, ...]  # model file formats it runs; the first is its own, the others it converts
     model_noun: str  # a model in its own format, in a sentence ("an MNN model")
-    backends: tuple[str, ...]  # the compute units it can place a model on
     native_tool: str | None  # its vendor benchmark tool: the runner key in `edgebench.native.ADAPTERS`
     kernels: KernelRules
     # Its float GEMM's output tile (positions) per ISA, where known.

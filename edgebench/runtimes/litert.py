@@ -12,7 +12,6 @@ RUNTIME = Runtime(
     python_module="ai_edge_litert",
     formats=("tflite",),
     model_noun="a .tflite model",
-    backends=("cpu",),
     native_tool="benchmark_model",
     check_model="builtin:mlp.tflite",  # nothing here converts ONNX to .tflite
     # No kernel rules of its own yet (its graphs are not ONNX); the kernel predictor's op families are

@@ -21,7 +21,6 @@ RUNTIME = Runtime(
     formats=("mnn", "onnx"),
     model_noun="an MNN model",
     converters={"onnx": "models.convert:onnx_to_mnn"},
-    backends=("cpu",),
     native_tool="mnn_benchmark",
     profiler="probes.profile:mnn_profile_of",
     decodes=True,

@@ -31,7 +31,6 @@ RUNTIME = Runtime(
     python_module="onnxruntime",
     formats=("onnx",),
     model_noun="an ONNX model",
-    backends=("cpu",),
     native_tool="onnxruntime_perf_test",
     profiler="probes.profile:ort_profile_of",
     profiler_calibration=True,

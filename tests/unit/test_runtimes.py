@@ -4,6 +4,7 @@ never its name, and a new runtime module with a registry line is enough for the 
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 import types
 from dataclasses import astuple, replace
@@ -27,7 +28,7 @@ def test_every_registered_runtime_loads_by_name_and_names_a_real_adapter() -> No
     assert RUNTIMES == runtimes.names() == ("onnxruntime", "mnn", "litert")
     for name in runtimes.names():
         rt = runtime(name)
-        assert isinstance(rt, Runtime) and rt.name == name and rt.formats and rt.backends
+        assert isinstance(rt, Runtime) and rt.name == name and runtimes.owner_of(rt.formats[0]) is rt
         assert rt.native_tool in ADAPTERS and RUNNER_FOR_RUNTIME[name] == rt.native_tool
         assert set(rt.kernels.fusions) <= set(FUSIONS)
         assert all(f.seen_on for f in rt.gemm_tiles)  # every machine fact says where it was seen
@@ -50,6 +51,16 @@ def test_available_is_a_guard_that_imports_nothing() -> None:
     ghost = replace(runtime("onnxruntime"), name="ghost", python_module="no_such_runtime_module")
     assert not ghost.available()
     assert "no_such_runtime_module" not in sys.modules
+    # in a fresh interpreter: asking whether MNN and LiteRT are there loads neither
+    code = (
+        "import sys\nfrom edgebench.runtimes import runtime\n"
+        "found = [runtime(n).available() for n in ('mnn', 'litert')]\n"
+        "print(found, [m for m in ('MNN', 'ai_edge_litert') if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "[True, True] []", out.stdout + out.stderr
 
 
 def _hard_sigmoid_model(path: Path) -> Path:
