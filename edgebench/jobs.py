@@ -21,7 +21,17 @@ class ModelRef:
 
     @property
     def format(self) -> str:
-        return {".mnn": "mnn", ".tflite": "tflite"}.get(self.path.suffix.lower(), "onnx")
+        return {".mnn": "mnn", ".tflite": "tflite", ".param": "ncnn"}.get(self.path.suffix.lower(), "onnx")
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """Every file the model is: its path, and an ncnn graph's weights beside it."""
+        return (self.path, ncnn_weights_of(self.path)) if self.format == "ncnn" else (self.path,)
+
+
+def ncnn_weights_of(param: Path) -> Path:
+    """The weights file of an ncnn graph: `net.param` -> `net.bin` (`net.ncnn.param` -> `net.ncnn.bin`)."""
+    return param.with_suffix(".bin")
 
 
 @dataclass(frozen=True)

@@ -22,3 +22,6 @@ python3 -m pip install -q -e ".[dev]"  # includes ai-edge-litert (LiteRT runtime
 # Real models shipped inside wheels; --no-deps because only the .onnx files are used (their own
 # dependencies pull in torch and opencv, which the tests do not need).
 python3 -m pip install -q --no-deps "silero-vad==6.2.3" "rapidocr-onnxruntime==1.4.4"
+# pnnx's static converter binary (ONNX -> ncnn); --no-deps: its Python side pulls CUDA torch, which the
+# binary does not need (edgebench calls the binary, never the package's Python).
+python3 -m pip install -q --no-deps "pnnx==20261020"

@@ -130,7 +130,38 @@ def bare_litert(path: str, feeds: dict[str, Any], threads: int) -> Callable[[int
     return loop
 
 
-BARE = {"onnxruntime": bare_onnxruntime, "mnn": bare_mnn, "litert": bare_litert}
+def bare_ncnn(path: str, feeds: dict[str, Any], threads: int) -> Callable[[int], list[float]]:
+    """A loop as an ncnn user writes it: one Net (fp32: fp16/bf16 storage and arithmetic off, as the
+    harness's session pins them), an extractor per inference, every output extracted."""
+    import ncnn
+    import numpy as np
+
+    net = ncnn.Net()
+    net.opt.num_threads = threads or ncnn.get_physical_big_cpu_count() or ncnn.get_cpu_count()
+    for name in ("use_fp16_storage", "use_fp16_packed", "use_fp16_arithmetic", "use_bf16_storage"):
+        setattr(net.opt, name, False)
+    net.load_param(path)
+    net.load_model(os.path.splitext(path)[0] + ".bin")
+    arrays = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in feeds.items()}  # kept alive
+    mats = [(name, ncnn.Mat(a)) for name, a in arrays.items()]
+    outputs = list(net.output_names())
+
+    def loop(runs: int) -> list[float]:
+        out = []
+        for _ in range(runs):
+            t0 = time.perf_counter_ns()
+            ex = net.create_extractor()
+            for name, mat in mats:
+                ex.input(name, mat)
+            for name in outputs:
+                ex.extract(name)
+            out.append((time.perf_counter_ns() - t0) / 1e6)
+        return out
+
+    return loop
+
+
+BARE = {"onnxruntime": bare_onnxruntime, "mnn": bare_mnn, "litert": bare_litert, "ncnn": bare_ncnn}
 
 
 def cv(values: list[float]) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .session import InputInfo
+from .session import ANY_RANK, InputInfo
 
 
 class InputError(Exception):
@@ -12,6 +12,12 @@ class InputError(Exception):
 
 
 def resolve_shape(info: InputInfo, override: list[int] | None, warnings: list[str]) -> list[int]:
+    if info.shape == ANY_RANK:  # the model does not say even how many dimensions
+        if override is None:
+            raise InputError(f"input '{info.name}' declares no shape: give it with --shape {info.name}=...")
+        return [int(d) for d in override]
+    if override is not None and not info.batch_axis and len(override) == len(info.shape) + 1:
+        override = override[1:] if override[0] == 1 else override
     if override is not None:
         if len(override) != len(info.shape):
             raise InputError(

@@ -1,4 +1,4 @@
-"""One session interface over onnxruntime, MNN and LiteRT: declared inputs, a prepared step, outputs.
+"""One session interface over onnxruntime, MNN, LiteRT and ncnn: declared inputs, a prepared step, outputs.
 
 `session.prepare(feeds)` returns a `Step`: `step()` runs one inference (the part timers time),
 `step.refresh()` puts the given inputs back into the runtime's input buffers (called before every run,
@@ -19,7 +19,12 @@ from .session import RuntimeMissing, Session
 
 # runtime -> the agent module holding its session: one module per runtime, with its `SESSION` class, the
 # `PYTHON_MODULE` importing it means, its `installed_version()` and, where it has one, its per-op `profile`
-SESSION_MODULES = {"onnxruntime": "session_onnxruntime", "mnn": "session_mnn", "litert": "session_litert"}
+SESSION_MODULES = {
+    "onnxruntime": "session_onnxruntime",
+    "mnn": "session_mnn",
+    "litert": "session_litert",
+    "ncnn": "session_ncnn",
+}
 
 
 def import_runtime(runtime: str) -> float:

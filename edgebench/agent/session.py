@@ -50,11 +50,19 @@ class Step:
         raise NotImplementedError
 
 
+# An input's shape when the model does not declare even its rank (an ncnn Input layer without w/h/c):
+# its shape must be given (--shape).
+ANY_RANK: list = ["..."]
+
+
 @dataclass
 class InputInfo:
     name: str
     shape: list  # ints, or str/None for dynamic dimensions
     dtype: str  # numpy dtype name
+    # False where the runtime holds no batch axis (ncnn): a shape given with a leading batch of 1 (as the
+    # ONNX model it came from declares it) is the same tensor
+    batch_axis: bool = True
 
 
 def _first_line(exc: BaseException) -> str:

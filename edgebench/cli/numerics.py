@@ -64,7 +64,8 @@ def variants(
     no_store: bool = NO_STORE_OPT,
     as_json: bool = JSON_OPT,
 ) -> int:
-    """Make fp16, int8 (dynamic, static) and MNN (fp32, int8-weight, int8) variants of a model."""
+    """Make fp16, int8 (dynamic, static), MNN (fp32, int8-weight, int8) and ncnn (fp32, fp16 weights) variants
+    of a model."""
     from ..execution.provenance import host_provenance
     from ..models.refs import resolve_model
     from ..models.variants import VARIANT_KINDS, make_variants, variant_outcomes

@@ -48,6 +48,7 @@ from ..errors import ConfigError, EdgebenchError
 from ..jobs import Job, ModelRef
 from ..lab.hashing import HashCache
 from ..models.refs import BUILTIN_PREFIX, resolve_model
+from ..probes.common import runtime_of
 from ..probes.params import ParamError
 from ..probes.registry import KINDS, RUNTIMES, ProbeKind
 from ..tomlread import TableReader, load_toml
@@ -209,8 +210,8 @@ def plan(suite: Suite, timeout_s: float | None = None) -> list[Job]:
 def file_identity(job: Job, base: Path, hashes: HashCache) -> dict[str, str]:
     """What stands for each file the job reads in its key (see `Job.identity`)."""
     out = {}
-    if job.model is not None and job.model.path.is_file():
-        out["model"] = f"sha256:{hashes.sha256(job.model.path)}"
+    if job.model is not None and all(path.is_file() for path in job.model.files):
+        out["model"] = f"sha256:{hashes.content(job.model.files)}"
     for key in PATH_PARAMS:
         value = job.params.get(key)
         if not isinstance(value, str) or not value or value.startswith(BUILTIN_PREFIX):
@@ -226,7 +227,9 @@ def file_identity(job: Job, base: Path, hashes: HashCache) -> dict[str, str]:
 def model_digests(suite: Suite) -> dict[str, str]:
     """Each suite model's content hash, by name: kept with a run, so a resume sees a model that changed."""
     hashes = HashCache()
-    return {m.name: f"sha256:{hashes.sha256(m.path)}" for m in suite.models if m.path.is_file()}
+    return {
+        m.name: f"sha256:{hashes.content(m.files)}" for m in suite.models if all(p.is_file() for p in m.files)
+    }
 
 
 def jobs_by_device(jobs: list[Job]) -> dict[str, list[Job]]:
@@ -242,7 +245,7 @@ def _job(
     params = dict(point)
     runtime = params.pop("runtime", None)
     if runtime is None and model is not None:
-        runtime = {"mnn": "mnn", "tflite": "litert"}.get(model.format, "onnxruntime")
+        runtime = runtime_of(model, None)  # the runtime whose own format the model's is
     return Job(
         device=device, probe=probe.kind, model=model, runtime=runtime, params=params, timeout_s=timeout_s
     )

@@ -26,9 +26,10 @@ from ..errors import (
     TransferError,
     UserError,
 )
+from ..jobs import ModelRef
 from ..transports import Transport, open_transport
 from .agentpack import build_agent
-from .hashing import HashCache, hash_timeout
+from .hashing import HashCache, hash_timeout, together_digest
 
 _SAFE_SUFFIX = re.compile(r"\.[A-Za-z0-9_-]{1,16}")
 
@@ -114,12 +115,16 @@ class Device:
                 found[path.lstrip("*")] = digest
         return found
 
-    def ensure_files(self, files: Sequence[Path], timeout: float) -> list[str]:
-        """Make each host file present in the device cache, verified; return the remote paths."""
+    def ensure_files(self, files: Sequence[Path], timeout: float, together: bool = False) -> list[str]:
+        """Make each host file present in the device cache, verified; return the remote paths.
+
+        `together`: the files are one model in several files found by name (an ncnn `.param` finds its
+        `.bin`): each is named by a digest of all their contents, so they keep their common stem."""
+        digests = [self.hashes.sha256(local) for local in files]
+        stem = together_digest(digests) if together else None
         wanted = []
-        for local in files:
-            digest = self.hashes.sha256(local)
-            wanted.append((local, digest, self.remote_path_for(local, digest)))
+        for local, digest in zip(files, digests, strict=True):
+            wanted.append((local, digest, self.remote_path_for(local, stem or digest)))
         unknown = [remote for _, digest, remote in wanted if self._present.get(remote) != digest]
         size = sum(local.stat().st_size for local, digest, remote in wanted if remote in unknown)
         remote_now = self.remote_hashes(unknown, timeout, size)
@@ -134,6 +139,12 @@ class Device:
                 self._push_verified(local, digest, remote, timeout)
             self._present[remote] = digest
         return [remote for _, _, remote in wanted]
+
+    def ensure_model(self, path: Path, timeout: float) -> str:
+        """Make a model present in the device cache with every file it is (an ncnn graph's weights beside
+        it, under the same name); return the remote path of the file the runtime opens."""
+        files = ModelRef(path.stem, path).files
+        return self.ensure_files(files, timeout, together=len(files) > 1)[0]
 
     def _push_verified(self, local: Path, digest: str, remote: str, timeout: float) -> None:
         import time

@@ -4,6 +4,7 @@ device may take to hash files of a given size."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -27,6 +28,17 @@ class HashCache:
         if key not in self._known:
             self._known[key] = sha256_file(path)
         return self._known[key]
+
+    def content(self, files: Sequence[Path]) -> str:
+        """The sha256 that names a model's content: its file's, or for a model in several files (an ncnn
+        graph and its weights) the sha256 of their digests in order, so a change to any is a new model."""
+        digests = [self.sha256(path) for path in files]
+        return digests[0] if len(digests) == 1 else together_digest(digests)
+
+
+def together_digest(digests: Sequence[str]) -> str:
+    """One name for several files' contents (see HashCache.content)."""
+    return hashlib.sha256(" ".join(digests).encode()).hexdigest()
 
 
 # The slowest hashing a device is planned for: sha256 in software on an in-order core, reading eMMC. Files a

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from ..errors import ModelError
-from ..jobs import ModelRef
+from ..jobs import ModelRef, ncnn_weights_of
 from .cache import models_cache_dir  # noqa: F401 - re-exported: callers find it beside the refs
 
 BUILTIN_PREFIX = "builtin:"
@@ -70,5 +70,13 @@ def check_model_file(path: Path) -> None:
         # A TFLite flatbuffer carries the file identifier "TFL3" at bytes 4-8.
         if len(head) < 8 or head[4:8] != b"TFL3":
             raise ModelError(f"{path}: not a TFLite model (no TFL3 flatbuffer identifier)")
+    elif suffix == ".param":
+        if head.split(b"\n")[0].strip() != b"7767517":
+            raise ModelError(f"{path}: not an ncnn param file (its first line is not the magic 7767517)")
+        weights = ncnn_weights_of(path)
+        if not weights.is_file():
+            raise ModelError(f"{path}: the ncnn weights file {weights.name} is missing beside it")
     elif suffix != ".mnn":
-        raise ModelError(f"{path}: unknown model format '{suffix}' (expected .onnx, .mnn or .tflite)")
+        raise ModelError(
+            f"{path}: unknown model format '{suffix}' (expected .onnx, .mnn, .tflite or an ncnn .param)"
+        )

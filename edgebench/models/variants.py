@@ -8,6 +8,8 @@
 | `mnn-fp32` | NAME.fp32.mnn | MNN's converter (`_tools.mnnconvert`, child process) |
 | `mnn-int8-weight` | NAME.int8-weight.mnn | the converter, `--weightQuantBits 8` (int8 weights, fp32 math) |
 | `mnn-int8` | NAME.int8.mnn | MNN's offline quantizer (`_tools.mnnquant`, child process), calibrated |
+| `ncnn-fp32` | NAME.fp32.ncnn.param (+ .bin) | pnnx's converter binary, `fp16=0` (fp32 weights) |
+| `ncnn-fp16` | NAME.fp16.ncnn.param (+ .bin) | pnnx, `fp16=1`: fp16 weights (computed in fp32 unless told) |
 
 Calibration (int8-static, mnn-int8) comes from an .npz with one array per model input (a leading axis of
 samples, or a batch split into samples); without one, seeded random inputs are used and every record of
@@ -63,7 +65,16 @@ from .quantize import (
     opset_version,
 )
 
-VARIANT_KINDS = ("fp16", "int8-dynamic", "int8-static", "mnn-fp32", "mnn-int8-weight", "mnn-int8")
+VARIANT_KINDS = (
+    "fp16",
+    "int8-dynamic",
+    "int8-static",
+    "mnn-fp32",
+    "mnn-int8-weight",
+    "mnn-int8",
+    "ncnn-fp32",
+    "ncnn-fp16",
+)
 SUFFIXES = {
     "fp16": ".fp16.onnx",
     "int8-dynamic": ".int8-dynamic.onnx",
@@ -71,6 +82,8 @@ SUFFIXES = {
     "mnn-fp32": ".fp32.mnn",
     "mnn-int8-weight": ".int8-weight.mnn",
     "mnn-int8": ".int8.mnn",
+    "ncnn-fp32": ".fp32.ncnn.param",
+    "ncnn-fp16": ".fp16.ncnn.param",
 }
 DEFAULT_SAMPLES = 8  # random calibration samples
 MAX_FILE_SAMPLES = 256  # calibration samples taken from a --calib file at most
@@ -86,7 +99,7 @@ class Variant:
 
     name: str
     path: Path | None
-    format: str  # onnx | mnn
+    format: str  # onnx | mnn | ncnn
     runtime: str  # the runtime that runs it
     size_bytes: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
@@ -363,7 +376,7 @@ def converter_log(path: Path, kind: str) -> Iterator[None]:
 
 
 def _make_one(ctx: _Context, kind: str) -> Variant:
-    fmt = "mnn" if kind.startswith("mnn") else "onnx"
+    fmt = kind.split("-")[0] if kind.startswith(("mnn-", "ncnn-")) else "onnx"
     owner = owner_of(fmt)
     runtime = owner.name if owner is not None else "onnxruntime"
     target = ctx.target(kind)
@@ -374,7 +387,8 @@ def _make_one(ctx: _Context, kind: str) -> Variant:
         with converter_log(ctx.log, kind):
             MAKERS[kind](ctx, target, params, warnings)
     except Exception as exc:  # noqa: BLE001 - a variant that cannot be made is an entry, not a crash
-        _unlink(target)
+        for path in ModelRef(kind, target).files:
+            _unlink(path)
         message = (
             one_line(exc) if isinstance(exc, EdgebenchError) else f"{type(exc).__name__}: {one_line(exc)}"
         )
@@ -393,7 +407,7 @@ def _make_one(ctx: _Context, kind: str) -> Variant:
         target,
         fmt,
         runtime,
-        target.stat().st_size,
+        sum(path.stat().st_size for path in ModelRef(kind, target).files),  # an ncnn graph and its weights
         params,
         None,
         tuple(warnings),
@@ -504,6 +518,16 @@ def _make_mnn_int8(ctx: _Context, target: Path, params: dict[str, Any], warnings
     params.update(shapes={k: list(v) for k, v in shapes.items()}, feature_quant="KL", weight_quant="MAX_ABS")
 
 
+def _make_ncnn(fp16: bool) -> Callable[[_Context, Path, dict[str, Any], list[str]], None]:
+    def make(ctx: _Context, target: Path, params: dict[str, Any], warnings: list[str]) -> None:
+        from .convert_ncnn import onnx_to_ncnn
+
+        onnx_to_ncnn(ctx.source.path, fp16_weights=fp16, shapes=ctx.shapes or None, out=target)
+        params["weights"] = "fp16" if fp16 else "fp32"
+
+    return make
+
+
 MAKERS: dict[str, Callable[[_Context, Path, dict[str, Any], list[str]], None]] = {
     "fp16": _make_fp16,
     "int8-dynamic": _make_int8_dynamic,
@@ -511,6 +535,8 @@ MAKERS: dict[str, Callable[[_Context, Path, dict[str, Any], list[str]], None]] =
     "mnn-fp32": _make_mnn_fp32,
     "mnn-int8-weight": _make_mnn_int8_weight,
     "mnn-int8": _make_mnn_int8,
+    "ncnn-fp32": _make_ncnn(fp16=False),
+    "ncnn-fp16": _make_ncnn(fp16=True),
 }
 
 

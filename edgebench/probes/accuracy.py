@@ -187,6 +187,10 @@ def pair_outputs(ref: DeviceOutputs, out: DeviceOutputs, warnings: list[str]) ->
     return [(n, n) for n in common]
 
 
+def _without_batch(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return shape[1:] if len(shape) > 1 and shape[0] == 1 else shape
+
+
 def _compare(ctx: RecordContext, ref: DeviceOutputs, out: DeviceOutputs, result: ProbeResult) -> None:
     pairs = pair_outputs(ref, out, result.warnings)
     if not pairs:
@@ -199,7 +203,7 @@ def _compare(ctx: RecordContext, ref: DeviceOutputs, out: DeviceOutputs, result:
                 f"reference's {list(a.shape)}"
             )
             continue
-        if a.shape != b.shape:
+        if _without_batch(a.shape) != _without_batch(b.shape):  # ncnn holds no batch axis of 1
             result.warnings.append(
                 f"output {ref_name}: shape {list(b.shape)} differs from the reference's "
                 f"{list(a.shape)} (same size: compared element by element)"

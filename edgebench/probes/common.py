@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import ModelError, UserError
 from ..jobs import Job, ModelRef
 from ..lab.device import Device
-from ..runtimes import owner_of, runtimes_for
+from ..runtimes import format_text, owner_of, runtimes_for
 from ..runtimes import runtime as runtime_named
 from .registry import RUNTIMES, BenchParams, values
 
@@ -40,11 +40,12 @@ def check_runtime(model: ModelRef | None, runtime: str | None) -> str:
     if model.format not in rt.formats:
         owner = owner_of(model.format)
         noun = owner.model_noun if owner is not None else f"a .{model.format} model"
-        runs = " and ".join(f".{f}" for f in rt.formats)
-        use = " or ".join(runtimes_for(model.format)) or "another runtime"
+        runs = " and ".join(format_text(f) for f in rt.formats)
+        others = runtimes_for(model.format)
+        use = (", ".join(others[:-1]) + " or " + others[-1]) if len(others) > 1 else "".join(others)
         raise ModelError(
             f"{model.path}: {rt.display} cannot run {noun} ({rt.display} runs {runs} models; "
-            f"use --runtime {use})"
+            f"use --runtime {use or 'of another runtime'})"
         )
     return chosen
 
@@ -68,13 +69,16 @@ def push_model_and_inputs(
 ) -> tuple[str, str | None]:
     """Push the runtime's model file and the optional inputs .npz; return their remote paths."""
     model = require_model(job)
-    local = [model_file_for(model, runtime)]
+    files = ModelRef(model.name, model_file_for(model, runtime)).files  # an ncnn graph and its weights
     if inputs:
         path = Path(inputs)
         if not path.is_file():
             raise UserError(f"{inputs}: inputs file not found")
-        local.append(path)
-    remote = device.ensure_files(local, job_timeout(device, job))
+    timeout = job_timeout(device, job)
+    if len(files) > 1:
+        model_remote = device.ensure_model(files[0], timeout)
+        return model_remote, device.ensure_files([Path(inputs)], timeout)[0] if inputs else None
+    remote = device.ensure_files([*files, *([Path(inputs)] if inputs else [])], timeout)  # one round trip
     return remote[0], remote[1] if inputs else None
 
 

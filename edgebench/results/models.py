@@ -17,7 +17,7 @@ import os
 import re
 import sqlite3
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,10 @@ CREATE INDEX IF NOT EXISTS job_models_run ON job_models(run_id);
 """
 _SUFFIX = re.compile(r"^\.[A-Za-z0-9_]{1,16}$")
 _CHUNK = 1 << 20
+
+
+def _suffix_of(path: Path) -> str:
+    return path.suffix.lower() if _SUFFIX.match(path.suffix) else ""
 
 
 def models_dir(store_path: Path) -> Path:
@@ -78,23 +82,28 @@ class ModelStore:
     def path_for(self, sha256: str, suffix: str) -> Path:
         return self.root / f"{sha256}{suffix}"
 
-    def keep(self, source: Path, expected: str | None = None) -> KeptModel:
+    def keep(self, source: Path, expected: str | None = None, companions: Sequence[Path] = ()) -> KeptModel:
         """Hash `source` and keep a copy unless that content is kept already. `expected`: the content the
         job measured ("sha256:<hex>" or bare hex); a file that no longer has it is recorded without a copy.
+        `companions`: the model's other files (an ncnn graph's weights), kept beside it under the same
+        name (the hash of all of them, `HashCache.content`) with their own suffixes.
         Raises OSError when the source cannot be read at all."""
-        suffix = source.suffix.lower() if _SUFFIX.match(source.suffix) else ""
+        files = [source, *companions]
+        suffix = _suffix_of(source)
         want = expected.removeprefix("sha256:") if expected else None
-        digest = self.hashes.sha256(source)
+        digests = [self.hashes.sha256(path) for path in files]
+        digest = self.hashes.content(files)
         if want is not None and digest != want:
             return KeptModel(want, suffix, None)
-        target = self.path_for(digest, suffix)
-        if target.is_file() and target.stat().st_size == source.stat().st_size:
-            return KeptModel(digest, suffix, target)
-        copied = self._copy(source, target)
-        if copied != digest:  # the file changed while it was copied: keep nothing under a wrong name
-            target.unlink(missing_ok=True)
-            return KeptModel(want or digest, suffix, None)
-        return KeptModel(digest, suffix, target)
+        targets = [self.path_for(digest, _suffix_of(path)) for path in files]
+        for path, own, target in zip(files, digests, targets, strict=True):
+            if target.is_file() and target.stat().st_size == path.stat().st_size:
+                continue
+            if self._copy(path, target) != own:  # it changed while copied: keep nothing under a wrong name
+                for kept in targets:
+                    kept.unlink(missing_ok=True)
+                return KeptModel(want or digest, suffix, None)
+        return KeptModel(digest, suffix, targets[0])
 
     def _copy(self, source: Path, target: Path) -> str:
         """Copy to a temporary file in the same folder, fsync, rename into place; the copy's sha256."""
@@ -124,7 +133,8 @@ def keep_for_job(models: ModelStore, job: Any) -> KeptModel | None:
     expected = job.identity.get("model") if job.identity else None
     expected = expected if expected and expected.startswith("sha256:") else None
     try:
-        return models.keep(Path(job.model.path), expected)
+        main, *companions = job.model.files
+        return models.keep(Path(main), expected, companions)
     except OSError:
         if expected is None:
             return None

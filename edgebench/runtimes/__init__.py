@@ -13,6 +13,7 @@ __all__ = [
     "KernelRules",
     "Runtime",
     "kernel_rules",
+    "format_text",
     "names",
     "owner_of",
     "runtime",
@@ -24,10 +25,20 @@ MODULES = {
     "onnxruntime": "onnxruntime",
     "mnn": "mnn",
     "litert": "litert",
+    "ncnn": "ncnn",
 }
 
 # What a graph is as no runtime runs it: the common fusions only, nothing folded.
 NO_RUNTIME = KernelRules(folds_static_shapes=False)
+
+
+# A format's files as a sentence names them, where that is not its name as a suffix.
+_FORMAT_FILES = {"ncnn": ".param/.bin"}
+
+
+def format_text(fmt: str) -> str:
+    """How a sentence names a format's files: ".onnx", ".param/.bin" (an ncnn graph and its weights)."""
+    return _FORMAT_FILES.get(fmt, f".{fmt}")
 
 
 def names() -> tuple[str, ...]:

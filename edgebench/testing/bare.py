@@ -238,3 +238,42 @@ def bare_cold_warm_loads(path: str, pairs: int) -> tuple[list[float], list[float
         cold.append(load())
         warm.append(load())
     return cold, warm
+
+
+def bare_ncnn(
+    path: str,
+    feeds: dict[str, np.ndarray],
+    threads: int,
+    runs: int = 200,
+    warmup_s: float = 0.5,
+    fp16: bool = False,
+) -> BareTimes:
+    """ncnn Net/Extractor loop as its examples write it: fp16/bf16 storage and arithmetic set as asked
+    (ncnn's own default differs by CPU), an extractor per run, every output extracted. The inputs are
+    given without a batch axis of 1 (ncnn has none); the arrays stay referenced while their Mats wrap
+    them (an `ncnn.Mat` does not own a numpy array's memory)."""
+    import ncnn
+
+    net = ncnn.Net()
+    net.opt.num_threads = threads
+    for name in ("use_fp16_storage", "use_fp16_packed", "use_fp16_arithmetic"):
+        setattr(net.opt, name, fp16)
+    net.opt.use_bf16_storage = False
+    assert net.load_param(path) == 0, path
+    assert net.load_model(os.path.splitext(path)[0] + ".bin") == 0, path
+    arrays = {
+        name: np.ascontiguousarray(a.reshape(a.shape[1:]) if a.ndim > 1 and a.shape[0] == 1 else a)
+        for name, a in feeds.items()
+    }
+    mats = [(name, ncnn.Mat(a)) for name, a in arrays.items()]
+    names = list(net.output_names())
+    last: list[object] = []
+
+    def run() -> None:
+        ex = net.create_extractor()
+        for name, mat in mats:
+            ex.input(name, mat)
+        last[:] = [ex.extract(name)[1] for name in names]
+
+    times = _loop(run, lambda: None, runs, warmup_s)
+    return BareTimes(times, tuple(np.array(m, copy=True) for m in last))

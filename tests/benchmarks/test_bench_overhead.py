@@ -5,7 +5,9 @@ in a session of their own, as the agent does).
 
 - onnxruntime on the conv stack: goal within 2%, held to +-15%;
 - MNN on the conv stack, the MLP and PP-OCR rec at a fixed shape: within +-15% (the copy-once defect was
-  two orders of magnitude off).
+  two orders of magnitude off);
+- ncnn on the conv stack and the MLP (converted by pnnx, fp32, fp16 storage and arithmetic off on both
+  sides): within 0.9-1.1.
 
 The ratio judged is each side's fastest round p50 against the other's (load only slows a side; a slow
 stretch of the host can cover one whole side of a round with both CVs steady). A round is quiet when both
@@ -29,8 +31,9 @@ from edgebench.descriptors import builtin_local
 from edgebench.execution.oneshot import run_now
 from edgebench.jobs import Job, ModelRef
 from edgebench.models.convert import onnx_to_mnn
+from edgebench.models.convert_ncnn import onnx_to_ncnn
 from edgebench.models.refs import resolve_model
-from edgebench.testing.bare import OwnSession, bare_mnn, bare_onnxruntime
+from edgebench.testing.bare import OwnSession, bare_mnn, bare_ncnn, bare_onnxruntime
 from edgebench.testing.verdict import QUIET_CV, Rounds, judge_band, robust_cv, until_conclusive
 
 ROUNDS = 5
@@ -38,6 +41,8 @@ BUDGET_S = 45.0  # more rounds, while another fits, when the first ROUNDS are no
 RUNS = 200
 CASE_RUNS = {"ppocr_rec": 60}  # ~15 ms a run: 60 give its p50 in a second, as 200 do for the small ones
 LOW, HIGH, BROKEN = 0.85, 1.15, 2.0
+BAND = {"ncnn": (0.9, 1.1)}  # the band a runtime is held to, where not LOW-HIGH
+BARE = {"onnxruntime": bare_onnxruntime, "mnn": bare_mnn, "ncnn": bare_ncnn}
 
 
 def wheel_model(package: str, relative: str) -> Path:
@@ -93,8 +98,10 @@ def bare_side() -> Iterator[OwnSession]:
 def compare(benchmark, case: str, runtime: str, bare_side: OwnSession) -> None:  # type: ignore[no-untyped-def]
     model, shapes = model_of(case)
     feeds = inputs(shapes)
-    path = str(onnx_to_mnn(model.path)) if runtime == "mnn" else str(model.path)
-    bare_loop = bare_mnn if runtime == "mnn" else bare_onnxruntime
+    converted = {"mnn": onnx_to_mnn, "ncnn": onnx_to_ncnn}
+    path = str(converted[runtime](model.path)) if runtime in converted else str(model.path)
+    bare_loop = BARE[runtime]
+    low, high = BAND.get(runtime, (LOW, HIGH))
     rounds = Rounds()
     runs = CASE_RUNS.get(case, RUNS)
     ours_ms: list[float] = []
@@ -110,7 +117,7 @@ def compare(benchmark, case: str, runtime: str, bare_side: OwnSession) -> None: 
     benchmark.pedantic(one_round, rounds=ROUNDS, iterations=1, warmup_rounds=0)
     name = f"{runtime} {case} p50 edgebench / bare loop"
     verdict, extra = until_conclusive(
-        one_round, lambda final: judge_band(name, rounds, LOW, HIGH, BROKEN, final), BUDGET_S, min_rounds=0
+        one_round, lambda final: judge_band(name, rounds, low, high, BROKEN, final), BUDGET_S, min_rounds=0
     )
     print(
         f"\n{verdict.reason}; rounds {ROUNDS} + {extra}; edgebench p50 {np.median(ours_ms):.3f} ms, "
@@ -132,3 +139,8 @@ def test_mnn_p50_matches_a_bare_mnn_loop_that_refreshes_its_inputs(
 ) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("MNN")
     compare(benchmark, case, "mnn", bare_side)
+
+
+@pytest.mark.parametrize("case", ["convnet", "mlp"])
+def test_ncnn_p50_matches_a_bare_ncnn_loop(benchmark, case: str, bare_side: OwnSession) -> None:  # type: ignore[no-untyped-def]
+    compare(benchmark, case, "ncnn", bare_side)

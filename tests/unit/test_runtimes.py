@@ -136,11 +136,14 @@ def test_formats_decide_what_a_runtime_runs_and_the_error_names_who_can(tmp_path
 
     onnx_model = ModelRef("m", builtin_model("tinymlp"))
     mnn_model, tflite_model = ModelRef("m", tmp_path / "m.mnn"), ModelRef("m", tmp_path / "m.tflite")
-    assert [runtime_of(m, None) for m in (onnx_model, mnn_model, tflite_model)] == [
+    ncnn_model = ModelRef("m", tmp_path / "m.ncnn.param")
+    assert [runtime_of(m, None) for m in (onnx_model, mnn_model, tflite_model, ncnn_model)] == [
         "onnxruntime",
         "mnn",
         "litert",
+        "ncnn",
     ]
+    assert check_runtime(onnx_model, "ncnn") == "ncnn"  # pnnx converts ONNX on the host
     assert check_runtime(onnx_model, "mnn") == "mnn"  # MNN converts ONNX on the host
     cases = [
         (
@@ -151,7 +154,22 @@ def test_formats_decide_what_a_runtime_runs_and_the_error_names_who_can(tmp_path
         (
             onnx_model,
             "litert",
-            "LiteRT cannot run an ONNX model (LiteRT runs .tflite models; use --runtime onnxruntime or mnn)",
+            "LiteRT cannot run an ONNX model (LiteRT runs .tflite models; use --runtime onnxruntime, mnn or ncnn)",
+        ),
+        (
+            ncnn_model,
+            "onnxruntime",
+            "onnxruntime cannot run an ncnn model (onnxruntime runs .onnx models; use --runtime ncnn)",
+        ),
+        (
+            ncnn_model,
+            "mnn",
+            "MNN cannot run an ncnn model (MNN runs .mnn and .onnx models; use --runtime ncnn)",
+        ),
+        (
+            tflite_model,
+            "ncnn",
+            "ncnn cannot run a .tflite model (ncnn runs .param/.bin and .onnx models; use --runtime litert)",
         ),
         (
             tflite_model,

@@ -1,0 +1,221 @@
+"""The ncnn session: a `Net` with every precision and layout option pinned and recorded, an extractor per
+run fed from arrays the step keeps alive (an `ncnn.Mat` wraps its array's memory without owning it).
+
+ncnn's own defaults differ by CPU (fp16 storage where F16C or AVX512-FP16 exist, bf16 and int8 paths), so
+the session never relies on them: it sets each option it means and reports them with every result
+(`execution()`). Its model is a `.param` graph with its `.bin` weights beside it (same name).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .session import (
+    ANY_RANK,
+    InputInfo,
+    ModelLoadError,
+    RuntimeMissing,
+    Step,
+    _dist_version,
+    effective_threads,
+)
+
+NCNN_MAGIC = "7767517"
+# The Input layer's shape params: 0=w, 1=h, 11=d, 2=c; as numpy axes, outermost first.
+_INPUT_AXES = ("2", "11", "1", "0")
+
+
+def weights_of(param: str) -> str:
+    """`net.param` -> `net.bin` (the pair's naming, kept by the host's push)."""
+    return os.path.splitext(param)[0] + ".bin"
+
+
+def param_inputs(param: str) -> dict[str, list[Any]]:
+    """Each Input layer's top blob and its shape (numpy order: c, d, h, w, as declared; ANY_RANK where
+    the file gives none)."""
+    found: dict[str, list[Any]] = {}
+    with open(param, encoding="utf-8", errors="replace") as fh:
+        lines = fh.read().splitlines()
+    for line in lines[2:]:
+        fields = line.split()
+        if len(fields) < 4 or fields[0] != "Input":
+            continue
+        bottoms = int(fields[2])
+        top = fields[4 + bottoms]
+        params = dict(kv.split("=", 1) for kv in fields[4 + bottoms + int(fields[3]) :] if "=" in kv)
+        dims = [int(params[a]) for a in _INPUT_AXES if int(params.get(a, "0") or 0) > 0]
+        found[top] = dims or list(ANY_RANK)
+    return found
+
+
+def unknown_layer(param: str) -> tuple[str, str] | None:
+    """The first (type, name) in the graph that this ncnn has no layer for, or None."""
+    import ncnn
+
+    with open(param, encoding="utf-8", errors="replace") as fh:
+        for line in fh.read().splitlines()[2:]:
+            fields = line.split()
+            if len(fields) >= 2 and ncnn.layer_to_index(fields[0]) < 0:
+                return fields[0], fields[1]
+    return None
+
+
+class NcnnSession:
+    """An ncnn Net on the CPU with explicit threads and precision options."""
+
+    runtime = "ncnn"
+
+    def __init__(
+        self,
+        path: str,
+        threads: int = 0,
+        fp16: bool = False,
+        winograd: bool = True,
+        int8: bool = True,
+    ) -> None:
+        try:
+            import ncnn
+        except ImportError as exc:
+            raise RuntimeMissing("ncnn is not installed") from exc
+        self.ncnn = ncnn
+        self.version = _dist_version("ncnn")
+        self._check_files(path)
+        net = ncnn.Net()
+        opt = net.opt
+        opt.num_threads = (
+            threads if threads > 0 else ncnn.get_physical_big_cpu_count() or ncnn.get_cpu_count()
+        )
+        opt.use_vulkan_compute = False
+        for name in ("use_fp16_storage", "use_fp16_packed", "use_fp16_arithmetic"):
+            setattr(opt, name, fp16)
+        opt.use_bf16_storage = False
+        opt.use_bf16_packed = False
+        opt.use_int8_inference = int8
+        opt.use_winograd_convolution = winograd
+        opt.use_packing_layout = True
+        self.options = {
+            "backend": "cpu",
+            "threads": int(opt.num_threads),
+            **{name: bool(getattr(opt, name)) for name in OPTION_NAMES},
+        }
+        if net.load_param(path) != 0:
+            missing = unknown_layer(path)
+            if missing is not None:
+                raise ModelLoadError(
+                    f"ncnn has no layer type '{missing[0]}' (layer '{missing[1]}' in {path})"
+                )
+            raise ModelLoadError(f"ncnn could not load the param file {path}")
+        if net.load_model(weights_of(path)) != 0:
+            raise ModelLoadError(
+                f"ncnn could not load the weights {weights_of(path)} for {path} "
+                "(truncated, or not this graph's)"
+            )
+        self.net = net
+        self.effective_threads = effective_threads(int(opt.num_threads), None, None)
+        declared = param_inputs(path)
+        names = list(net.input_names())
+        if not names:
+            raise ModelLoadError(f"{path}: the ncnn graph has no Input layer")
+        self.inputs = [
+            InputInfo(name, list(declared.get(name, ANY_RANK)), "float32", batch_axis=False) for name in names
+        ]
+        self.output_names = list(net.output_names())
+
+    def _check_files(self, path: str) -> None:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                first = fh.readline().strip()
+        except OSError as exc:
+            raise ModelLoadError(f"cannot read ncnn param file {path}: {exc.strerror}") from None
+        if first != NCNN_MAGIC:
+            raise ModelLoadError(f"{path} is not an ncnn param file (first line is not {NCNN_MAGIC})")
+        if not os.path.isfile(weights_of(path)):
+            raise ModelLoadError(f"the ncnn weights {weights_of(path)} are missing beside {path}")
+
+    def execution(self) -> dict[str, Any]:
+        """The options every number on this session was measured with."""
+        return {"ncnn": dict(self.options)}
+
+    def _arrays(self, feeds: dict[str, Any]) -> list[tuple[str, Any]]:
+        """The feeds as ncnn takes them: float32, C-contiguous, in the declared layout where the declared
+        shape has the same size (an ONNX-layout array with its batch of 1 is the same data)."""
+        import numpy as np
+
+        declared = {i.name: i.shape for i in self.inputs}
+        arrays = []
+        for name, value in feeds.items():
+            array = np.ascontiguousarray(value, dtype=np.float32)
+            shape = declared.get(name)
+            if shape and all(isinstance(d, int) for d in shape) and int(np.prod(shape)) == array.size:
+                array = array.reshape(shape)
+            elif array.ndim > 1 and array.shape[0] == 1:
+                array = array.reshape(array.shape[1:])  # ncnn has no batch axis
+            arrays.append((name, array))
+        return arrays
+
+    def prepare(self, feeds: dict[str, Any]) -> NcnnStep:
+        return NcnnStep(self, self._arrays(feeds))
+
+    def outputs(self, feeds: dict[str, Any]) -> dict[str, Any]:
+        step = self.prepare(feeds)
+        step()
+        return step.outputs()
+
+
+# Every option that changes what ncnn computes or how fast, recorded with each number.
+OPTION_NAMES = (
+    "use_fp16_storage",
+    "use_fp16_packed",
+    "use_fp16_arithmetic",
+    "use_bf16_storage",
+    "use_bf16_packed",
+    "use_int8_inference",
+    "use_winograd_convolution",
+    "use_sgemm_convolution",
+    "use_packing_layout",
+)
+
+
+class NcnnStep(Step):
+    """One extractor per run over Mats that wrap arrays this step keeps (ncnn never writes into them);
+    every output extracted, so the whole graph runs."""
+
+    def __init__(self, owner: NcnnSession, arrays: list[tuple[str, Any]]) -> None:
+        self.owner = owner
+        self.arrays = arrays  # alive as long as the Mats that wrap them
+        self.mats = [(name, owner.ncnn.Mat(array)) for name, array in arrays]
+        self.last: list[Any] = []
+
+    def __call__(self) -> Any:
+        extractor = self.owner.net.create_extractor()
+        for name, mat in self.mats:
+            extractor.input(name, mat)
+        results = []
+        for name in self.owner.output_names:
+            code, mat = extractor.extract(name)
+            if code != 0:
+                raise RuntimeError(
+                    f"ncnn could not compute output '{name}' (error {code}): the shape may not fit"
+                )
+            results.append(mat)
+        self.last = results
+        return results
+
+    def outputs(self) -> dict[str, Any]:
+        import numpy as np
+
+        return {n: np.array(m, copy=True) for n, m in zip(self.owner.output_names, self.last, strict=True)}
+
+
+def installed_version() -> str | None:
+    """The installed ncnn's version (None: not installed)."""
+    try:
+        import ncnn
+    except ImportError:
+        return None
+    return getattr(ncnn, "__version__", None) or _dist_version("ncnn")
+
+
+PYTHON_MODULE = "ncnn"  # what importing the runtime means (its shared library loads)
+SESSION = NcnnSession

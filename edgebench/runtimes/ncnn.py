@@ -1,0 +1,23 @@
+"""ncnn as the host knows it: its own model is a `.param` graph with its `.bin` weights beside it (made on
+the host from ONNX by pnnx), its Python wheel in the agent, `benchncnn` on phones, and what pnnx and its
+CPU layers make of a graph."""
+
+from __future__ import annotations
+
+from .base import KernelRules, Runtime
+from .onnxruntime import RUNTIME as ONNXRUNTIME
+
+RUNTIME = Runtime(
+    name="ncnn",
+    display="ncnn",
+    python_module="ncnn",
+    formats=("ncnn", "onnx"),
+    model_noun="an ncnn model",
+    converters={"onnx": "models.convert_ncnn:onnx_to_ncnn"},
+    native_tool="benchncnn",
+    # pnnx folds a bias and a ReLU into the convolution or inner product before it (convrelu_N,
+    # fcrelu_N), as every runtime here does; its own fusions are not yet measured against a per-layer
+    # profile, so the kernel predictor's op families are onnxruntime's, as for LiteRT.
+    kernels=KernelRules(op_families=ONNXRUNTIME.kernels.op_families),
+    winograd_3x3=True,  # use_winograd_convolution: 3x3 stride-1 convolutions as Winograd F(6,3)/F(4,3)/F(2,3)
+)
