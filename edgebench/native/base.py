@@ -36,6 +36,9 @@ class NativeOptions:
     profile_path: str | None = None  # where the tool writes its profile on the device (perf_test -p)
     require_backend: bool = False  # a run only partly on the asked delegate / EP / backend is an error
     input_types: tuple[tuple[str, str], ...] = ()  # (name, ONNX element type) of each input, read on the host
+    # (name, dims) of each input as the model file declares it, read on the host, in the file's own axis
+    # order (ncnn: w, h, [d,] c): for a tool that must be told every input's shape (benchncnn)
+    input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 @dataclass

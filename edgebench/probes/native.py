@@ -27,6 +27,7 @@ from ..errors import MeasurementError, ModelError, UserError
 from ..jobs import Job, ModelRef
 from ..lab.device import Device
 from ..native import ADAPTERS, RUNNER_FOR_RUNTIME, NativeOptions, NativeResult, NativeToolError, RunnerAdapter
+from ..native.benchncnn import declared_inputs
 from ..records import ProbeResult, RecordContext
 from ..stats import MIN_SAMPLES_FOR_P90, MIN_SAMPLES_FOR_P99, summarize
 from .common import job_timeout, model_file_for, require_model, runtime_of
@@ -84,8 +85,11 @@ def native_options(
 
 
 def with_input_types(opts: NativeOptions, adapter: RunnerAdapter, model_file: Path) -> NativeOptions:
-    """`opts` carrying each ONNX input's element type, read on the host: which inputs a tool that
-    randomises only some types (onnxruntime_perf_test) ran on zeros. Other formats are left as they are."""
+    """`opts` carrying what a tool must be told of the model's inputs, read on the host: each ONNX input's
+    element type (which inputs a tool that randomises only some types, onnxruntime_perf_test, ran on
+    zeros), each ncnn input's shape (benchncnn takes them as arguments). Other formats are left as is."""
+    if adapter.model_suffix == ".param":
+        return replace(opts, input_shapes=ncnn_input_shapes(model_file))
     if adapter.model_suffix != ".onnx":
         return opts
     try:
@@ -99,6 +103,28 @@ def with_input_types(opts: NativeOptions, adapter: RunnerAdapter, model_file: Pa
         if i.name not in weights and i.type.HasField("tensor_type")
     )
     return replace(opts, input_types=types)
+
+
+def ncnn_input_shapes(param: Path) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """(blob, [w, h, (d,) c]) of each Input layer of an ncnn .param on the host; a one-line ModelError
+    naming the file and layer when one declares no shape."""
+    try:
+        text = param.read_text(errors="replace")
+    except OSError as exc:
+        raise ModelError(f"{param}: cannot read ncnn param file: {exc.strerror}") from None
+    try:
+        return declared_inputs(text, str(param))
+    except NativeToolError as exc:
+        raise ModelError(str(exc)) from None
+
+
+def tool_argv(adapter: RunnerAdapter, binary: str, model: str, opts: NativeOptions) -> list[str]:
+    """The adapter's argv; options it refuses (a delegate it lacks, a thread count it cannot take) are a
+    one-line usage or model error, as the tool's own refusals are."""
+    try:
+        return adapter.argv(binary, model, opts)
+    except NativeToolError as exc:
+        raise (ModelError if exc.kind == "model" else UserError)(str(exc)) from None
 
 
 def native_identity(
@@ -145,7 +171,8 @@ def install_runner(device: Device, runner: RunnerSpec, timeout: float) -> tuple[
 
 def stage_model(device: Device, adapter: RunnerAdapter, model_file: Path, name: str, timeout: float) -> str:
     """Push the model; tools that take a folder (benchmark.out runs every file in it) get a folder
-    emptied first, holding only this model under its name."""
+    emptied first, holding only this model under its name. Only the file the tool opens is pushed: an ncnn
+    graph's .bin stays on the host, as benchncnn never reads it (it makes its own weights)."""
     [remote] = device.ensure_files([model_file], timeout)
     if not adapter.needs_model_dir:
         return remote
@@ -279,7 +306,7 @@ def run_tool(
         )
     binary, env = install_runner(device, runner, timeout)
     staged = stage_model(device, adapter, model_file, model_name, timeout)
-    argv = adapter.argv(binary, staged, opts)
+    argv = tool_argv(adapter, binary, staged, opts)
     if opts.profile_path:  # the tool writes its profile there; it does not make the folder
         mkdir = ["mkdir", "-p", posixpath.dirname(opts.profile_path)]
         device.transport.run(mkdir, timeout=timeout).check(device.name)
@@ -325,8 +352,8 @@ def pull_ort_profile(device: Device, prefix: str, runs: int, timeout: float) -> 
 def run_native_bench(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     model = require_model(job)
     runtime = runtime_for(model, job)
-    model_file = model_file_for(model, runtime)
     params = BenchParams.of(job)
+    model_file = model_file_for(model, runtime, params.shapes)  # a converter that bakes shapes gets them
     results, adapter, opts = run_tool(device, job, params, model_file, model.name, runtime)
     ctx.runtime = runtime
     ctx.base_params = native_identity(params, adapter.name, results[0])

@@ -32,6 +32,7 @@ from .native import (
     runtime_for,
     stage_model,
     staged_name,
+    tool_argv,
     with_input_types,
 )
 from .power import CHARGING_HINT, ChargingError
@@ -50,7 +51,7 @@ def stamped_runner(
     timeout = job_timeout(device, job)
     model = require_model(job)
     runtime = runtime_for(model, job)
-    model_file = model_file_for(model, runtime)
+    model_file = model_file_for(model, runtime, params.shapes)
     adapter, runner = adapter_and_runner(device, runtime, params.runner)
     opts = native_options(params, default_runs)
     binary, env = install_runner(device, runner, timeout)
@@ -58,7 +59,7 @@ def stamped_runner(
     opts = with_input_types(replace(opts, model_name=staged_name(adapter, model.name)), adapter, model_file)
     ctx.runtime = runtime
     ctx.base_params = {**params.identity(), "threads": params.threads, "runner": adapter.name}
-    return adapter, ["sh", "-c", _STAMPED, "sh", *adapter.argv(binary, staged, opts)], env, opts
+    return adapter, ["sh", "-c", _STAMPED, "sh", *tool_argv(adapter, binary, staged, opts)], env, opts
 
 
 def tool_inferences(result: NativeResult, adapter: RunnerAdapter, device: Device) -> int:

@@ -25,15 +25,15 @@ from edgebench.runtimes import KernelRules, Runtime, kernel_rules, runtime
 
 
 def test_every_registered_runtime_loads_by_name_and_names_a_real_adapter() -> None:
-    assert RUNTIMES == runtimes.names() == ("onnxruntime", "mnn", "litert")
+    assert RUNTIMES == runtimes.names() == ("onnxruntime", "mnn", "litert", "ncnn")
     for name in runtimes.names():
         rt = runtime(name)
         assert isinstance(rt, Runtime) and rt.name == name and runtimes.owner_of(rt.formats[0]) is rt
         assert rt.native_tool in ADAPTERS and RUNNER_FOR_RUNTIME[name] == rt.native_tool
         assert set(rt.kernels.fusions) <= set(FUSIONS)
         assert all(f.seen_on for f in rt.gemm_tiles)  # every machine fact says where it was seen
-    with pytest.raises(ValueError, match="unknown runtime 'ncnn' \\(known: onnxruntime, mnn, litert\\)"):
-        runtime("ncnn")
+    with pytest.raises(ValueError, match="unknown runtime 'tvm' \\(known: onnxruntime, mnn, litert, ncnn\\)"):
+        runtime("tvm")
 
 
 def test_machine_facts_are_keyed_by_isa() -> None:
