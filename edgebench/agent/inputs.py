@@ -18,6 +18,8 @@ def resolve_shape(info: InputInfo, override: list[int] | None, warnings: list[st
         return [int(d) for d in override]
     if override is not None and not info.batch_axis and len(override) == len(info.shape) + 1:
         override = override[1:] if override[0] == 1 else override
+    if override is not None and info.fixed and list(override) != list(info.shape):
+        raise InputError(fixed_shape_error(info, list(override)))
     if override is not None:
         if len(override) != len(info.shape):
             raise InputError(
@@ -36,6 +38,13 @@ def resolve_shape(info: InputInfo, override: list[int] | None, warnings: list[st
             )
             shape.append(1)
     return shape
+
+
+def fixed_shape_error(info: InputInfo, shape: list[int]) -> str:
+    return (
+        f"input '{info.name}': shape {shape} does not fit the model, made for {info.shape} alone "
+        "(an ncnn graph is converted at its input shapes: give the ONNX model with --shape)"
+    )
 
 
 def random_array(np: Any, rng: Any, shape: list[int], dtype: str) -> Any:
@@ -63,6 +72,12 @@ def make_inputs(
         missing = [i.name for i in infos if i.name not in arrays]
         if missing:
             raise InputError(f"inputs file has no array '{missing[0]}' (it has: {', '.join(sorted(arrays))})")
+        for info in infos:
+            shape = list(arrays[info.name].shape)
+            if not info.batch_axis and len(shape) == len(info.shape) + 1 and shape[0] == 1:
+                shape = shape[1:]
+            if info.fixed and shape != list(info.shape):
+                raise InputError(fixed_shape_error(info, shape))
         return {i.name: arrays[i.name].astype(i.dtype, copy=False) for i in infos}
     rng = np.random.default_rng(seed)
     for info in infos:

@@ -17,7 +17,7 @@ from typing import Any
 
 from .inputs import InputError, apply_values, make_inputs
 from .main import TaskError
-from .runtimes import SESSION_MODULES, import_runtime, open_session
+from .runtimes import SESSION_MODULES, import_runtime, model_files, open_session
 from .session import ModelLoadError, RuntimeMissing
 from .timing import current_rss_mb
 
@@ -125,16 +125,42 @@ def evict(path: str) -> dict[str, Any]:
     return out
 
 
+def evict_model(paths: list[str]) -> dict[str, Any]:
+    """Evict every file of a model (an ncnn graph and its weights); the resident fractions are the files'
+    own weighted by their sizes, verified only when every file's eviction is."""
+    each = [evict(path) for path in paths]
+    if len(each) == 1:
+        return each[0]
+    sizes = [max(1, os.path.getsize(path)) for path in paths]
+
+    def weighted(key: str) -> float | None:
+        values = [e[key] for e in each]
+        if any(v is None for v in values):
+            return None
+        return sum(v * s for v, s in zip(values, sizes, strict=True)) / sum(sizes)
+
+    notes = sorted({e["note"] for e in each if e.get("note")})
+    return {
+        **each[0],
+        "resident_before": weighted("resident_before"),
+        "resident_after": weighted("resident_after"),
+        "eviction_verified": all(e["eviction_verified"] for e in each),
+        **({"note": "; ".join(notes)} if notes else {}),
+    }
+
+
 def cold_load(task: dict, rounds: int = COLD_ROUNDS) -> dict[str, Any]:
     """Cold and warm loads alternated `rounds` times: evict, load (cold), load again (warm).
 
     Alternating pairs meet the same machine load, so a busy device shifts both sides alike. The sessions
     are dropped after each load; the bench's own (warm) load follows.
     """
-    import_runtime_ms(task.get("runtime", "onnxruntime"))  # its libraries are not the model file
+    runtime = task.get("runtime", "onnxruntime")
+    import_runtime_ms(runtime)  # its libraries are not the model file
+    files = model_files(runtime, task["model"])
     cold, warm, evictions = [], [], []
     for _ in range(rounds):
-        evictions.append(evict(task["model"]))
+        evictions.append(evict_model(files))
         for times in (cold, warm):
             session, cost = open_timed(task)
             del session

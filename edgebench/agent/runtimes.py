@@ -49,6 +49,13 @@ def session_module(runtime: str) -> ModuleType:
     return importlib.import_module(f"{__package__}.{module}")
 
 
+def model_files(runtime: str, path: str) -> list[str]:
+    """Every file the model at `path` is on this runtime (its session module's `model_files`, where it
+    has one: an ncnn graph and its weights); else the one file."""
+    found = getattr(session_module(runtime), "model_files", None) if runtime in SESSION_MODULES else None
+    return list(found(path)) if found is not None else [path]
+
+
 def open_session(runtime: str, path: str, threads: int = 0, **options: Any) -> Session:
     """Open the model in the runtime's session."""
     session: Session = session_module(runtime).SESSION(path, threads, **options)

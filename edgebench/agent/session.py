@@ -63,6 +63,9 @@ class InputInfo:
     # False where the runtime holds no batch axis (ncnn): a shape given with a leading batch of 1 (as the
     # ONNX model it came from declares it) is the same tensor
     batch_axis: bool = True
+    # The model was made for its declared shape alone (an ncnn graph pnnx converted at it): another is
+    # refused, not run on weights laid out for this one
+    fixed: bool = False
 
 
 def _first_line(exc: BaseException) -> str:

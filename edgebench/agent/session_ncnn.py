@@ -31,6 +31,11 @@ def weights_of(param: str) -> str:
     return os.path.splitext(param)[0] + ".bin"
 
 
+def model_files(param: str) -> list[str]:
+    """The graph and its weights: what the model is on disk (evicted together for a cold load)."""
+    return [param, weights_of(param)]
+
+
 def param_inputs(param: str) -> dict[str, list[Any]]:
     """Each Input layer's top blob and its shape (numpy order: c, d, h, w, as declared; ANY_RANK where
     the file gives none)."""
@@ -118,7 +123,8 @@ class NcnnSession:
         if not names:
             raise ModelLoadError(f"{path}: the ncnn graph has no Input layer")
         self.inputs = [
-            InputInfo(name, list(declared.get(name, ANY_RANK)), "float32", batch_axis=False) for name in names
+            InputInfo(name, list(shape), "float32", batch_axis=False, fixed=shape != ANY_RANK)
+            for name, shape in ((n, declared.get(n, ANY_RANK)) for n in names)
         ]
         self.output_names = list(net.output_names())
 

@@ -64,6 +64,7 @@ class Device:
         self.hashes = HashCache()
         self.stats = PushStats()
         self._present: dict[str, str] = {}  # remote path -> sha256 verified during this session
+        self._local_of: dict[str, str] = {}  # remote path -> the host file it holds, to name in errors
         self._fingerprint: dict[str, Any] | None = None
         self._agent_dir = Path(tempfile.gettempdir()) / "edgebench-agent"
 
@@ -125,6 +126,7 @@ class Device:
         wanted = []
         for local, digest in zip(files, digests, strict=True):
             wanted.append((local, digest, self.remote_path_for(local, stem or digest)))
+            self._local_of[wanted[-1][2]] = str(local)
         unknown = [remote for _, digest, remote in wanted if self._present.get(remote) != digest]
         size = sum(local.stat().st_size for local, digest, remote in wanted if remote in unknown)
         remote_now = self.remote_hashes(unknown, timeout, size)
@@ -198,7 +200,11 @@ class Device:
                 f"{PROTOCOL} (a stale or foreign agent at {agent}; remove it from {self.cache_dir})"
             )
         if not document.get("ok"):
-            raise agent_error(self.name, document.get("error") or {})
+            error = dict(document.get("error") or {})
+            if isinstance(error.get("message"), str):  # the user's files by their names, not the cache's
+                for remote in sorted(self._local_of, key=len, reverse=True):
+                    error["message"] = error["message"].replace(remote, self._local_of[remote])
+            raise agent_error(self.name, error)
         return AgentReply(
             document.get("result") or {},
             list(document.get("warnings") or []),

@@ -50,12 +50,15 @@ def check_runtime(model: ModelRef | None, runtime: str | None) -> str:
     return chosen
 
 
-def model_file_for(model: ModelRef, runtime: str) -> Path:
+def model_file_for(model: ModelRef, runtime: str, shapes: Mapping[str, Sequence[int]] | None = None) -> Path:
     """The file the runtime loads: its own format as is; another it runs, converted on the host once
-    (`Runtime.converter`, cached)."""
+    (`Runtime.converter`, cached), at the job's input shapes where the converter bakes them in."""
     check_runtime(model, runtime)
-    convert = runtime_named(runtime).converter(model.format)
-    return convert(model.path) if convert is not None else model.path
+    rt = runtime_named(runtime)
+    convert = rt.converter(model.format)
+    if convert is None:
+        return model.path
+    return convert(model.path, shapes=shapes or None) if rt.converts_at_shapes else convert(model.path)
 
 
 def require_model(job: Job) -> ModelRef:
@@ -69,7 +72,8 @@ def push_model_and_inputs(
 ) -> tuple[str, str | None]:
     """Push the runtime's model file and the optional inputs .npz; return their remote paths."""
     model = require_model(job)
-    files = ModelRef(model.name, model_file_for(model, runtime)).files  # an ncnn graph and its weights
+    local = model_file_for(model, runtime, job.params.get("shapes"))
+    files = ModelRef(model.name, local).files  # an ncnn graph and its weights
     if inputs:
         path = Path(inputs)
         if not path.is_file():

@@ -105,7 +105,7 @@ def device_outputs(
     """Push the model, run it once on the device, pull its outputs .npz."""
     params = AccuracyParams.of(job)
     timeout = job_timeout(device, job)
-    remote_model = device.ensure_model(model_file_for(model, runtime), timeout)
+    remote_model = device.ensure_model(model_file_for(model, runtime, params.shapes), timeout)
     out = remote_tmp(device, ".npz")
     inputs_out = remote_tmp(device, ".inputs.npz") if save_inputs else None
     task = {

@@ -87,6 +87,9 @@ class Runtime:
     # format -> "module:function" in edgebench (path -> path of its own format, cached): how a model in
     # another format it runs is converted on the host first
     converters: Mapping[str, str] = field(default_factory=dict)
+    # Its converter bakes the input shapes into the model (pnnx): it is given the job's shapes
+    # (`shapes=`), and the model converted at them
+    converts_at_shapes: bool = False
     # "module:function" in edgebench reading the agent's per-op profile reply on this runtime
     # (device, reply, timeout) -> OpProfile, and whether its profiler's own cost is calibrated out with
     # a calibration model; None: no per-op profile

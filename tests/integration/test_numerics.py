@@ -25,7 +25,8 @@ from edgebench.testing.cli import edgebench
 pytestmark = pytest.mark.integration
 
 ONNX_INT8 = ("int8-dynamic", "int8-static")
-ALL_VARIANTS = ("fp16", "int8-dynamic", "int8-static", "mnn-fp32", "mnn-int8-weight", "mnn-int8")
+NCNN = ("ncnn-fp32", "ncnn-fp16")
+ALL_VARIANTS = ("fp16", "int8-dynamic", "int8-static", "mnn-fp32", "mnn-int8-weight", "mnn-int8", *NCNN)
 
 
 def records_of(res: subprocess.CompletedProcess[str]) -> list[dict]:
@@ -116,15 +117,58 @@ def subject(request: pytest.FixtureRequest) -> Subject:
 def test_variants_are_made_and_int8_onnx_is_at_most_035_of_fp32(subject: Subject) -> None:
     assert set(subject.variants) == set(ALL_VARIANTS)
     for name, path in subject.variants.items():
-        assert path.is_file() and path.stat().st_size == subject.sizes[name]
+        files = [path, path.with_suffix(".bin")] if name in NCNN else [path]  # an ncnn graph and its weights
+        assert all(f.is_file() for f in files) and sum(f.stat().st_size for f in files) == subject.sizes[name]
     fp32 = subject.sizes["fp32"]
     assert fp32 == subject.path.stat().st_size
     for name in ONNX_INT8:
         assert subject.sizes[name] <= 0.35 * fp32, (name, subject.sizes[name] / fp32)
     assert subject.sizes["fp16"] <= 0.75 * fp32
     assert subject.sizes["mnn-int8-weight"] <= 0.35 * fp32
+    # fp32 weights and a text graph (an ONNX file holding weights in Constant nodes is larger); fp16 halves
+    assert 0.7 * fp32 <= subject.sizes["ncnn-fp32"] <= 1.1 * fp32
+    assert subject.sizes["ncnn-fp16"] <= 0.6 * subject.sizes["ncnn-fp32"]
     manifest = json.loads(next(subject.variants["fp16"].parent.glob("*.variants.json")).read_text())
     assert {v["name"] for v in manifest["variants"]} == set(ALL_VARIANTS)
+
+
+def check_ncnn_variants(subject: Subject, common: list[str], tmp_path: Path) -> None:
+    """The ncnn variants (two files each, pushed together) against the fp32 reference on the device, on
+    inputs the test gives, held against onnxruntime and a bare ncnn loop run here on the same arrays: the
+    fp32 graph matches onnxruntime within 1e-5 of the output's scale, the fp16 weights' difference is
+    reported, and the reported errors are the ones measured here."""
+    from edgebench.testing.bare import bare_ncnn
+
+    shape = (1, 256) if subject.name.startswith("mlp") else (1, 3, 48, 192)  # as the variants were made
+    x = np.random.default_rng(11).uniform(-1, 1, size=shape).astype(np.float32)
+    inputs = tmp_path / "ncnn-inputs.npz"
+    np.savez(inputs, x=x)
+    records = records_of(
+        edgebench(
+            "accuracy", *(str(subject.variants[v]) for v in NCNN), "--reference", str(subject.path),
+            "--inputs", str(inputs), "--threads", "1", "--json", *common, cwd=tmp_path,
+        )
+    )  # fmt: skip
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(subject.path), providers=["CPUExecutionProvider"])
+    name = session.get_outputs()[0].name
+    reference = session.run([name], {"x": x})[0]
+    errors = {}
+    for variant in NCNN:
+        path = subject.variants[variant]
+        ours = bare_ncnn(str(path), {"x": x}, threads=1, runs=1, warmup_s=0).outputs[0]
+        errors[variant] = float(np.max(np.abs(ours.ravel() - reference.ravel())))
+        got = {
+            r["metric"]: r["value"]
+            for r in records
+            if r["model"] == path.name.rsplit(".", 1)[0] and r["params"]["output"] == name
+        }
+        assert got["max_abs_err"] == pytest.approx(errors[variant], rel=1e-3, abs=1e-12), variant
+        assert got["cosine"] >= 0.999, variant
+    scale = float(np.max(np.abs(reference)))
+    assert errors["ncnn-fp32"] <= 1e-5 * scale, errors
+    assert errors["ncnn-fp16"] > errors["ncnn-fp32"], errors  # fp16 weights change the numbers, and it shows
 
 
 def test_random_calibration_is_loud_and_recorded(ocr_cls: Subject, mlp: Subject) -> None:
@@ -148,7 +192,7 @@ def test_accuracy_profile_and_sensitivity_on_every_transport(
     common = ["--device", device, "--lab", str(lab), "--timeout", "240", "--store", str(tmp_path / "s.db")]
 
     # accuracy: every variant against the fp32 reference, all in one run, outputs pulled as .npz
-    variants = [str(subject.variants[v]) for v in ALL_VARIANTS]
+    variants = [str(subject.variants[v]) for v in ALL_VARIANTS if v not in NCNN]
     shape = "x=4x256" if subject.name.startswith("mlp") else subject.shape
     records = records_of(
         edgebench(
@@ -166,6 +210,8 @@ def test_accuracy_profile_and_sensitivity_on_every_transport(
     got = {(r["params"]["variant"], r["metric"]): r["value"] for r in records}
     stems = {v: subject.variants[v].name.rsplit(".", 1)[0] for v in ALL_VARIANTS}
     for variant in ALL_VARIANTS:
+        if variant in NCNN:
+            continue
         for metric in ("max_abs_err", "mean_abs_err", "cosine", "snr_db"):
             assert got[(stems[variant], metric)] is not None, (variant, metric)
     assert got[(stems["mnn-fp32"], "cosine")] >= 0.9999
@@ -175,6 +221,7 @@ def test_accuracy_profile_and_sensitivity_on_every_transport(
         assert got[(stems[variant], "cosine")] > 0.9  # ...and is still the same model
     assert {r["device"] for r in records} == {device}
     assert all(r["params"]["reference_device"] == "device" and r["params"]["output"] for r in records)
+    check_ncnn_variants(subject, common, tmp_path)
 
     # profile: per-op times add up to the measured latency within 30%, on onnxruntime and on MNN. The agent
     # leaves op timings far slower than the same op's others out (the device was busy) where the p50 keeps

@@ -91,7 +91,10 @@ def params_label(params: Mapping[str, Any], skip: Sequence[str] = ()) -> str:
 def bench_matrix(
     records: Sequence[Record], samples: Sequence[Samples] = (), run_order: Sequence[str] = ()
 ) -> pd.DataFrame:
-    """Device x model: p50, p99, peak memory, energy per inference, at each pair's best configuration."""
+    """Device x model: p50, p99, peak memory, energy per inference, load, at each pair's best configuration;
+    and the worst cosine against the fp32 reference over its outputs (`accuracy`, its latest run), so one
+    model on several runtimes reads side by side."""
+    cosine = worst_cosine(records, run_order)
     rows = [
         {
             "device": o.device,
@@ -104,6 +107,7 @@ def bench_matrix(
             "memory_mb": o.memory_mb,
             "energy_mj": o.energy_mj,
             "load_ms": o.load_ms,
+            "cosine": cosine.get((o.device, o.model, o.runtime or "")),
             "config": params_label(o.config),
             "run_id": o.run_id,
             "estimated": ",".join(o.estimated),
@@ -121,11 +125,29 @@ def bench_matrix(
         "memory_mb",
         "energy_mj",
         "load_ms",
+        "cosine",
         "config",
         "run_id",
         "estimated",
     ]
     return pd.DataFrame(rows, columns=cols)
+
+
+def worst_cosine(
+    records: Sequence[Record], run_order: Sequence[str] = ()
+) -> dict[tuple[str, str, str], float]:
+    """(device, model, runtime) -> the lowest cosine over its outputs in its latest `accuracy` run."""
+    order = {rid: i for i, rid in enumerate(run_order)}
+    latest: dict[tuple[str, str, str], tuple[tuple[int, str], float]] = {}
+    for r in _select(records, "accuracy", ("cosine",)):
+        key = (r.device, r.model or "", r.runtime or "")
+        rank = (order.get(r.run_id, -1), r.run_id)
+        seen = latest.get(key)
+        if seen is None or rank > seen[0]:
+            latest[key] = (rank, float(r.value))  # type: ignore[arg-type]
+        elif rank == seen[0]:
+            latest[key] = (rank, min(seen[1], float(r.value)))  # type: ignore[arg-type]
+    return {key: value for key, (_, value) in latest.items()}
 
 
 DECODE_COLUMNS = (

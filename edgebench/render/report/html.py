@@ -229,7 +229,10 @@ _MATRIX_QUANTITIES = (
     ("p99", "p99", "ms"),
     ("memory_mb", "mem", "MB"),
     ("energy_mj", "energy", "mJ"),
+    ("load_ms", "load", "ms"),
+    ("cosine", "cosine", ""),
 )
+_SHOWN_WHEN_MEASURED = ("energy_mj", "load_ms", "cosine")  # a line only where the pair has the value
 
 
 def _budget_key(q: str) -> str:
@@ -241,7 +244,7 @@ def _budget_key(q: str) -> str:
         "memory_mb": "memory_mb",
         "energy_mj": "energy_mj",
         "load_ms": "load_ms",
-    }[q]
+    }.get(q, q)
 
 
 def _predicted_cell(values: dict[str, float] | None, d: ReportData) -> str:
@@ -307,7 +310,7 @@ def _fit(d: ReportData) -> tuple[str, bool]:
     for b in d.budgets:  # a budget on another statistic gets its own line
         if b.quantity == "latency" and b.stat and b.stat not in ("p50", "p99"):
             quantities.insert(1, (b.stat, b.stat, "ms"))
-        elif b.quantity == "load":
+        elif b.quantity == "load" and ("load_ms", "load", "ms") not in quantities:
             quantities.append(("load_ms", "load", "ms"))
     by_pair = {(v.device, v.runtime, v.model): v for v in verdicts.itertuples()}
     models = sorted(
@@ -329,11 +332,11 @@ def _fit(d: ReportData) -> tuple[str, bool]:
             for col, label, unit in quantities:
                 value = r[col]
                 if value is None or (isinstance(value, float) and math.isnan(value)):
-                    if col == "energy_mj":
+                    if col in _SHOWN_WHEN_MEASURED:
                         continue
                     shown = "–"
                 else:
-                    shown = f"{fmt(value)} {unit}"
+                    shown = f"{fmt(value)} {unit}".rstrip() if col != "cosine" else _decimals(value, 6)
                 status = frames.budget_status(value, d.budget(_budget_key(col)))
                 est = " *" if col in str(r["estimated"]).split(",") else ""
                 lines.append(

@@ -1,0 +1,216 @@
+"""ncnn, the fourth runtime, end to end through the CLI: a model converted from ONNX by pnnx and a user's
+own `.param`/`.bin` pair, benched on the host, a real ssh board and the emulated adb phone; every model
+probe of a suite on it; its errors one line each, losing nothing stored; and one model on the four
+runtimes side by side in one report."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from edgebench.jobs import ncnn_weights_of
+from edgebench.models.builtin import builtin_model
+from edgebench.models.convert_ncnn import onnx_to_ncnn
+from edgebench.testing.cli import edgebench
+
+pytestmark = pytest.mark.integration
+pytest.importorskip("ncnn", reason="ncnn is not installed (pip install -e .)")
+
+BENCH = ["--runs", "30", "--min-seconds", "0", "--warmup", "2", "--timeout", "240", "--threads", "1"]
+PINNED_OFF = ("use_fp16_storage", "use_fp16_packed", "use_fp16_arithmetic", "use_bf16_storage")
+
+
+def records_of(res: subprocess.CompletedProcess[str]) -> list[dict]:
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout)["records"]
+
+
+def own_pair(folder: Path, builtin: str, stem: str) -> Path:
+    """A built-in converted by pnnx, copied under plain names as a user holds their ncnn model."""
+    param = onnx_to_ncnn(builtin_model(builtin))
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{stem}.param"
+    shutil.copyfile(param, target)
+    shutil.copyfile(ncnn_weights_of(param), ncnn_weights_of(target))
+    return target
+
+
+def test_bench_on_every_device_from_onnx_and_from_a_pair(
+    lab_device: tuple[Path, str], tmp_path: Path
+) -> None:
+    lab, name = lab_device
+    pair = own_pair(tmp_path / "mine", "tinymlp", "tiny")
+    res = edgebench(
+        "bench", "builtin:convnet", str(pair), "--runtime", "ncnn", "--device", name, "--lab", str(lab),
+        *BENCH, "--json", cwd=tmp_path,
+    )  # fmt: skip
+    records = records_of(res)
+    assert {(r["device"], r["model"], r["runtime"]) for r in records} == {
+        (name, "convnet", "ncnn"),
+        (name, "tiny", "ncnn"),
+    }
+    for model in ("convnet", "tiny"):
+        got = {(r["metric"], r["params"].get("stat")): r for r in records if r["model"] == model}
+        lo, p50, hi = (got[("latency_ms", s)]["value"] for s in ("min", "p50", "max"))
+        assert 0 < lo <= p50 <= hi
+        for metric in ("load_ms", "first_inference_ms", "peak_rss_mb"):
+            assert got[(metric, None)]["value"] > 0
+        p50_record = got[("latency_ms", "p50")]
+        options = p50_record["annotations"]["execution"]["ncnn"]
+        assert options["backend"] == "cpu" and options["threads"] == 1
+        assert not any(options[o] for o in PINNED_OFF), options  # pinned whatever the CPU's default
+        assert "use_winograd_convolution" in options and "use_int8_inference" in options
+        assert p50_record["annotations"]["self_check"].startswith("the last timed run matches")
+
+
+def test_every_model_probe_of_a_suite_runs_on_ncnn(tmp_path: Path) -> None:
+    suite = tmp_path / "ncnn.toml"
+    suite.write_text(
+        """
+name = "ncnn-probes"
+devices = ["local"]
+models = ["builtin:convnet"]
+
+[[probe]]
+kind = "bench"
+params = { runtime = "ncnn", threads = [1, 2], runs = 30, min_seconds = 0, warmup_seconds = 0.1, cold_load = true }
+
+[[probe]]
+kind = "threads"
+params = { runtime = "ncnn", threads = [1, 2], runs = 30, rounds = 1, min_seconds = 0, warmup_seconds = 0.1 }
+
+[[probe]]
+kind = "soak"
+params = { runtime = "ncnn", threads = 1, minutes = 0.05 }
+
+[[probe]]
+kind = "contention"
+params = { runtime = "ncnn", threads = [1], corunner_threads = [1], runs = 30, min_seconds = 0.2, warmup_seconds = 0.1 }
+
+[[probe]]
+kind = "thermal"
+params = { runtime = "ncnn", threads = 1, duration_s = 3, window_s = 0.5 }
+"""
+    )
+    res = edgebench("run", str(suite), "--store", str(tmp_path / "s.db"), "--json", cwd=tmp_path, timeout=900)
+    document = json.loads(res.stdout) if res.stdout.strip() else {}
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert document.get("errors", []) == [], document.get("errors")
+    probes = {(r["probe"], r["runtime"]) for r in document["records"]}
+    for probe in ("bench", "threads", "soak", "contention", "thermal"):
+        assert (probe, "ncnn") in probes, probe
+    cold = [r for r in document["records"] if r["metric"] == "load_ms" and r["params"].get("cache") == "cold"]
+    assert cold and all(r["runtime"] == "ncnn" and r["value"] > 0 for r in cold)
+
+
+def test_errors_are_one_line_name_the_file_or_layer_and_lose_nothing(tmp_path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    store = tmp_path / "s.db"
+    first = records_of(
+        edgebench(
+            "bench", "builtin:tinymlp", "--runtime", "ncnn", *BENCH, "--store", store, "--json", cwd=tmp_path
+        )
+    )
+    kept = len(records_of(edgebench("results", "--store", store, "--json", cwd=tmp_path)))
+    assert kept >= len(first)
+
+    graph = helper.make_graph(
+        [helper.make_node("Hardmax", ["x"], ["y"], axis=1)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "hardmax.onnx")
+
+    mine = own_pair(tmp_path / "mine", "tinymlp", "net")
+    unknown = mine.with_name("odd.param")
+    unknown.write_text(
+        re.sub(r"^InnerProduct(\s+)linear_", r"Mystery\1linear_", mine.read_text(), flags=re.M)
+    )
+    shutil.copyfile(ncnn_weights_of(mine), ncnn_weights_of(unknown))
+    truncated = mine.with_name("cut.param")
+    shutil.copyfile(mine, truncated)
+    ncnn_weights_of(truncated).write_bytes(ncnn_weights_of(mine).read_bytes()[:1000])
+    corrupt = mine.with_name("corrupt.param")
+    corrupt.write_text("not a param file\n")
+    ncnn_weights_of(corrupt).write_bytes(b"\0" * 8)
+    lonely = tmp_path / "lonely.param"
+    lonely.write_text(mine.read_text())
+
+    cases = [
+        (["hardmax.onnx", "--runtime", "ncnn"], r"hardmax\.onnx: ncnn has no layer type 'Hardmax' \(layer '"),
+        ([str(unknown)], r"ncnn has no layer type 'Mystery' \(layer 'linear_\d+' in .*odd\.param\)"),
+        ([str(truncated)], r"ncnn could not load the weights .*cut\.bin for .*cut\.param"),
+        (
+            [str(mine), "--shape", "x=1x100"],
+            r"input 'x': shape \[100\] does not fit the model, made for \[256\]",
+        ),
+        ([str(corrupt)], r"corrupt\.param: not an ncnn param file"),
+        ([str(lonely)], r"lonely\.param: the ncnn weights file lonely\.bin is missing beside it"),
+    ]
+    for argv, pattern in cases:
+        res = edgebench("bench", *argv, *BENCH, "--store", store, cwd=tmp_path)
+        assert res.returncode != 0, (argv, res.stderr)
+        errors = [line for line in res.stderr.splitlines() if "error:" in line]
+        assert len(errors) == 1 and re.search(pattern, errors[0]), (argv, res.stderr)
+        assert "Traceback" not in res.stderr and "/cache/" not in errors[0], errors[0]  # the user's names
+    after = records_of(
+        edgebench("results", "--store", store, "--run", first[0]["run_id"], "--json", cwd=tmp_path)
+    )
+    assert len(after) == len(first)
+
+
+def test_four_runtimes_side_by_side_in_one_report(tmp_path: Path) -> None:
+    pytest.importorskip(
+        "ai_edge_litert", reason="ai-edge-litert is not installed (scripts/install-test-deps.sh)"
+    )
+    store = ["--store", str(tmp_path / "s.db")]
+    shape = ["--shape", "x=1x1024"]
+    for runtime in ("onnxruntime", "mnn", "ncnn"):
+        records_of(
+            edgebench(
+                "bench", "builtin:mlp", "--runtime", runtime, *shape, *BENCH, *store, "--json", cwd=tmp_path
+            )
+        )
+        records_of(
+            edgebench(
+                "accuracy", "builtin:mlp", "--runtime", runtime, "--reference", "builtin:mlp", *shape, *store,
+                "--json", cwd=tmp_path,
+            )
+        )  # fmt: skip
+    records_of(edgebench("bench", "builtin:mlp.tflite", *BENCH, *store, "--json", cwd=tmp_path))
+    accuracy = records_of(
+        edgebench(
+            "accuracy",
+            "builtin:mlp.tflite",
+            "--reference",
+            "builtin:mlp",
+            *shape,
+            *store,
+            "--json",
+            cwd=tmp_path,
+        )
+    )
+    assert {r["runtime"] for r in accuracy} == {"litert"}
+    out = tmp_path / "r.html"
+    res = edgebench("report", *store, "--out", str(out), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    html = out.read_text()
+    matrix = html[html.index('<table class="matrix">') :]
+    matrix = matrix[: matrix.index("</table>")]  # the answer's device x model matrix
+    cells = re.findall(r"<b>mlp</b><br><span class=\"cfg\">([a-z]+)</span>(.*?)</tr>", matrix, flags=re.S)
+    assert sorted(runtime for runtime, _ in cells) == ["litert", "mnn", "ncnn", "onnxruntime"]
+    for runtime, cell in cells:
+        for label in ("p50", "mem", "load", "cosine"):
+            assert f"<span>{label}</span>" in cell, (runtime, label)
+        cosine = float(re.search(r"<span>cosine</span><span>([0-9.]+)</span>", cell).group(1))  # type: ignore[union-attr]
+        assert cosine >= 0.99999, (runtime, cosine)  # the same weights in fp32 on all four
