@@ -9,6 +9,7 @@ the session never relies on them: it sets each option it means and reports them 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from .session import (
@@ -225,3 +226,88 @@ def installed_version() -> str | None:
 
 PYTHON_MODULE = "ncnn"  # what importing the runtime means (its shared library loads)
 SESSION = NcnnSession
+
+
+# ---- task `profile` ---------------------------------------------------------------------------------
+
+
+def profile(
+    task: dict,
+    session: Any,
+    plain: Any,
+    feeds: dict[str, Any],
+    warmup: int,
+    runs: int,
+    min_seconds: float = 0.0,
+) -> tuple[list[float], dict[str, Any]]:
+    """Per-layer wall times through the Python API (the wheel is built without NCNN_BENCHMARK): one
+    extractor that keeps every blob (lightmode off), each layer's first output extracted in the graph's
+    order as ncnn holds it (type 1: no repacking to the caller's layout, which would copy every
+    activation), so each call runs that layer alone on inputs already computed; plain runs alternated.
+
+    Extracting a blob already computed costs the call and nothing else: its median is reported as the
+    per-layer overhead for the host to subtract (as MNN's gap between callbacks)."""
+    import numpy as np
+
+    from .timing import alternate
+
+    net = session.net
+    layers = [layer for layer in net.layers() if layer.type != "Input"]
+    timed = [(layer.name, layer.type, int(layer.tops[0])) for layer in layers]
+    if not timed:
+        from .main import TaskError
+
+        raise TaskError("model", "the ncnn graph has no layer to profile")
+    clock = time.perf_counter_ns
+    per_run: list[list[float]] = []
+    gaps: list[float] = []
+
+    def kept_blobs() -> Any:
+        net.opt.lightmode = False
+        extractor = net.create_extractor()
+        net.opt.lightmode = True
+        for name, mat in plain.mats:
+            extractor.input(name, mat)
+        return extractor
+
+    first = kept_blobs()  # untimed: each blob's shape in the caller's layout (c, h, w; no batch axis)
+    shapes = {
+        int(blob): [int(d) for d in np.array(first.extract(int(blob))[1]).shape]
+        for layer in layers
+        for blob in (*layer.bottoms, *layer.tops)
+    }
+
+    def instrumented() -> None:
+        extractor = kept_blobs()
+        row = []
+        for _, _, blob in timed:
+            t0 = clock()
+            extractor.extract(blob, 1)
+            row.append((clock() - t0) / 1e6)
+        t0 = clock()
+        extractor.extract(timed[-1][2], 1)  # computed already: the call alone
+        gaps.append((clock() - t0) / 1e6)
+        per_run.append(row)
+
+    latencies = alternate(plain, instrumented, warmup, runs, min_seconds)
+    kept = per_run[warmup:]
+    ops = [
+        {
+            "node": layer.name,
+            "op_type": layer.type,
+            "calls": 1.0,
+            "inputs": [["float", shapes[int(b)]] for b in layer.bottoms],
+            "outputs": [["float", shapes[int(t)]] for t in layer.tops],
+        }
+        for layer in layers
+    ]
+    return latencies, {
+        "ops": ops,
+        "per_run_ms": kept,
+        "overhead_ms": float(np.median(gaps[warmup:] or gaps)),
+        "runs": len(kept),
+        "method": "extract of each layer's output in graph order, blobs kept",
+    }
+
+
+PROFILE_KEY = "ncnn"  # where the reply carries the profile

@@ -69,8 +69,9 @@ KINDS = (
 )
 
 _CONV = {"Conv", "FusedConv", "ConvInteger", "QLinearConv", "NhwcFusedConv", "Convolution", "ConvInt8"}
-_DW = {"ConvolutionDepthwise", "DepthwiseConvInt8"}
-_DECONV = {"ConvTranspose", "Deconvolution", "DeconvolutionDepthwise"}
+# MNN's names and ncnn's (ConvolutionDepthWise, DeconvolutionDepthWise)
+_DW = {"ConvolutionDepthwise", "ConvolutionDepthWise", "DepthwiseConvInt8"}
+_DECONV = {"ConvTranspose", "Deconvolution", "DeconvolutionDepthwise", "DeconvolutionDepthWise"}
 _GEMM = {
     "MatMul",
     "Gemm",

@@ -145,8 +145,16 @@ class Device:
     def ensure_model(self, path: Path, timeout: float) -> str:
         """Make a model present in the device cache with every file it is (an ncnn graph's weights beside
         it, under the same name); return the remote path of the file the runtime opens."""
-        files = ModelRef(path.stem, path).files
-        return self.ensure_files(files, timeout, together=len(files) > 1)[0]
+        return self.ensure_models([path], timeout)[0]
+
+    def ensure_models(self, paths: Sequence[Path], timeout: float) -> list[str]:
+        """`ensure_model` for several models: the one-file models in one round trip, as `ensure_files`."""
+        single = [p for p in paths if len(ModelRef(p.stem, p).files) == 1]
+        found = dict(zip(single, self.ensure_files(single, timeout), strict=True)) if single else {}
+        for path in paths:
+            if path not in found:
+                found[path] = self.ensure_files(ModelRef(path.stem, path).files, timeout, together=True)[0]
+        return [found[path] for path in paths]
 
     def _push_verified(self, local: Path, digest: str, remote: str, timeout: float) -> None:
         import time

@@ -77,7 +77,7 @@ def run_doctor(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     runtimes = list(models)
     timeout = job_timeout(device, job)
     local = [model_file_for(models[r], r) for r in runtimes]
-    files = [device.ensure_model(path, timeout) for path in local]
+    files = device.ensure_models(local, timeout)
     task = doctor_task(params, dict(zip(runtimes, files, strict=True)), sensors_config(device.spec))
     reply = device.run_agent(task, timeout)
     out = doctor_records(ctx, reply.result, params, {r: m.name for r, m in models.items()})

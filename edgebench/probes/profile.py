@@ -255,7 +255,7 @@ def run_profile(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     if rt.profiler_calibration:
         calibration = device.ensure_files([calibration_model()], timeout)[0]
     references = speed_reference_files(runtime) if params.speed_references else {}
-    remote_references = device.ensure_files(list(references.values()), timeout)
+    remote_references = device.ensure_models(list(references.values()), timeout)
     task = profile_task(
         params, runtime, remote_model, remote_inputs, remote_tmp_dir(device), calibration, remote_references
     )
@@ -292,6 +292,12 @@ def speed_reference_records(
 def mnn_profile_of(device: Device, reply: AgentReply, timeout: float) -> OpProfile:
     """MNN's per-op profile: the agent's callbacks timed each op (nothing to pull)."""
     return mnn_profile(reply.result["mnn"])
+
+
+def ncnn_profile_of(device: Device, reply: AgentReply, timeout: float) -> OpProfile:
+    """ncnn's per-layer profile: the agent timed each layer's extract (nothing to pull); the overhead is
+    an extract of a blob already computed."""
+    return mnn_profile(reply.result["ncnn"], "median extract of a computed blob")
 
 
 def ort_profile_of(device: Device, reply: AgentReply, timeout: float) -> OpProfile:
@@ -437,7 +443,9 @@ def ort_profile(events: list[dict[str, Any]], runs: int, overhead: ProfilerOverh
 
 
 # ---- MNN -----------------------------------------------------------------------------------------------
-def mnn_profile(result: dict[str, Any]) -> OpProfile:
+def mnn_profile(result: dict[str, Any], overhead_method: str = "median gap between callbacks") -> OpProfile:
+    """A per-op profile the agent aggregated (MNN's callbacks, ncnn's extracts): each op's time per run
+    less the instrument's overhead per call."""
     overhead_ms = float(result.get("overhead_ms", 0.0))
     keys = [OpKey(op["node"], op["op_type"]) for op in result["ops"]]
     calls = [float(op["calls"]) for op in result["ops"]]
@@ -454,7 +462,7 @@ def mnn_profile(result: dict[str, Any]) -> OpProfile:
         for k, op in zip(keys, result["ops"], strict=True)
         if op.get("inputs") is not None or op.get("outputs") is not None
     }
-    return aggregate(keys, corrected, calls, overhead_ms * 1000.0, "median gap between callbacks", tensors)
+    return aggregate(keys, corrected, calls, overhead_ms * 1000.0, overhead_method, tensors)
 
 
 def _mnn_shapes(items: Any) -> TensorShapes:

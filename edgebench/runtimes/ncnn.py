@@ -16,6 +16,7 @@ RUNTIME = Runtime(
     converters={"onnx": "models.convert_ncnn:onnx_to_ncnn"},
     converts_at_shapes=True,  # pnnx writes some layers for the shapes it converted at
     native_tool="benchncnn",
+    profiler="probes.profile:ncnn_profile_of",
     # pnnx folds a bias and a ReLU into the convolution or inner product before it (convrelu_N,
     # fcrelu_N), as every runtime here does; its own fusions are not yet measured against a per-layer
     # profile, so the kernel predictor's op families are onnxruntime's, as for LiteRT.

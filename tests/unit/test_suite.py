@@ -307,6 +307,7 @@ def test_the_shipped_suites_load_and_plan(tmp_path: Path) -> None:
     }
     # the nightly gate can FAIL: every bench configuration is measured in three invocations
     assert {j.invocation for j in plan(shipped) if j.probe == "bench"} == {1, 2, 3}
+    assert {j.runtime for j in plan(shipped) if j.probe == "bench"} == {"onnxruntime", "mnn", "ncnn"}
 
     nightly = load_suite(REPO / "suites" / "examples" / "nightly-fleet.toml")
     lab = tmp_path / "lab"
