@@ -35,7 +35,7 @@ def test_doctor_measures_the_harness_against_bare_loops_and_the_report_shows_it(
     assert got[("noise_cv", "onnxruntime", None)]["value"] >= 0
     # every runtime the device has is checked, LiteRT on its own flatbuffer model
     runtimes = {r["runtime"] for r in doc["records"] if r["metric"] == "harness_overhead"}
-    assert runtimes == {"onnxruntime", "mnn", "litert"}, doc["warnings"]
+    assert runtimes == {"onnxruntime", "mnn", "litert", "ncnn"}, runtimes
     assert got[("harness_overhead", "litert", None)]["annotations"]["model"] == "mlp"  # builtin:mlp.tflite
     assert 0.5 < got[("harness_overhead", "litert", None)]["value"] < 2.0
     for backend in ("numpy", "onnxruntime"):
