@@ -75,7 +75,8 @@ def make_inputs(
         for info in infos:
             shape = list(arrays[info.name].shape)
             if not info.batch_axis and len(shape) == len(info.shape) + 1 and shape[0] == 1:
-                shape = shape[1:]
+                shape = shape[1:]  # the runtime's own layout: no batch axis (ncnn)
+                arrays[info.name] = arrays[info.name].reshape(shape)
             if info.fixed and shape != list(info.shape):
                 raise InputError(fixed_shape_error(info, shape))
         return {i.name: arrays[i.name].astype(i.dtype, copy=False) for i in infos}

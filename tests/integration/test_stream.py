@@ -136,9 +136,9 @@ def stateful_onnx(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("runtime", ["onnxruntime", "mnn"])
+@pytest.mark.parametrize("runtime", ["onnxruntime", "mnn", "ncnn"])
 def test_stream_carries_state_on_each_runtime(runtime: str, tmp_path: Path) -> None:
-    pytest.importorskip("MNN" if runtime == "mnn" else "onnxruntime")
+    pytest.importorskip({"mnn": "MNN"}.get(runtime, runtime))
     model = stateful_onnx(tmp_path / "cell.onnx")
     x = np.random.default_rng(0).uniform(-1.0, 1.0, size=[1, 16]).astype(np.float32)
     np.savez(tmp_path / "in.npz", x=x, h=np.zeros((1, 16), np.float32))
