@@ -451,6 +451,9 @@ class Analyzer:
             self.declared_dynamic = True
         if vi.name in self.shapes:
             given = [int(d) for d in self.shapes[vi.name]]
+            batch_free = dims and (dims[0] in (1, None) or isinstance(dims[0], str))
+            if batch_free and len(given) == len(dims) - 1:
+                given = [1, *given]  # the tensor without its batch axis of 1, as ncnn holds it
             if len(given) != len(dims) and tt.HasField("shape"):
                 raise UserError(
                     f"--shape {vi.name}: rank {len(given)} but the model declares {len(dims)} "

@@ -120,3 +120,15 @@ def test_the_device_pushes_the_pair_under_one_stem(tmp_path: Path) -> None:
         single = tmp_path / "src" / "m.onnx"
         single.write_bytes(b"onnx")
         assert Path(device.ensure_model(single, 30.0)).name == f"{sha(b'onnx')}.onnx"
+
+
+def test_counts_read_a_shape_without_its_batch_axis_as_ncnn_records_it() -> None:
+    from edgebench.analysis.cost import analyze
+    from edgebench.errors import UserError
+    from edgebench.models.builtin import builtin_model
+
+    path = builtin_model("convnet")
+    with_batch = analyze(path, shapes={"image": [1, 3, 64, 64]})
+    assert analyze(path, shapes={"image": [3, 64, 64]}).flops == with_batch.flops
+    with pytest.raises(UserError, match="rank 2 but the model declares 4"):
+        analyze(path, shapes={"image": [64, 64]})
