@@ -129,10 +129,17 @@ def name_blobs(param: Path, names: tuple[list[str], list[str]], shapes: Sequence
     into its Input layer (0=w 1=h 11=d 2=c), which is how an ncnn graph declares what it takes. A name
     ncnn's text format cannot hold (whitespace) keeps pnnx's."""
     inputs, outputs = names
+    lines = param.read_text().splitlines()
+    blobs = {b for line in lines[2:] for b in line.split()[4:]}
+    # pnnx numbers the graph's inputs and outputs in the ONNX order; where its count differs (an output
+    # it folded away), its own names are kept rather than guessed
+    if any(f"in{i}" not in blobs for i in range(len(inputs))) or f"in{len(inputs)}" in blobs:
+        inputs = []
+    if any(f"out{i}" not in blobs for i in range(len(outputs))) or f"out{len(outputs)}" in blobs:
+        outputs = []
     rename = {f"in{i}": n for i, n in enumerate(inputs)} | {f"out{i}": n for i, n in enumerate(outputs)}
     rename = {old: new for old, new in rename.items() if new and not any(c.isspace() for c in new)}
     shape_of = {f"in{i}": ncnn_shape(s) for i, s in enumerate(shapes)}
-    lines = param.read_text().splitlines()
     out = lines[:2]
     for line in lines[2:]:
         fields = line.split()

@@ -22,6 +22,7 @@ from ..jobs import Job, ModelRef
 from ..lab.device import Device
 from ..models.refs import resolve_model
 from ..records import ProbeResult, RecordContext
+from ..runtimes import runtime as runtime_named
 from .common import job_timeout, require_model
 from .numerics import DeviceOutputs, device_outputs, pull, remove_remote, runtime_for, scratch_dir
 from .registry import AccuracyParams
@@ -47,6 +48,13 @@ def run_accuracy(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     user_inputs = params.inputs
     if params.per_op:
         from .divergence import instrument
+
+        for rt in (runtime_named(runtime), runtime_named(ref_runtime)):
+            if not rt.per_op_outputs:
+                raise UserError(
+                    f"--per-op: {rt.display} does not keep a converted model's intermediate tensors under "
+                    "their ONNX names; compare its outputs without --per-op"
+                )
 
         originals = (variant, reference)
         variant, reference = instrument(variant), instrument(reference)

@@ -98,6 +98,9 @@ class Runtime:
     # A model in its own format `doctor` checks it with when the doctor's model is one it cannot run
     # (nothing here converts to it)
     check_model: str | None = None
+    # Whether an ONNX model with every node output made a graph output runs on it with each tensor under
+    # its name (`accuracy --per-op`); pnnx fuses layers and renames their blobs, so ncnn does not
+    per_op_outputs: bool = True
     # Whether the agent runs LLM decode on it (`probe decode`: prefill, then token by token with its KV
     # cache; agent.decode.DECODERS)
     decodes: bool = False

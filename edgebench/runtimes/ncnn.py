@@ -21,5 +21,6 @@ RUNTIME = Runtime(
     # fcrelu_N), as every runtime here does; its own fusions are not yet measured against a per-layer
     # profile, so the kernel predictor's op families are onnxruntime's, as for LiteRT.
     kernels=KernelRules(op_families=ONNXRUNTIME.kernels.op_families),
+    per_op_outputs=False,  # pnnx fuses and renames the tensors: only the graph's own outputs keep names
     winograd_3x3=True,  # use_winograd_convolution: 3x3 stride-1 convolutions as Winograd F(6,3)/F(4,3)/F(2,3)
 )
