@@ -165,6 +165,11 @@ def test_errors_are_one_line_name_the_file_or_layer_and_lose_nothing(tmp_path: P
         errors = [line for line in res.stderr.splitlines() if "error:" in line]
         assert len(errors) == 1 and re.search(pattern, errors[0]), (argv, res.stderr)
         assert "Traceback" not in res.stderr and "/cache/" not in errors[0], errors[0]  # the user's names
+    res = edgebench(
+        "accuracy", "builtin:tinymlp", "--runtime", "ncnn", "--reference", "builtin:tinymlp", "--per-op",
+        "--store", store, cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 2 and "--per-op: ncnn does not keep" in res.stderr, res.stderr
     after = records_of(
         edgebench("results", "--store", store, "--run", first[0]["run_id"], "--json", cwd=tmp_path)
     )
