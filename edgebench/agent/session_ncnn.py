@@ -103,6 +103,8 @@ class NcnnSession:
         self.options = {
             "backend": "cpu",
             "threads": int(opt.num_threads),
+            # ncnn's own core binding (0 all cores, 1 little, 2 big): left at 0, the agent's affinity pins
+            "powersave": int(ncnn.get_cpu_powersave()),
             **{name: bool(getattr(opt, name)) for name in OPTION_NAMES},
         }
         if net.load_param(path) != 0:

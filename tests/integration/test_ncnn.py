@@ -256,3 +256,38 @@ def test_profile_times_every_layer_and_adds_up_to_a_bare_loop(builtin: str, tmp_
     assert 0.5 <= ratio <= 2.0, ratio  # a lost layer, a wrong unit, an activation copy per layer
     if not 0.7 <= ratio <= 1.4:
         assert "per-op times add up to" in res.stderr, (ratio, res.stderr)
+
+
+BUILTINS = ("mlp", "tinymlp", "batchmlp", "encoder", "convnet", "dwnet")
+
+
+@pytest.mark.parametrize("builtin", BUILTINS)
+def test_fp32_outputs_match_onnxruntime_on_the_builtins(builtin: str, tmp_path: Path) -> None:
+    """Every built-in converted by pnnx, run on ncnn with its fp16 options off, against onnxruntime on the
+    same arrays (both run here, not by edgebench): within 1e-5 of the output's scale; and `accuracy`
+    reports the very difference measured here."""
+    import onnxruntime as ort
+
+    model = builtin_model(builtin)
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    feeds = {
+        i.name: rng.uniform(-1, 1, [d if isinstance(d, int) and d > 0 else 1 for d in i.shape]).astype(
+            np.float32
+        )
+        for i in session.get_inputs()
+    }
+    reference = session.run(None, feeds)[0]
+    ours = bare_ncnn(str(onnx_to_ncnn(model)), feeds, threads=1, runs=1, warmup_s=0).outputs[0]
+    error = float(np.max(np.abs(ours.ravel() - reference.ravel())))
+    assert error <= 1e-5 * float(np.max(np.abs(reference))), (builtin, error)
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, **feeds)
+    records = records_of(
+        edgebench(
+            "accuracy", f"builtin:{builtin}", "--runtime", "ncnn", "--reference", f"builtin:{builtin}",
+            "--inputs", str(inputs), "--threads", "1", "--no-store", "--json", cwd=tmp_path,
+        )
+    )  # fmt: skip
+    [reported] = [r["value"] for r in records if r["metric"] == "max_abs_err"]
+    assert reported == pytest.approx(error, rel=1e-3, abs=1e-12)

@@ -1,0 +1,59 @@
+"""The agent's ncnn session on a real converted model: the arrays its Mats wrap stay alive for as long as
+the step (an `ncnn.Mat` does not own a numpy array's memory), the options it pins are the options the Net
+ran with, and a declared shape is the only one it takes."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from edgebench.agent.inputs import InputError, make_inputs
+from edgebench.agent.session_ncnn import OPTION_NAMES, NcnnSession
+from edgebench.models.builtin import builtin_model
+from edgebench.models.convert_ncnn import onnx_to_ncnn
+
+pytest.importorskip("ncnn")
+
+
+def test_a_step_keeps_the_arrays_its_mats_wrap() -> None:
+    model = builtin_model("convnet")
+    session = NcnnSession(str(onnx_to_ncnn(model)), threads=1)
+    x = np.random.default_rng(1).uniform(-1, 1, (1, 3, 112, 112))
+    want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(
+        None, {"image": x.astype(np.float32)}
+    )[0]
+    # a float64, non-contiguous view: the session's own float32 copy is all that holds the data
+    step = session.prepare({"image": np.asfortranarray(x)})
+    del x
+    gc.collect()
+    np.zeros((1 << 22,), np.float32).fill(7.0)  # reuse freed memory, as a temporary's would be
+    for _ in range(3):
+        step()
+        got = step.outputs()["logits"]
+        assert np.max(np.abs(got.ravel() - want.ravel())) <= 1e-5 * np.max(np.abs(want))
+
+
+def test_the_options_pinned_are_the_nets() -> None:
+    session = NcnnSession(str(onnx_to_ncnn(builtin_model("tinymlp"))), threads=2, fp16=True, winograd=False)
+    opt = session.net.opt
+    recorded = session.execution()["ncnn"]
+    assert recorded["threads"] == opt.num_threads == 2
+    for name in OPTION_NAMES:
+        assert recorded[name] == bool(getattr(opt, name)), name
+    assert recorded["use_fp16_arithmetic"] and not recorded["use_winograd_convolution"]
+    assert not recorded["use_bf16_storage"]
+
+
+def test_a_converted_graph_takes_its_shape_with_or_without_the_batch_axis() -> None:
+    session = NcnnSession(str(onnx_to_ncnn(builtin_model("tinymlp"))), threads=1)
+    [info] = session.inputs
+    assert info.shape == [256] and info.fixed and not info.batch_axis
+    assert make_inputs(session.inputs, {"x": [1, 256]}, 0, None, [])["x"].shape == (256,)
+    assert make_inputs(session.inputs, {"x": [256]}, 0, None, [])["x"].shape == (256,)
+    with pytest.raises(
+        InputError, match=r"input 'x': shape \[512\] does not fit the model, made for \[256\]"
+    ):
+        make_inputs(session.inputs, {"x": [1, 512]}, 0, None, [])
