@@ -144,7 +144,16 @@ def run_outputs(task: dict) -> tuple[dict, list[str]]:
     feeds = _inputs(task, session, warnings)
     if task.get("inputs_out"):
         _save_npz(task["inputs_out"], feeds)
-    outputs = _run_outputs(session, feeds)
+    if task.get("per_op"):  # every tensor by the runtime's own means (an ncnn graph's blobs)
+        every = getattr(session, "every_tensor", None)
+        if every is None:
+            raise TaskError("usage", f"{session.runtime} cannot return every tensor of a model")
+        try:
+            outputs = every(feeds)
+        except Exception as exc:  # noqa: BLE001 - the runtime's own errors carry the reason
+            raise TaskError("model", f"inference failed: {_first_line(exc)}") from None
+    else:
+        outputs = _run_outputs(session, feeds)
     _save_npz(task["out"], outputs)
     return {
         "runtime": session.runtime,

@@ -104,7 +104,7 @@ class OutputsTask(ModelTask):
     out: str = ""
     inputs_out: str | None = None
     values: dict[str, float] = field(default_factory=dict)
-    per_op: bool = False  # also save every intermediate tensor (graph outputs added / MNN callbacks)
+    per_op: bool = False  # save every tensor by the runtime's own means (an ncnn graph's blobs)
 
 
 @dataclass(frozen=True)

@@ -163,6 +163,24 @@ class NcnnSession:
             arrays.append((name, array))
         return arrays
 
+    def every_tensor(self, feeds: dict[str, Any]) -> dict[str, Any]:
+        """Every blob of one inference (`accuracy --per-op`), by its name in the graph: one extractor that
+        keeps them all (lightmode off), each extracted in the caller's layout."""
+        import numpy as np
+
+        step = self.prepare(feeds)  # the arrays its Mats wrap stay alive with it
+        self.net.opt.lightmode = False
+        extractor = self.net.create_extractor()
+        self.net.opt.lightmode = True
+        for name, mat in step.mats:
+            extractor.input(name, mat)
+        found = {}
+        for blob in self.net.blobs():
+            code, mat = extractor.extract(blob.name)
+            if code == 0:
+                found[blob.name] = np.array(mat, copy=True)
+        return found
+
     def prepare(self, feeds: dict[str, Any]) -> NcnnStep:
         return NcnnStep(self, self._arrays(feeds))
 

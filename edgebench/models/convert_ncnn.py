@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ModelError, seconds
@@ -166,9 +167,31 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class ParamLayer:
+    """One layer line of an ncnn .param: its type, name, input and output blobs."""
+
+    type: str
+    name: str
+    bottoms: tuple[str, ...]
+    tops: tuple[str, ...]
+
+
 def param_layers(param: Path) -> list[tuple[str, str]]:
     """(type, name) of every layer an ncnn .param text file declares; a ModelError naming the file when
     it is not one."""
+    return [(layer.type, layer.name) for layer in param_graph(param)]
+
+
+def param_outputs(layers: Sequence[ParamLayer]) -> list[str]:
+    """The graph's outputs: blobs a layer makes and none consumes, in order."""
+    consumed = {b for layer in layers for b in layer.bottoms}
+    return [t for layer in layers for t in layer.tops if t not in consumed]
+
+
+def param_graph(param: Path) -> list[ParamLayer]:
+    """Every layer of an ncnn .param text file in its order (ncnn's is topological); a ModelError naming
+    the file and line when it is not one."""
     try:
         lines = param.read_text(errors="replace").splitlines()
     except OSError as exc:
@@ -180,9 +203,14 @@ def param_layers(param: Path) -> list[tuple[str, str]]:
         fields = line.split()
         if not fields:
             continue
-        if len(fields) < 4:
+        try:
+            bottoms, tops = int(fields[2]), int(fields[3])
+        except (IndexError, ValueError):
+            bottoms = tops = -1
+        if bottoms < 0 or tops < 0 or len(fields) < 4 + bottoms + tops:
             raise ModelError(f"{param}:{number}: malformed ncnn layer line '{line.strip()[:60]}'")
-        layers.append((fields[0], fields[1]))
+        blobs = fields[4 : 4 + bottoms + tops]
+        layers.append(ParamLayer(fields[0], fields[1], tuple(blobs[:bottoms]), tuple(blobs[bottoms:])))
     return layers
 
 

@@ -46,14 +46,17 @@ def run_accuracy(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     timeout = job_timeout(device, job)
     result = ProbeResult()
     user_inputs = params.inputs
-    if params.per_op:
+    # two graphs of one runtime's own format with the same tensor names (an ncnn graph and its fp16-weights
+    # variant): every tensor returned by the runtime itself, matched by name, nothing converted
+    own_graphs = params.per_op and variant.format == reference.format == "ncnn"
+    if params.per_op and not own_graphs:
         from .divergence import instrument
 
         for rt in (runtime_named(runtime), runtime_named(ref_runtime)):
             if not rt.per_op_outputs:
                 raise UserError(
                     f"--per-op: {rt.display} does not keep a converted model's intermediate tensors under "
-                    "their ONNX names; compare its outputs without --per-op"
+                    f"their ONNX names; compare its outputs without --per-op, or two {rt.display} graphs"
                 )
 
         originals = (variant, reference)
@@ -62,10 +65,10 @@ def run_accuracy(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
         workdir = Path(tmp)
         remote_inputs = _push_inputs(device, user_inputs, timeout)
         ref, where, remote_inputs, scratch = _reference_outputs(
-            device, reference, ref_runtime, job, remote_inputs, workdir, result
+            device, reference, ref_runtime, job, remote_inputs, workdir, result, own_graphs
         )
         try:
-            out = device_outputs(device, variant, runtime, job, remote_inputs, False, workdir)
+            out = device_outputs(device, variant, runtime, job, remote_inputs, False, workdir, own_graphs)
         finally:
             remove_remote(device, scratch, timeout)
     result.warnings += out.warnings
@@ -77,6 +80,9 @@ def run_accuracy(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     }
     if not user_inputs:
         ctx.base_params.update(inputs="random", seed=params.seed)
+    if own_graphs:
+        _per_op_graphs(ctx, variant, reference, ref, out, params.tolerance, result)
+        return result
     if params.per_op:
         _per_op(ctx, originals, ref, out, params.tolerance, result)
         return result
@@ -104,6 +110,33 @@ def _per_op(
     result.extend(divergence_records(ctx, matches, ref.arrays, out.arrays, tolerance, folds))
 
 
+def _per_op_graphs(
+    ctx: RecordContext,
+    variant: ModelRef,
+    reference: ModelRef,
+    ref: DeviceOutputs,
+    out: DeviceOutputs,
+    tolerance: float,
+    result: ProbeResult,
+) -> None:
+    """Two ncnn graphs: the final outputs compared as usual, then every blob the reference's layers make,
+    in its layer order, against the variant's blob of the same name (made by a layer of the same type)."""
+    from ..models.convert_ncnn import param_graph, param_outputs
+    from .divergence import Match, Tensor, divergence_records
+
+    ref_layers, cand_layers = param_graph(reference.path), param_graph(variant.path)
+    _compare(ctx, _only(ref, param_outputs(ref_layers)), _only(out, param_outputs(cand_layers)), result)
+    made_by = {top: layer for layer in cand_layers for top in layer.tops}
+    matches = [
+        Match(Tensor(top, layer.name, layer.type, order), top, made_by[top].name, "name")
+        for order, layer in enumerate(ref_layers)
+        if layer.type != "Input"
+        for top in layer.tops
+        if top in made_by and made_by[top].type == layer.type
+    ]
+    result.extend(divergence_records(ctx, matches, ref.arrays, out.arrays, tolerance))
+
+
 def _only(outputs: DeviceOutputs, names: list[str]) -> DeviceOutputs:
     """The model's own outputs among everything the instrumented copy returned."""
     arrays = {n: outputs.arrays[n] for n in names if n in outputs.arrays}
@@ -127,6 +160,7 @@ def _reference_outputs(
     remote_inputs: str | None,
     workdir: Path,
     result: ProbeResult,
+    every_tensor: bool = False,
 ) -> tuple[DeviceOutputs, str, str | None, list[str]]:
     """Run the reference on the device, or on the host when the device cannot.
 
@@ -135,7 +169,7 @@ def _reference_outputs(
     """
     save = remote_inputs is None
     try:
-        ref = device_outputs(device, reference, runtime, job, remote_inputs, save, workdir)
+        ref = device_outputs(device, reference, runtime, job, remote_inputs, save, workdir, every_tensor)
     except (MeasurementError, ModelError) as exc:
         cannot = isinstance(exc, ModelError) or getattr(exc, "kind", "") == "runtime"
         if not cannot or _is_this_host(device):
@@ -144,7 +178,7 @@ def _reference_outputs(
             f"the reference {reference.name} cannot run on {device.name} ({one_line(exc)}); "
             "it ran on the host instead (reference_device=host)"
         )
-        return _reference_on_host(device, reference, runtime, job, remote_inputs, workdir)
+        return _reference_on_host(device, reference, runtime, job, remote_inputs, workdir, every_tensor)
     result.warnings += ref.warnings
     if save:
         return ref, "device", ref.inputs_remote, [ref.inputs_remote or ""]
@@ -158,7 +192,13 @@ def _is_this_host(device: Device) -> bool:
 
 
 def _reference_on_host(
-    device: Device, reference: ModelRef, runtime: str, job: Job, remote_inputs: str | None, workdir: Path
+    device: Device,
+    reference: ModelRef,
+    runtime: str,
+    job: Job,
+    remote_inputs: str | None,
+    workdir: Path,
+    every_tensor: bool = False,
 ) -> tuple[DeviceOutputs, str, str | None, list[str]]:
     timeout = job_timeout(device, job)
     with Device(builtin_local()) as host:
@@ -166,7 +206,9 @@ def _reference_on_host(
         if remote_inputs is not None:
             host_inputs = host.ensure_files([Path(str(AccuracyParams.of(job).inputs))], timeout)[0]
         try:
-            ref = device_outputs(host, reference, runtime, job, host_inputs, host_inputs is None, workdir)
+            ref = device_outputs(
+                host, reference, runtime, job, host_inputs, host_inputs is None, workdir, every_tensor
+            )
         except EdgebenchError as exc:
             raise MeasurementError(
                 f"the reference {reference.name} runs neither on {device.name} nor on the "

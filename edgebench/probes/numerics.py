@@ -101,8 +101,10 @@ def device_outputs(
     remote_inputs: str | None,
     save_inputs: bool,
     workdir: Path,
+    every_tensor: bool = False,
 ) -> DeviceOutputs:
-    """Push the model, run it once on the device, pull its outputs .npz."""
+    """Push the model, run it once on the device, pull its outputs .npz (`every_tensor`: every tensor the
+    runtime can name, as an ncnn graph's blobs)."""
     params = AccuracyParams.of(job)
     timeout = job_timeout(device, job)
     remote_model = device.ensure_model(model_file_for(model, runtime, params.shapes), timeout)
@@ -118,6 +120,7 @@ def device_outputs(
         "inputs": remote_inputs,
         "out": out,
         "inputs_out": inputs_out,
+        "per_op": every_tensor,
     }
     try:
         reply = device.run_agent(task, timeout)

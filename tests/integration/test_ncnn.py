@@ -17,7 +17,7 @@ import pytest
 
 from edgebench.jobs import ncnn_weights_of
 from edgebench.models.builtin import builtin_model
-from edgebench.models.convert_ncnn import onnx_to_ncnn, param_layers
+from edgebench.models.convert_ncnn import onnx_to_ncnn, param_graph, param_layers
 from edgebench.testing.bare import OwnSession, bare_ncnn
 from edgebench.testing.cli import edgebench
 
@@ -291,3 +291,49 @@ def test_fp32_outputs_match_onnxruntime_on_the_builtins(builtin: str, tmp_path: 
     )  # fmt: skip
     [reported] = [r["value"] for r in records if r["metric"] == "max_abs_err"]
     assert reported == pytest.approx(error, rel=1e-3, abs=1e-12)
+
+
+def blobs_here(param: Path, x: np.ndarray) -> dict[str, np.ndarray]:
+    """Every blob of one inference, computed here on ncnn's own API (fp16 options off), apart from edgebench."""
+    import ncnn
+
+    net = ncnn.Net()
+    for name in ("use_fp16_storage", "use_fp16_packed", "use_fp16_arithmetic", "use_bf16_storage"):
+        setattr(net.opt, name, False)
+    net.opt.num_threads = 1
+    net.opt.lightmode = False
+    assert net.load_param(str(param)) == 0 and net.load_model(str(ncnn_weights_of(param))) == 0
+    ex = net.create_extractor()
+    data = np.ascontiguousarray(x[0])
+    ex.input(net.input_names()[0], ncnn.Mat(data))
+    return {b.name: np.array(ex.extract(b.name)[1], copy=True) for b in net.blobs()}
+
+
+def test_per_op_between_two_ncnn_graphs_names_each_layer(tmp_path: Path) -> None:
+    """An ncnn graph and its fp16-weights variant (same blobs): every layer's output compared, by the
+    errors computed here on ncnn's API, and the first layer over the tolerance named."""
+    res = edgebench(
+        "variants", "builtin:convnet", "--out", str(tmp_path / "v"), "--only", "ncnn-fp32,ncnn-fp16", "--no-store",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    fp32, fp16 = tmp_path / "v" / "convnet.fp32.ncnn.param", tmp_path / "v" / "convnet.fp16.ncnn.param"
+    x = np.random.default_rng(4).uniform(-1, 1, (1, 3, 112, 112)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", image=x)
+    records = records_of(
+        edgebench(
+            "accuracy", str(fp16), "--reference", str(fp32), "--per-op", "--tolerance", "1e-6", "--threads", "1",
+            "--inputs", str(tmp_path / "in.npz"), "--no-store", "--json", cwd=tmp_path,
+        )
+    )  # fmt: skip
+    got = {r["params"]["op"]: r for r in records if r["metric"] == "op_rel_error"}
+    layers = [layer for layer in param_graph(fp32) if layer.type != "Input"]
+    assert sorted(got) == sorted(layer.name for layer in layers)
+    ref, cand = blobs_here(fp32, x), blobs_here(fp16, x)
+    for layer in layers:
+        a, b = ref[layer.tops[0]].ravel().astype(np.float64), cand[layer.tops[0]].ravel().astype(np.float64)
+        want = float(np.linalg.norm(b - a) / np.linalg.norm(a))
+        assert got[layer.name]["value"] == pytest.approx(want, rel=1e-3), layer.name
+        assert 0 < want < 1e-2  # fp16 weights: a small, real difference at every layer
+    [first] = [r for r in records if r["metric"] == "first_divergent_op"]
+    assert first["params"]["op"] == layers[0].name and first["params"]["tensor"] == layers[0].tops[0]
