@@ -53,13 +53,13 @@ def run_one(
     """One job on one device, stored as a run; warnings to stderr; the job's own error on failure."""
     from ..execution.oneshot import run_now
     from ..models.refs import resolve_model
-    from ..probes.common import check_runtime
+    from ..probes.common import check_runtime, probe_runtimes
 
     spec = open_lab(lab).get(device)
     ref = resolve_model(model) if model else None
     refuse_native_only(params, spec.agent, spec.name, spec.source)
     if ref is not None:
-        check_runtime(ref, runtime)  # a usage error is refused here, before a run is stored
+        check_runtime(ref, runtime, probe_runtimes(job_probe))  # refused here, before a run is stored
     job = Job(
         device=spec.name,
         probe=job_probe,

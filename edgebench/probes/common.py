@@ -27,10 +27,18 @@ def runtime_of(model: ModelRef | None, requested: str | None) -> str:
     return owner.name if owner is not None else "onnxruntime"
 
 
-def check_runtime(model: ModelRef | None, runtime: str | None) -> str:
+def probe_runtimes(probe: str) -> tuple[str, ...] | None:
+    """The runtimes a probe kind can run on, where not every runtime (decode: those that decode)."""
+    if probe == "decode":
+        return tuple(name for name in RUNTIMES if runtime_named(name).decodes)
+    return None
+
+
+def check_runtime(model: ModelRef | None, runtime: str | None, among: Sequence[str] | None = None) -> str:
     """The runtime a job will use, or a usage error when it cannot run the model (unknown runtime, a
-    model in a format it neither runs nor converts). Pure: the CLI calls it before any run is stored, so
-    a typo never becomes a failed run in the store."""
+    model in a format it neither runs nor converts; `among`: the runtimes the probe can use, the only ones
+    suggested). Pure: the CLI calls it before any run is stored, so a typo never becomes a failed run in
+    the store."""
     chosen = runtime_of(model, "litert" if runtime == "tflite" else runtime)  # LiteRT's former name
     if chosen not in RUNTIMES:
         raise UserError(f"unknown runtime '{chosen}' (use {', '.join(RUNTIMES)})")
@@ -41,7 +49,7 @@ def check_runtime(model: ModelRef | None, runtime: str | None) -> str:
         owner = owner_of(model.format)
         noun = owner.model_noun if owner is not None else f"a .{model.format} model"
         runs = " and ".join(format_text(f) for f in rt.formats)
-        others = runtimes_for(model.format)
+        others = [r for r in runtimes_for(model.format) if among is None or r in among]
         use = (", ".join(others[:-1]) + " or " + others[-1]) if len(others) > 1 else "".join(others)
         raise ModelError(
             f"{model.path}: {rt.display} cannot run {noun} ({rt.display} runs {runs} models; "
