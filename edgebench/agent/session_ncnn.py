@@ -251,6 +251,53 @@ SESSION = NcnnSession
 # ---- task `profile` ---------------------------------------------------------------------------------
 
 
+def layer_params(param: str) -> dict[str, dict[str, str]]:
+    """Each layer's params (`k=v`) by layer name, as the .param file writes them."""
+    found = {}
+    with open(param, encoding="utf-8", errors="replace") as fh:
+        for line in fh.read().splitlines()[2:]:
+            fields = line.split()
+            if len(fields) < 4:
+                continue
+            start = 4 + int(fields[2]) + int(fields[3])
+            found[fields[1]] = dict(kv.split("=", 1) for kv in fields[start:] if "=" in kv)
+    return found
+
+
+def layer_work(kind: str, params: dict[str, str], inputs: list[list[int]], outputs: list[list[int]]) -> dict:
+    """A layer's multiply-adds and fp32 weight bytes from its params and shapes, where its type has
+    weights (ncnn's Python API reports neither): `runtime_flops` (multiply-adds, as MNN's count) and
+    `parameter_bytes` in the profile's op record, so a kernel's work does not depend on shapes the
+    profile cannot see (its weights)."""
+
+    def number(key: str) -> int:
+        try:
+            return int(float(params.get(key, "0")))
+        except ValueError:
+            return 0
+
+    weights = number("6") if kind in ("Convolution", "ConvolutionDepthWise", "Deconvolution") else 0
+    if kind in ("InnerProduct", "MultiHeadAttention"):
+        weights = number("2")
+    out = outputs[0] if outputs else []
+    x = inputs[0] if inputs else []
+    if kind in ("Convolution", "ConvolutionDepthWise") and len(out) >= 2:
+        macs = out[-1] * out[-2] * weights  # every weight once per output position
+    elif kind == "Deconvolution" and len(x) >= 2:
+        macs = x[-1] * x[-2] * weights  # every weight once per input position
+    elif kind == "InnerProduct":
+        macs = weights * (x[0] if len(x) == 2 else 1)  # a 2-D input is a batch of rows
+    elif kind == "Gemm" and number("7") and number("8") and number("9"):
+        macs, weights = number("7") * number("8") * number("9"), number("8") * number("9")
+    elif kind == "MultiHeadAttention" and len(x) >= 2:
+        seq, embed = x[-2], number("0")
+        macs = 4 * seq * weights + 2 * seq * seq * embed  # q, k, v, out projections; scores and mix
+        weights *= 4
+    else:
+        return {}
+    return {"mflops": macs / 1e6, "parameter_bytes": 4.0 * weights} if macs else {}
+
+
 def profile(
     task: dict,
     session: Any,
@@ -296,6 +343,7 @@ def profile(
         for layer in layers
         for blob in (*layer.bottoms, *layer.tops)
     }
+    params = layer_params(task["model"])
 
     def instrumented() -> None:
         extractor = kept_blobs()
@@ -311,13 +359,22 @@ def profile(
 
     latencies = alternate(plain, instrumented, warmup, runs, min_seconds)
     kept = per_run[warmup:]
+    # shapes as the ONNX model it came from declares them: a batch axis of 1 before ncnn's own
+    ins = {layer.name: [[1, *shapes[int(b)]] for b in layer.bottoms] for layer in layers}
+    outs = {layer.name: [[1, *shapes[int(t)]] for t in layer.tops] for layer in layers}
     ops = [
         {
             "node": layer.name,
             "op_type": layer.type,
             "calls": 1.0,
-            "inputs": [["float", shapes[int(b)]] for b in layer.bottoms],
-            "outputs": [["float", shapes[int(t)]] for t in layer.tops],
+            "inputs": [["float", s] for s in ins[layer.name]],
+            "outputs": [["float", s] for s in outs[layer.name]],
+            **layer_work(
+                layer.type,
+                params.get(layer.name, {}),
+                [s[1:] for s in ins[layer.name]],
+                [s[1:] for s in outs[layer.name]],
+            ),
         }
         for layer in layers
     ]

@@ -456,7 +456,7 @@ def mnn_profile(result: dict[str, Any], overhead_method: str = "median gap betwe
         k: OpTensors(
             _mnn_shapes(op.get("inputs")),
             _mnn_shapes(op.get("outputs")),
-            None,
+            int(op["parameter_bytes"]) if op.get("parameter_bytes") is not None else None,
             float(op["mflops"]) * 1e6 if op.get("mflops") is not None else None,
         )
         for k, op in zip(keys, result["ops"], strict=True)

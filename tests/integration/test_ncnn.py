@@ -256,6 +256,28 @@ def test_profile_times_every_layer_and_adds_up_to_a_bare_loop(builtin: str, tmp_
     assert 0.5 <= ratio <= 2.0, ratio  # a lost layer, a wrong unit, an activation copy per layer
     if not 0.7 <= ratio <= 1.4:
         assert "per-op times add up to" in res.stderr, (ratio, res.stderr)
+    # each convolution's work and weights, counted here from the ONNX model's own weights and shapes
+    conv = [r for r in ops if r["params"]["op_type"].startswith("Convolution")]
+    macs, weights = conv_work_in_onnx(builtin_model(builtin))
+    assert sum(r["annotations"]["runtime_flops"] for r in conv) == macs  # multiply-adds, as MNN counts
+    assert sum(r["annotations"]["parameter_bytes"] for r in conv) == 4 * weights
+
+
+def conv_work_in_onnx(path: Path) -> tuple[int, int]:
+    """(multiply-adds, weights) of every Conv of an ONNX model: its weight's size once per output pixel."""
+    from onnx import numpy_helper, shape_inference
+
+    model = shape_inference.infer_shapes(onnx.load(str(path)))
+    sizes = {t.name: numpy_helper.to_array(t).size for t in model.graph.initializer}
+    dims = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in model.graph.value_info}
+    dims |= {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in model.graph.output}
+    macs = weights = 0
+    for node in model.graph.node:
+        if node.op_type == "Conv":
+            out = dims[node.output[0]]
+            macs += out[-1] * out[-2] * sizes[node.input[1]]
+            weights += sizes[node.input[1]]
+    return macs, weights
 
 
 BUILTINS = ("mlp", "tinymlp", "batchmlp", "encoder", "convnet", "dwnet")
