@@ -55,3 +55,20 @@ def _git_common_dir(repo: Path) -> Path | None:
 def in_ci() -> bool:
     """True under CI (CI=1/true/yes), where the lab tools are part of the machine: their absence fails."""
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def tool_or_skip(repo: Path, folder: str, binary: str, what: str) -> Path:
+    """The folder holding a lab tool, for a test: absent, the test fails under CI (the lab tools are part
+    of the machine there) and is skipped elsewhere, saying where to put them."""
+    import pytest
+
+    found = find_tool(repo, folder, binary)
+    if found is not None:
+        return found
+    why = (
+        f"{what} not found: set {ENV} to the folder holding {folder}/ (built as its BUILD.md says) "
+        "or put shared/lab-tools beside the repository"
+    )
+    if in_ci():
+        pytest.fail(f"{why} (CI has the lab tools: ../shared/lab-tools)")
+    pytest.skip(why)

@@ -28,7 +28,7 @@ from edgebench.models.refs import resolve_model
 from edgebench.probes.common import model_file_for
 from edgebench.testing.adblab import write_descriptor
 from edgebench.testing.cli import edgebench
-from edgebench.testing.labtools import find_tool, in_ci
+from edgebench.testing.labtools import tool_or_skip
 
 pytestmark = pytest.mark.integration
 
@@ -44,16 +44,7 @@ LAYERS_LOW, LAYERS_HIGH = 0.5, 1.05
 
 @pytest.fixture(scope="module")
 def tool() -> Path:
-    found = find_tool(Path(__file__).resolve().parents[2], TOOL_DIR, "benchncnn")
-    if found is None:
-        why = (
-            f"ncnn benchncnn not found: set EDGEBENCH_LAB_TOOLS to the folder holding {TOOL_DIR}/ "
-            "(built as its BUILD.md says) or put shared/lab-tools beside the repository"
-        )
-        if in_ci():
-            pytest.fail(f"{why} (CI has the lab tools: ../shared/lab-tools)")
-        pytest.skip(why)
-    return found
+    return tool_or_skip(Path(__file__).resolve().parents[2], TOOL_DIR, "benchncnn", "ncnn benchncnn")
 
 
 class NativeDevice(NamedTuple):

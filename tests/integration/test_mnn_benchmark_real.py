@@ -33,7 +33,7 @@ from edgebench.models.refs import resolve_model
 from edgebench.probes.common import model_file_for
 from edgebench.testing.adblab import write_descriptor
 from edgebench.testing.cli import edgebench
-from edgebench.testing.labtools import find_tool, in_ci
+from edgebench.testing.labtools import tool_or_skip
 from edgebench.testing.verdict import OthersWatch, Verdict, band_verdict, until_conclusive
 
 pytestmark = pytest.mark.integration
@@ -50,16 +50,7 @@ FIXED_LOW, FIXED_HIGH = 0.6, 1.6  # edgebench driving the tool / the tool run by
 
 @pytest.fixture(scope="module")
 def tool() -> Path:
-    found = find_tool(Path(__file__).resolve().parents[2], TOOL_DIR, "benchmark.out")
-    if found is None:
-        why = (
-            f"MNN benchmark.out not found: set EDGEBENCH_LAB_TOOLS to the folder holding {TOOL_DIR}/ "
-            "(built as its BUILD.md says) or put shared/lab-tools beside the repository"
-        )
-        if in_ci():
-            pytest.fail(f"{why} (CI has the lab tools: ../shared/lab-tools)")
-        pytest.skip(why)
-    return found
+    return tool_or_skip(Path(__file__).resolve().parents[2], TOOL_DIR, "benchmark.out", "MNN benchmark.out")
 
 
 def runners_toml(tool: Path) -> str:
