@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from distributed import WorkerPlugin
 
@@ -162,25 +162,25 @@ class DeviceService(WorkerPlugin):
             slot.session.close()
         return slot is not None
 
-    def missing_files(self, files: dict[str, tuple[str, int]]) -> list[str]:
-        """Which of the job's host files (path -> (sha256, size)) this worker has no copy of yet."""
-        return [path for path, (sha, size) in files.items() if not self._has(self._cached(sha, path), size)]
+    def missing_files(self, files: dict[str, HostFile]) -> list[str]:
+        """Which of the job's host files this worker has no copy of yet."""
+        return [path for path, f in files.items() if not self._has(self._cached(f.folder, path), f.size)]
 
-    def store_files(self, files: dict[str, tuple[str, int]], payload: dict[str, bytes]) -> None:
+    def store_files(self, files: dict[str, HostFile], payload: dict[str, bytes]) -> None:
         """Keep shipped files in the content-addressed folder, checked against the controller's hash."""
         for path, data in payload.items():
-            sha, _ = files[path]
+            sha, folder = files[path].sha256, files[path].folder
             if hashlib.sha256(data).hexdigest() != sha:
                 raise LabError(f"{Path(path).name}: shipped file does not match its sha256 {sha}")
-            dest = self._cached(sha, path)
+            dest = self._cached(folder, path)
             dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}")
             tmp.write_bytes(data)
             os.replace(tmp, dest)
 
-    def local_job(self, job: Job, files: dict[str, tuple[str, int]]) -> Job:
+    def local_job(self, job: Job, files: dict[str, HostFile]) -> Job:
         """The controller's job with its host files replaced by this worker's copies."""
-        local = {path: self._cached(sha, path) for path, (sha, _) in files.items()}
+        local = {path: self._cached(f.folder, path) for path, f in files.items()}
         model = job.model
         if model is not None and str(model.path) in local:
             model = ModelRef(model.name, local[str(model.path)])
@@ -191,9 +191,10 @@ class DeviceService(WorkerPlugin):
                 params[key] = str(local[value])
         return replace(job, model=model, params=params)
 
-    def _cached(self, sha: str, path: str) -> Path:
-        # Keep the file's own name: records show an inputs file by name, converters key on the stem.
-        return self.files_dir / sha / Path(path).name
+    def _cached(self, folder: str, path: str) -> Path:
+        # Keep the file's own name: records show an inputs file by name, converters key on the stem, and
+        # a model's files find each other by name in their common folder.
+        return self.files_dir / folder / Path(path).name
 
     @staticmethod
     def _has(path: Path, size: int) -> bool:
@@ -213,6 +214,32 @@ class DeviceService(WorkerPlugin):
                 ]
             for run_id, device in idle:
                 self.release(run_id, device)
+
+
+class HostFile(NamedTuple):
+    """A host file a job needs: its content, its size, and the folder a worker keeps it in (its own hash,
+    or for a model in several files the hash of all of them, so they stay side by side)."""
+
+    sha256: str
+    size: int
+    folder: str
+
+
+def host_files(job: Job, hashes: HashCache) -> dict[str, HostFile]:
+    """The host files a job reads (its model's, the files its params name), by path. A model's files (an
+    ncnn graph and its weights) share the folder their common content names."""
+    model = [str(p) for p in job.model.files] if job.model is not None else []
+    paths = list(model)
+    for key in PATH_PARAMS:
+        value = job.params.get(key)
+        if isinstance(value, str) and Path(value).is_file():
+            paths.append(value)
+    together = hashes.content([Path(p) for p in model]) if len(model) > 1 else None
+    out = {}
+    for p in paths:
+        sha = hashes.sha256(Path(p))
+        out[p] = HostFile(sha, Path(p).stat().st_size, together if together and p in model else sha)
+    return out
 
 
 def _default_files_dir() -> Path:
@@ -259,7 +286,7 @@ def run_task(
     device: str,
     policy: RunPolicy,
     job: Job,
-    files: dict[str, tuple[str, int]],
+    files: dict[str, HostFile],
     payload: dict[str, bytes] | None,
     first: bool,
 ) -> dict[str, Any]:
@@ -476,15 +503,10 @@ class ClusterExecutor:
                 raise WorkerLost(f"no worker of the cluster at {self.address} holds device '{device}'")
             time.sleep(POLL_S)
 
-    def file_index(self, job: Job) -> dict[str, tuple[str, int]]:
-        """Host files the job needs: path -> (sha256, size), so workers can tell which they already have."""
-        paths = [str(job.model.path)] if job.model is not None else []
-        for key in PATH_PARAMS:
-            value = job.params.get(key)
-            if isinstance(value, str) and Path(value).is_file():
-                paths.append(value)
+    def file_index(self, job: Job) -> dict[str, HostFile]:
+        """Host files the job needs, by path, so workers can tell which they already have."""
         with self._lock:
-            return {p: (self._hashes.sha256(Path(p)), Path(p).stat().st_size) for p in paths}
+            return host_files(job, self._hashes)
 
     def submit(
         self, fn: Callable[..., Any], device: str, *args: Any, workers: list[str] | None = None

@@ -132,3 +132,27 @@ def test_counts_read_a_shape_without_its_batch_axis_as_ncnn_records_it() -> None
     assert analyze(path, shapes={"image": [3, 64, 64]}).flops == with_batch.flops
     with pytest.raises(UserError, match="rank 2 but the model declares 4"):
         analyze(path, shapes={"image": [64, 64]})
+
+
+def test_a_cluster_worker_keeps_the_pair_side_by_side(tmp_path: Path) -> None:
+    """A controller ships a job's files to a worker by content; an ncnn graph and its weights land in one
+    folder, so the worker's copy of the graph finds its weights by name."""
+    from edgebench.descriptors import Lab
+    from edgebench.execution.cluster import DeviceService, host_files
+    from edgebench.jobs import Job
+
+    path = pair(tmp_path / "src")
+    job = Job("board", "bench", ModelRef("net", path))
+    files = host_files(job, HashCache())
+    assert set(files) == {str(path), str(ncnn_weights_of(path))}
+    assert len({f.folder for f in files.values()}) == 1  # one folder for the pair
+    assert {f.sha256 for f in files.values()} == {sha(PARAM.encode()), sha(bytes(64))}
+    worker = DeviceService(Lab({}), [], files_dir=tmp_path / "worker")
+    assert sorted(worker.missing_files(files)) == sorted(files)
+    worker.store_files(files, {p: Path(p).read_bytes() for p in files})
+    assert worker.missing_files(files) == []
+    local = worker.local_job(job, files).model
+    assert local is not None and local.path.read_text() == PARAM
+    assert ModelRef("net", local.path).files[1].read_bytes() == bytes(64)
+    with pytest.raises(Exception, match="does not match its sha256"):
+        worker.store_files(files, {str(path): b"tampered"})
