@@ -51,9 +51,9 @@ def check_runtime(model: ModelRef | None, runtime: str | None, among: Sequence[s
         runs = " and ".join(format_text(f) for f in rt.formats)
         others = [r for r in runtimes_for(model.format) if among is None or r in among]
         use = (", ".join(others[:-1]) + " or " + others[-1]) if len(others) > 1 else "".join(others)
+        hint = f"use --runtime {use}" if use else "no runtime here runs it"
         raise ModelError(
-            f"{model.path}: {rt.display} cannot run {noun} ({rt.display} runs {runs} models; "
-            f"use --runtime {use or 'of another runtime'})"
+            f"{model.path}: {rt.display} cannot run {noun} ({rt.display} runs {runs} models; {hint})"
         )
     return chosen
 
