@@ -667,7 +667,16 @@ class ClusterSession:
                 needs += 1
                 if on_need is None or needs > MAX_LOSSES:
                     raise LabError(f"{self.device}: worker {self._last_worker} keeps asking for files")
-                on_need(reply)
+                try:
+                    on_need(reply)
+                except OSError as exc:  # the worker that asked went away while its files were shipped
+                    needs, losses = needs - 1, losses + 1  # a lost worker, not one asking again
+                    if losses > MAX_LOSSES:
+                        raise TaskLost(
+                            f"{self.device}: files could not reach a worker: {one_line(exc)}"
+                        ) from None
+                    if on_lost is not None:
+                        on_lost()
                 continue
             if status != "busy":
                 return reply
