@@ -143,7 +143,7 @@ def bare_ncnn(path: str, feeds: dict[str, Any], threads: int) -> Callable[[int],
     net.load_param(path)
     net.load_model(os.path.splitext(path)[0] + ".bin")
     arrays = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in feeds.items()}  # kept alive
-    mats = [(name, ncnn.Mat(a)) for name, a in arrays.items()]
+    mats = [(name, ncnn.Mat(a).clone()) for name, a in arrays.items()]  # owned: see NcnnStep
     outputs = list(net.output_names())
 
     def loop(runs: int) -> list[float]:

@@ -205,13 +205,17 @@ OPTION_NAMES = (
 
 
 class NcnnStep(Step):
-    """One extractor per run over Mats that wrap arrays this step keeps (ncnn never writes into them);
-    every output extracted, so the whole graph runs."""
+    """One extractor per run over Mats of the inputs; every output extracted, so the whole graph runs.
+
+    The Mats own their memory (a copy of the arrays, made once): an in-place layer reading a graph input
+    (a LayerNorm, a ReLU) makes ncnn check the input's reference count, which a Mat wrapping a numpy
+    array has none of (ncnn 1.0.20261020 crashed with SIGSEGV on it); with a count of its own ncnn copies
+    the input before writing, as for any app that keeps its input Mat, so every run reads the same data."""
 
     def __init__(self, owner: NcnnSession, arrays: list[tuple[str, Any]]) -> None:
         self.owner = owner
-        self.arrays = arrays  # alive as long as the Mats that wrap them
-        self.mats = [(name, owner.ncnn.Mat(array)) for name, array in arrays]
+        self.arrays = arrays
+        self.mats = [(name, owner.ncnn.Mat(array).clone()) for name, array in arrays]
         self.last: list[Any] = []
 
     def __call__(self) -> Any:

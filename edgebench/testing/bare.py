@@ -265,7 +265,7 @@ def bare_ncnn(
         name: np.ascontiguousarray(a.reshape(a.shape[1:]) if a.ndim > 1 and a.shape[0] == 1 else a)
         for name, a in feeds.items()
     }
-    mats = [(name, ncnn.Mat(a)) for name, a in arrays.items()]
+    mats = [(name, ncnn.Mat(a).clone()) for name, a in arrays.items()]  # owned, as the session's
     names = list(net.output_names())
     last: list[object] = []
 

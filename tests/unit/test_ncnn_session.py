@@ -5,6 +5,10 @@ ran with, and a declared shape is the only one it takes."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -14,6 +18,7 @@ from edgebench.agent.inputs import InputError, make_inputs
 from edgebench.agent.session_ncnn import OPTION_NAMES, NcnnSession
 from edgebench.models.builtin import builtin_model
 from edgebench.models.convert_ncnn import onnx_to_ncnn
+from edgebench.models.kernel_samples import sample_model
 
 pytest.importorskip("ncnn")
 
@@ -57,3 +62,34 @@ def test_a_converted_graph_takes_its_shape_with_or_without_the_batch_axis() -> N
         InputError, match=r"input 'x': shape \[512\] does not fit the model, made for \[256\]"
     ):
         make_inputs(session.inputs, {"x": [1, 512]}, 0, None, [])
+
+
+def test_an_in_place_layer_on_a_graph_input_neither_crashes_nor_changes_the_input(tmp_path: Path) -> None:
+    """A LayerNorm (in place in ncnn) reading the graph's input: on a Mat wrapping a numpy array ncnn
+    1.0.20261020 dereferences the Mat's missing reference count (SIGSEGV); the session's own Mats make ncnn
+    copy the input first. Run in a process of its own, so a crash fails this test, not the suite."""
+    _, model = sample_model("kernel:norm,s=64,d=128")
+    x = np.random.default_rng(3).uniform(-1, 1, (1, 64, 128)).astype(np.float32)
+    want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.save(tmp_path / "x.npy", x)
+    script = textwrap.dedent(
+        f"""
+        import numpy as np
+        from edgebench.agent.session_ncnn import NcnnSession
+        x = np.load({str(tmp_path / "x.npy")!r})
+        session = NcnnSession({str(onnx_to_ncnn(model))!r}, threads=1)
+        step = session.prepare({{"x": x}})
+        outs = []
+        for _ in range(3):
+            step()
+            outs.append(step.outputs()["y"])
+        np.save({str(tmp_path / "y.npy")!r}, np.stack(outs))
+        np.save({str(tmp_path / "after.npy")!r}, x)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    outs = np.load(tmp_path / "y.npy")
+    assert np.array_equal(np.load(tmp_path / "after.npy"), x)  # the caller's input untouched
+    assert np.array_equal(outs[0], outs[2])  # every run read the same input
+    assert np.max(np.abs(outs[0].ravel() - want.ravel())) <= 1e-5 * np.max(np.abs(want))
