@@ -175,6 +175,10 @@ class ParamLayer:
     name: str
     bottoms: tuple[str, ...]
     tops: tuple[str, ...]
+    params: tuple[tuple[str, str], ...] = ()  # its `key=value` fields, as written
+
+    def param(self, key: str, default: str | None = None) -> str | None:
+        return next((v for k, v in self.params if k == key), default)
 
 
 def param_layers(param: Path) -> list[tuple[str, str]]:
@@ -193,11 +197,17 @@ def param_graph(param: Path) -> list[ParamLayer]:
     """Every layer of an ncnn .param text file in its order (ncnn's is topological); a ModelError naming
     the file and line when it is not one."""
     try:
-        lines = param.read_text(errors="replace").splitlines()
+        text = param.read_text(errors="replace")
     except OSError as exc:
         raise ModelError(f"{param}: cannot read ncnn param file: {exc.strerror}") from None
+    return param_graph_of_text(text, str(param))
+
+
+def param_graph_of_text(text: str, source: str) -> list[ParamLayer]:
+    """`param_graph` of a .param's text, errors naming `source`."""
+    lines = text.splitlines()
     if not lines or lines[0].strip() != NCNN_MAGIC:
-        raise ModelError(f"{param}: not an ncnn param file (first line is not the magic {NCNN_MAGIC})")
+        raise ModelError(f"{source}: not an ncnn param file (first line is not the magic {NCNN_MAGIC})")
     layers = []
     for number, line in enumerate(lines[2:], start=3):
         fields = line.split()
@@ -208,9 +218,14 @@ def param_graph(param: Path) -> list[ParamLayer]:
         except (IndexError, ValueError):
             bottoms = tops = -1
         if bottoms < 0 or tops < 0 or len(fields) < 4 + bottoms + tops:
-            raise ModelError(f"{param}:{number}: malformed ncnn layer line '{line.strip()[:60]}'")
+            raise ModelError(f"{source}:{number}: malformed ncnn layer line '{line.strip()[:60]}'")
         blobs = fields[4 : 4 + bottoms + tops]
-        layers.append(ParamLayer(fields[0], fields[1], tuple(blobs[:bottoms]), tuple(blobs[bottoms:])))
+        params = tuple(
+            (k, v) for k, _, v in (f.partition("=") for f in fields[4 + bottoms + tops :] if "=" in f)
+        )
+        layers.append(
+            ParamLayer(fields[0], fields[1], tuple(blobs[:bottoms]), tuple(blobs[bottoms:]), params)
+        )
     return layers
 
 

@@ -48,6 +48,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from ..errors import ModelError
+from ..models.convert_ncnn import param_graph_of_text
 from .base import (
     NativeOptions,
     NativeResult,
@@ -201,36 +203,31 @@ def declared_inputs(param_text: str, source: str) -> tuple[tuple[str, tuple[int,
     """(blob, [w, h, (d,) c]) of each Input layer of an ncnn .param text, in the graph's input order; a
     NativeToolError naming `source` and the layer when the file is not a .param or an Input layer declares
     no shape (`0=w 1=h 11=d 2=c`, which benchncnn needs and does not read from the graph itself)."""
-    lines = param_text.splitlines()
-    if not lines or lines[0].strip() != "7767517":
-        raise NativeToolError(TOOL, f"{source}: not an ncnn param file (no magic 7767517 on its first line)")
+    try:
+        layers = param_graph_of_text(param_text, source)
+    except ModelError as exc:
+        raise NativeToolError(TOOL, str(exc)) from None
     found = []
-    for number, line in enumerate(lines[2:], start=3):
-        fields = line.split()
-        if not fields or fields[0] != "Input":
-            continue
-        if len(fields) < 5:
-            raise NativeToolError(TOOL, f"{source}:{number}: malformed Input layer line '{line.strip()}'")
-        tops = int(fields[3])
-        blob = fields[4 + int(fields[2]) + tops - 1] if tops >= 1 else fields[1]
-        params = dict(f.split("=", 1) for f in fields[4 + int(fields[2]) + tops :] if "=" in f)
+    for layer in (layer for layer in layers if layer.type == "Input"):
+        blob = layer.tops[-1] if layer.tops else layer.name
+        params = dict(layer.params)
         try:
             dims = [int(params.get(axis, "0")) for axis in _INPUT_AXES]
         except ValueError:
             raise NativeToolError(
-                TOOL, f"{source}: Input layer '{fields[1]}' has a shape that is not integers"
+                TOOL, f"{source}: Input layer '{layer.name}' has a shape that is not integers"
             ) from None
         set_axes = tuple(d > 0 for d in dims)
         if not any(set_axes):
             raise NativeToolError(
                 TOOL,
-                f"{source}: Input layer '{fields[1]}' declares no shape (0=w 1=h 2=c): benchncnn needs "
+                f"{source}: Input layer '{layer.name}' declares no shape (0=w 1=h 2=c): benchncnn needs "
                 "each input's shape; convert the model from ONNX with edgebench, or add it to the layer",
             )
         if set_axes not in _SHAPE_FORMS:  # ncnn Mats are w, (w,h), (w,h,c) or (w,h,d,c)
             given = " ".join(f"{axis}={params[axis]}" for axis in _INPUT_AXES if axis in params)
             raise NativeToolError(
-                TOOL, f"{source}: Input layer '{fields[1]}' declares a partial shape ({given})"
+                TOOL, f"{source}: Input layer '{layer.name}' declares a partial shape ({given})"
             )
         found.append((blob, tuple(d for d in dims if d > 0)))
     if not found:
