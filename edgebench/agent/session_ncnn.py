@@ -67,6 +67,48 @@ def unknown_layer(param: str) -> tuple[str, str] | None:
     return None
 
 
+def load_param(net: Any, param: str, label: str | None = None) -> str | None:
+    """Load the graph into `net`: None when it loads, else why not, in one line naming the layer (and the
+    file, as `label` or its path).
+
+    ncnn says which layer refused its params only in its log on the process's stderr ("layer load_param 6
+    LSTM_0 failed"), so that stream is caught (at the descriptor: ncnn writes it from C) while it loads."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as log:
+        saved = os.dup(2)
+        os.dup2(log.fileno(), 2)
+        try:
+            code = net.load_param(param)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        if code == 0:
+            return None
+        log.seek(0)
+        said = log.read().decode(errors="replace").split()
+    label = label or param
+    missing = unknown_layer(param)
+    if missing is not None:
+        return f"ncnn has no layer type '{missing[0]}' (layer '{missing[1]}' in {label})"
+    kinds = dict(layer_types(param))
+    if len(said) >= 5 and said[:2] == ["layer", "load_param"] and said[4] == "failed":
+        name = said[3]
+        return (
+            f"ncnn could not load layer '{name}' ({kinds.get(name, '?')}) of {label}: its params are not "
+            "what this ncnn's layer takes (a converter wrote the op in a form it does not run)"
+        )
+    reason = " ".join(said)[:160]
+    return f"ncnn could not load the param file {label}" + (f" ({reason})" if reason else "")
+
+
+def layer_types(param: str) -> list[tuple[str, str]]:
+    """(name, type) of every layer of a .param text file."""
+    with open(param, encoding="utf-8", errors="replace") as fh:
+        lines = fh.read().splitlines()[2:]
+    return [(f[1], f[0]) for f in (line.split() for line in lines) if len(f) >= 2]
+
+
 class NcnnSession:
     """An ncnn Net on the CPU with explicit threads and precision options."""
 
@@ -107,13 +149,9 @@ class NcnnSession:
             "powersave": int(ncnn.get_cpu_powersave()),
             **{name: bool(getattr(opt, name)) for name in OPTION_NAMES},
         }
-        if net.load_param(path) != 0:
-            missing = unknown_layer(path)
-            if missing is not None:
-                raise ModelLoadError(
-                    f"ncnn has no layer type '{missing[0]}' (layer '{missing[1]}' in {path})"
-                )
-            raise ModelLoadError(f"ncnn could not load the param file {path}")
+        failure = load_param(net, path)
+        if failure is not None:
+            raise ModelLoadError(failure)
         if net.load_model(weights_of(path)) != 0:
             raise ModelLoadError(
                 f"ncnn could not load the weights {weights_of(path)} for {path} "

@@ -12,6 +12,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
@@ -240,3 +241,20 @@ def check_ncnn_layers(param: Path, source_name: str | None = None) -> None:
                 f"{source_name or param}: ncnn has no layer type '{kind}' (layer '{name}'); "
                 "the model needs an op this ncnn does not implement"
             )
+    if ncnn.Net().load_param(str(param)) != 0:
+        raise ModelError(f"{source_name or param}: {load_failure(param)}")
+
+
+def load_failure(param: Path) -> str:
+    """Why ncnn refuses to load a graph, naming the layer: read from ncnn's log in a process of its own
+    (the log goes to the process's stderr, which the host's other threads write to)."""
+    code = (
+        "import sys, ncnn\n"
+        "from edgebench.agent.session_ncnn import load_param\n"
+        "print(load_param(ncnn.Net(), sys.argv[1], 'the graph pnnx made') or '')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(param)], capture_output=True, text=True, timeout=60
+    )
+    said = done.stdout.strip().splitlines()
+    return said[-1] if said else f"ncnn could not load it ({done.stderr.strip()[-160:] or 'no reason given'})"

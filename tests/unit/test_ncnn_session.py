@@ -93,3 +93,36 @@ def test_an_in_place_layer_on_a_graph_input_neither_crashes_nor_changes_the_inpu
     assert np.array_equal(np.load(tmp_path / "after.npy"), x)  # the caller's input untouched
     assert np.array_equal(outs[0], outs[2])  # every run read the same input
     assert np.max(np.abs(outs[0].ravel() - want.ravel())) <= 1e-5 * np.max(np.abs(want))
+
+
+LSTM_AS_PNNX_WROTE_IT = """7767517
+7 8
+Input in0 0 1 x 0=32 1=1
+Input in1 0 1 h0 0=32 1=1
+Input in2 0 1 c0 0=32 1=1
+MemoryData w 0 1 3 0=32 1=128 2=1
+MemoryData r 0 1 4 0=32 1=128 2=1
+MemoryData b 0 1 5 0=256 1=1
+LSTM LSTM_0 6 2 x 3 4 5 h0 c0 6 y
+"""
+
+
+def test_a_layer_ncnn_refuses_is_named_on_the_agent_and_on_the_host(tmp_path: Path) -> None:
+    """A known layer type whose params ncnn's layer refuses (pnnx's ONNX LSTM with its initial states as
+    inputs): the agent names the layer and the file as the user gave it; the host refuses the conversion
+    naming the ONNX file and the layer, before anything is pushed."""
+    import ncnn
+
+    from edgebench.agent.session_ncnn import load_param
+    from edgebench.errors import ModelError
+
+    param = tmp_path / "lstm.param"
+    param.write_text(LSTM_AS_PNNX_WROTE_IT)
+    said = load_param(ncnn.Net(), str(param), "lstm.param")
+    assert said is not None and "layer 'LSTM_0' (LSTM) of lstm.param" in said, said
+    good = onnx_to_ncnn(builtin_model("tinymlp"))
+    assert load_param(ncnn.Net(), str(good)) is None
+    _, model = sample_model("kernel:lstm,i=32,h=32,s=1")
+    with pytest.raises(ModelError, match=r"lstm.*\.onnx: ncnn could not load layer 'LSTM_0' \(LSTM\)") as err:
+        onnx_to_ncnn(model)
+    assert "\n" not in str(err.value)
