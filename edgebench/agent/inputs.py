@@ -15,6 +15,7 @@ def resolve_shape(info: InputInfo, override: list[int] | None, warnings: list[st
     if info.shape == ANY_RANK:  # the model does not say even how many dimensions
         if override is None:
             raise InputError(f"input '{info.name}' declares no shape: give it with --shape {info.name}=...")
+        check_demands(info, [int(d) for d in override])
         return [int(d) for d in override]
     if override is not None and not info.batch_axis and len(override) == len(info.shape) + 1:
         override = override[1:] if override[0] == 1 else override
@@ -38,6 +39,30 @@ def resolve_shape(info: InputInfo, override: list[int] | None, warnings: list[st
             )
             shape.append(1)
     return shape
+
+
+def check_demands(info: InputInfo, shape: list[int]) -> None:
+    """Refuse a shape the layers reading the input cannot take (ncnn runs a convolution over the wrong
+    channel count without a word, reading past its weights)."""
+    dims = shape[1:] if not info.batch_axis and len(shape) == 4 and shape[0] == 1 else shape
+    for axis, size, layer in info.demands:
+        if axis == "channels":
+            got = dims[-3] if len(dims) >= 3 else 1
+            fits = got == size
+            said = f"{got} channels"
+        else:
+            total = 1
+            for d in dims:
+                total *= d
+            fits = size in (total, dims[-1] if dims else 0)
+            said = (
+                f"{total} values" if not dims or dims[-1] == total else f"rows of {dims[-1]} ({total} values)"
+            )
+        if not fits:
+            raise InputError(
+                f"input '{info.name}': shape {shape} gives {said}, but layer {layer} reading it takes "
+                f"{size} (from its weights)"
+            )
 
 
 def fixed_shape_error(info: InputInfo, shape: list[int]) -> str:
@@ -79,6 +104,7 @@ def make_inputs(
                 arrays[info.name] = arrays[info.name].reshape(shape)
             if info.fixed and shape != list(info.shape):
                 raise InputError(fixed_shape_error(info, shape))
+            check_demands(info, shape)
         return {i.name: arrays[i.name].astype(i.dtype, copy=False) for i in infos}
     rng = np.random.default_rng(seed)
     for info in infos:

@@ -66,6 +66,10 @@ class InputInfo:
     # The model was made for its declared shape alone (an ncnn graph pnnx converted at it): another is
     # refused, not run on weights laid out for this one
     fixed: bool = False
+    # What the layers reading it take of it, from their weights, where the model declares no shape (an
+    # ncnn graph): (axis, size, layer) with axis "channels" (a convolution's input channels) or
+    # "features" (an inner product's inputs); a given shape that contradicts one is refused
+    demands: tuple[tuple[str, int, str], ...] = ()
 
 
 def _first_line(exc: BaseException) -> str:

@@ -55,6 +55,41 @@ def param_inputs(param: str) -> dict[str, list[Any]]:
     return found
 
 
+def input_demands(param: str) -> dict[str, tuple[tuple[str, int, str], ...]]:
+    """What the layers reading each blob straight take of it, from the sizes of their weights: a
+    convolution's input channels (weight_data_size / (num_output x kernel, x group when depthwise)), an
+    inner product's inputs (weight_data_size / num_output). Layers whose params do not divide evenly
+    (int8 or sparse forms) are left out."""
+    with open(param, encoding="utf-8", errors="replace") as fh:
+        lines = fh.read().splitlines()[2:]
+    found: dict[str, list[tuple[str, int, str]]] = {}
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 4 or fields[0] not in ("Convolution", "ConvolutionDepthWise", "InnerProduct"):
+            continue
+        bottoms, tops = int(fields[2]), int(fields[3])
+        params = dict(kv.split("=", 1) for kv in fields[4 + bottoms + tops :] if "=" in kv)
+        try:
+            out, weights = (
+                int(params.get("0", "0")),
+                int(params.get("6" if fields[0] != "InnerProduct" else "2", "0")),
+            )
+            kw = int(params.get("1", "1"))
+            kh = int(params.get("11", str(kw)))
+            group = int(params.get("7", "1")) if fields[0] == "ConvolutionDepthWise" else 1
+        except ValueError:
+            continue
+        if fields[0] == "InnerProduct":
+            axis, per = "features", out
+        else:
+            axis, per = "channels", out * kw * kh
+        if min(out, weights, kw, kh, group) <= 0 or (weights * group) % per or not bottoms:
+            continue
+        demand = (axis, weights * group // per, f"'{fields[1]}' ({fields[0]})")
+        found.setdefault(fields[4], []).append(demand)
+    return {blob: tuple(d) for blob, d in found.items()}
+
+
 def unknown_layer(param: str) -> tuple[str, str] | None:
     """The first (type, name) in the graph that this ncnn has no layer for, or None."""
     import ncnn
@@ -160,11 +195,19 @@ class NcnnSession:
         self.net = net
         self.effective_threads = effective_threads(int(opt.num_threads), None, None)
         declared = param_inputs(path)
+        demands = input_demands(path)
         names = list(net.input_names())
         if not names:
             raise ModelLoadError(f"{path}: the ncnn graph has no Input layer")
         self.inputs = [
-            InputInfo(name, list(shape), "float32", batch_axis=False, fixed=shape != ANY_RANK)
+            InputInfo(
+                name,
+                list(shape),
+                "float32",
+                batch_axis=False,
+                fixed=shape != ANY_RANK,
+                demands=demands.get(name, ()),
+            )
             for name, shape in ((n, declared.get(n, ANY_RANK)) for n in names)
         ]
         self.output_names = list(net.output_names())

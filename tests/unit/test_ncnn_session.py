@@ -126,3 +126,51 @@ def test_a_layer_ncnn_refuses_is_named_on_the_agent_and_on_the_host(tmp_path: Pa
     with pytest.raises(ModelError, match=r"lstm.*\.onnx: ncnn could not load layer 'LSTM_0' \(LSTM\)") as err:
         onnx_to_ncnn(model)
     assert "\n" not in str(err.value)
+
+
+def _without_input_shapes(param: Path, folder: Path, name: str) -> Path:
+    """A user's own graph: the converted one with its Input layers' shapes taken out, beside its weights."""
+    lines = [
+        " ".join(f for f in line.split() if "=" not in f) if line.startswith("Input ") else line
+        for line in param.read_text().splitlines()
+    ]
+    out = folder / f"{name}.param"
+    out.write_text("\n".join(lines) + "\n")
+    (folder / f"{name}.bin").write_bytes(param.with_suffix(".bin").read_bytes())
+    return out
+
+
+@pytest.mark.parametrize(
+    ("model", "good", "bad", "said"),
+    [
+        (
+            "convnet",
+            [1, 3, 64, 64],
+            [1, 4, 112, 112],
+            r"gives 4 channels, but layer 'convrelu_0' \(Convolution\)",
+        ),
+        (
+            "dwnet",
+            [1, 3, 32, 32],
+            [1, 8, 32, 32],
+            r"gives 8 channels, but layer '\S+' \(Convolution\) .* takes 3",
+        ),
+        ("tinymlp", [1, 256], [1, 100], r"gives 100 values, but layer '\S+' \(InnerProduct\) .* takes 256"),
+    ],
+)
+def test_a_graph_without_input_shapes_refuses_a_shape_its_first_layers_cannot_take(
+    tmp_path: Path, model: str, good: list[int], bad: list[int], said: str
+) -> None:
+    """ncnn runs a convolution over 4 channels with weights for 3 without a word (reading past them): the
+    session refuses it from the weights' sizes, for a shape given and for an inputs file alike."""
+    param = _without_input_shapes(onnx_to_ncnn(builtin_model(model)), tmp_path, model)
+    session = NcnnSession(str(param), threads=1)
+    [info] = session.inputs
+    assert not info.fixed and info.demands
+    feeds = make_inputs(session.inputs, {info.name: good}, 0, None, [])
+    session.outputs(feeds)  # the right shape runs
+    with pytest.raises(InputError, match=said):
+        make_inputs(session.inputs, {info.name: bad}, 0, None, [])
+    np.savez(tmp_path / "in.npz", **{info.name: np.zeros(bad, np.float32)})
+    with pytest.raises(InputError, match=said):
+        make_inputs(session.inputs, {}, 0, str(tmp_path / "in.npz"), [])
