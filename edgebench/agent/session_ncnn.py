@@ -361,13 +361,19 @@ def layer_work(kind: str, params: dict[str, str], inputs: list[list[int]], outpu
         except ValueError:
             return 0
 
-    weights = number("6") if kind in ("Convolution", "ConvolutionDepthWise", "Deconvolution") else 0
+    weights = (
+        number("6")
+        if kind in ("Convolution", "ConvolutionDepthWise", "Deconvolution", "Convolution1D")
+        else 0
+    )
     if kind in ("InnerProduct", "MultiHeadAttention"):
         weights = number("2")
     out = outputs[0] if outputs else []
     x = inputs[0] if inputs else []
     if kind in ("Convolution", "ConvolutionDepthWise") and len(out) >= 2:
         macs = out[-1] * out[-2] * weights  # every weight once per output position
+    elif kind == "Convolution1D" and out:
+        macs = out[-1] * weights  # every weight once per output position
     elif kind == "Deconvolution" and len(x) >= 2:
         macs = x[-1] * x[-2] * weights  # every weight once per input position
     elif kind == "InnerProduct":
@@ -414,24 +420,8 @@ def profile(
     per_run: list[list[float]] = []
     gaps: list[float] = []
 
-    def kept_blobs() -> Any:
-        net.opt.lightmode = False
-        extractor = net.create_extractor()
-        net.opt.lightmode = True
-        for name, mat in plain.mats:
-            extractor.input(name, mat)
-        return extractor
-
-    first = kept_blobs()  # untimed: each blob's shape in the caller's layout (c, h, w; no batch axis)
-    shapes = {
-        int(blob): [int(d) for d in np.array(first.extract(int(blob))[1]).shape]
-        for layer in layers
-        for blob in (*layer.bottoms, *layer.tops)
-    }
-    params = layer_params(task["model"])
-
     def instrumented() -> None:
-        extractor = kept_blobs()
+        extractor = kept_blobs(net, plain.mats)
         row = []
         for _, _, blob in timed:
             t0 = clock()
@@ -442,12 +432,46 @@ def profile(
         gaps.append((clock() - t0) / 1e6)
         per_run.append(row)
 
+    ops = layer_ops(net, plain.mats, task["model"])  # untimed: the shapes each layer sees
     latencies = alternate(plain, instrumented, warmup, runs, min_seconds)
     kept = per_run[warmup:]
-    # shapes as the ONNX model it came from declares them: a batch axis of 1 before ncnn's own
+    return latencies, {
+        "ops": ops,
+        "per_run_ms": kept,
+        "overhead_ms": float(np.median(gaps[warmup:] or gaps)),
+        "runs": len(kept),
+        "method": "extract of each layer's output in graph order, blobs kept",
+    }
+
+
+def kept_blobs(net: Any, mats: list[tuple[str, Any]]) -> Any:
+    """An extractor over the inputs that keeps every blob it computes (lightmode off)."""
+    net.opt.lightmode = False
+    extractor = net.create_extractor()
+    net.opt.lightmode = True
+    for name, mat in mats:
+        extractor.input(name, mat)
+    return extractor
+
+
+def layer_ops(net: Any, mats: list[tuple[str, Any]], param: str) -> list[dict[str, Any]]:
+    """Every layer of the loaded graph but its inputs, in graph order, as the profile describes an op:
+    type, name, the shapes it reads and writes on these inputs (ncnn run once, every blob kept; a batch
+    axis of 1 before ncnn's own, as the ONNX model it came from declares it), its multiply-adds and
+    weight bytes (`layer_work`)."""
+    import numpy as np
+
+    layers = [layer for layer in net.layers() if layer.type != "Input"]
+    first = kept_blobs(net, mats)
+    shapes = {
+        int(blob): [int(d) for d in np.array(first.extract(int(blob))[1]).shape]
+        for layer in layers
+        for blob in (*layer.bottoms, *layer.tops)
+    }
+    params = layer_params(param)
     ins = {layer.name: [[1, *shapes[int(b)]] for b in layer.bottoms] for layer in layers}
     outs = {layer.name: [[1, *shapes[int(t)]] for t in layer.tops] for layer in layers}
-    ops = [
+    return [
         {
             "node": layer.name,
             "op_type": layer.type,
@@ -463,13 +487,6 @@ def profile(
         }
         for layer in layers
     ]
-    return latencies, {
-        "ops": ops,
-        "per_run_ms": kept,
-        "overhead_ms": float(np.median(gaps[warmup:] or gaps)),
-        "runs": len(kept),
-        "method": "extract of each layer's output in graph order, blobs kept",
-    }
 
 
 PROFILE_KEY = "ncnn"  # where the reply carries the profile

@@ -44,6 +44,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -482,7 +483,8 @@ def calibrate(
     sweep."""
     if len({r.model for r in runs}) < 2:
         return None
-    profiler_ms = profiler_cost_ms(runs)
+    estimates = kernel_rules(runs[0].runtime or "onnxruntime").estimates_profiler_cost
+    profiler_ms = profiler_cost_ms(runs) if estimates else 0.0
     runs = [without_profiler_cost(r, profiler_ms) for r in runs]
     by_kind: dict[str, tuple[list[list[float]], list[float]]] = defaultdict(lambda: ([], []))
     for run in runs:
@@ -620,6 +622,18 @@ def predict(
     return KernelPrediction(p50, p50 * bounds[0], p50 * bounds[1], len(held), coverage)
 
 
+def _own_graph(read: Any, path: str, shapes: Mapping[str, Sequence[int]]) -> list[Kernel] | None:
+    """A runtime's kernels read from its own converted graph; None where it cannot convert or run the
+    model (then there is nothing to predict from, as for a model whose file is not here)."""
+    from ..errors import ModelError
+
+    try:
+        kernels: list[Kernel] = read(Path(path), shapes)
+    except ModelError:
+        return None
+    return kernels
+
+
 def _sample_path(model: str) -> str | None:
     """A kernel sample's graph, rebuilt from its stored name (samples are generated, never user files)."""
     from ..models.kernel_samples import sample_key, sample_model
@@ -684,7 +698,10 @@ class TargetPredictor:
         if key not in self._graphs:
             path = self.sources.get(model) or _sample_path(model)
             self._graphs[key] = None
-            if path is not None and str(path).lower().endswith(".onnx"):
+            own = runtime_named(runtime or "onnxruntime").own_graph_kernels()
+            if path is not None and str(path).lower().endswith(".onnx") and own is not None:
+                self._graphs[key] = _own_graph(own, path, json.loads(shapes))
+            elif path is not None and str(path).lower().endswith(".onnx"):
                 from .cost import analyze, load_model
                 from .kernels import graph_kernels
 

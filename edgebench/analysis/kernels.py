@@ -68,7 +68,16 @@ KINDS = (
     "other",
 )
 
-_CONV = {"Conv", "FusedConv", "ConvInteger", "QLinearConv", "NhwcFusedConv", "Convolution", "ConvInt8"}
+_CONV = {
+    "Conv",
+    "FusedConv",
+    "ConvInteger",
+    "QLinearConv",
+    "NhwcFusedConv",
+    "Convolution",
+    "ConvInt8",
+    "Convolution1D",  # ncnn's
+}
 # MNN's names and ncnn's (ConvolutionDepthWise, DeconvolutionDepthWise)
 _DW = {"ConvolutionDepthwise", "ConvolutionDepthWise", "DepthwiseConvInt8"}
 _DECONV = {"ConvTranspose", "Deconvolution", "DeconvolutionDepthwise", "DeconvolutionDepthWise"}
@@ -85,6 +94,7 @@ _GEMM = {
     "MatMulNBits",
     "InnerProduct",
     "BatchMatMul",
+    "MultiHeadAttention",  # ncnn's: its four projections carry the work
 }
 _ELEMENTWISE = {
     "Add",
@@ -217,6 +227,8 @@ _COPY = {
     "Broadcast",
     "ConvertTensor",
     "Col2Im",
+    "Crop",  # ncnn's
+    "Padding",
 }
 _LAYOUT = {"ReorderInput", "ReorderOutput", "MemcpyFromHost", "MemcpyToHost"}
 _SHAPE = {"Shape", "Size", "ConstantOfShape", "Range", "NonZero", "Fill", "Rank"}

@@ -42,8 +42,10 @@ def pnnx_binary() -> Path:
 
 
 def onnx_input_shapes(onnx_path: Path, shapes: Mapping[str, Sequence[int]] | None = None) -> list[list[int]]:
-    """Each graph input's shape, as pnnx takes them: the given shape where one is given, else the declared
-    one with every dynamic dimension at 1 (ncnn bakes the shapes it was converted at into some layers)."""
+    """Each graph input's shape, as pnnx takes them: the given shape where one is given (with the leading
+    batch of 1 the ONNX graph declares put back where it was left out, as ncnn's own shapes leave it),
+    else the declared one with every dynamic dimension at 1 (ncnn bakes the shapes it was converted at
+    into some layers)."""
     import onnx
 
     model = onnx.load(str(onnx_path), load_external_data=False)
@@ -52,10 +54,11 @@ def onnx_input_shapes(onnx_path: Path, shapes: Mapping[str, Sequence[int]] | Non
     for value in model.graph.input:
         if value.name in initializers:
             continue
-        if shapes and value.name in shapes:
-            found.append([int(d) for d in shapes[value.name]])
-            continue
         dims = value.type.tensor_type.shape.dim
+        if shapes and value.name in shapes:
+            given = [int(d) for d in shapes[value.name]]
+            found.append([1, *given] if len(given) == len(dims) - 1 else given)
+            continue
         found.append([d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in dims])
     return found
 

@@ -62,6 +62,10 @@ class KernelRules:
     reshapes_around_batched_gemm: bool = False
     # Shape arithmetic resolved statically is folded when the inputs are fully known.
     folds_static_shapes: bool = True
+    # The host estimates a profiler's cost per kernel from the profiles (their sum past the plain p50, per
+    # kernel: `analysis.kernel_predict.profiler_cost_ms`); False where the agent measured the instrument's
+    # cost per call and took it off already, and what remains is no per-kernel constant (ncnn)
+    estimates_profiler_cost: bool = True
     # Ops the runtime runs at a cost of their own within their kernel kind, with their family code (the
     # kernel predictor fits them apart and tells the correction which family ran).
     op_families: Mapping[str, float] = field(default_factory=dict)
@@ -101,6 +105,10 @@ class Runtime:
     # Whether an ONNX model with every node output made a graph output runs on it with each tensor under
     # its name (`accuracy --per-op`); pnnx fuses layers and renames their blobs, so ncnn does not
     per_op_outputs: bool = True
+    # "module:function" in edgebench giving the kernels it runs for an ONNX model at its input shapes,
+    # read from its own converted graph ((onnx path, shapes) -> list[Kernel]); None: the ONNX graph and
+    # the rules above (`kernels`) stand for it
+    graph_kernels: str | None = None
     # Whether the agent runs LLM decode on it (`probe decode`: prefill, then token by token with its KV
     # cache; agent.decode.DECODERS)
     decodes: bool = False
@@ -118,6 +126,10 @@ class Runtime:
         none known), imported on use."""
         target = self.converters.get(fmt)
         return _load(target) if target is not None else None
+
+    def own_graph_kernels(self) -> Callable[..., Any] | None:
+        """How the kernels it runs are read from its own converted graph (None: from the ONNX rules)."""
+        return _load(self.graph_kernels) if self.graph_kernels is not None else None
 
     def profile_reader(self) -> Callable[..., Any] | None:
         """How this runtime's per-op profile is read from the agent's reply (None: it has none)."""
