@@ -20,7 +20,7 @@ from edgebench.jobs import ncnn_weights_of
 from edgebench.models.builtin import builtin_model
 from edgebench.models.convert_ncnn import onnx_to_ncnn, param_graph, param_layers
 from edgebench.results.store import Store
-from edgebench.runtimes import runtime
+from edgebench.runtimes import runtime as runtime_named
 from edgebench.testing.bare import OwnSession, bare_ncnn
 from edgebench.testing.cli import edgebench
 
@@ -267,7 +267,7 @@ def test_profile_times_every_layer_and_adds_up_to_a_bare_loop(builtin: str, tmp_
     # the kernel predictor's graph side is the profile's kernels, kind by kind and work by work, in order
     with Store(tmp_path / "s.db") as store:
         [run] = profiled_runs(store.records())
-    predicted = runtime("ncnn").own_graph_kernels()(builtin_model(builtin), json.loads(run.shapes))
+    predicted = runtime_named("ncnn").own_graph_kernels()(builtin_model(builtin), json.loads(run.shapes))
     work = lambda k: (k.op_type, k.kind, k.flops, k.weight_bytes, k.bytes)  # noqa: E731
     assert [work(k) for k in predicted] == [work(k) for k, _ in run.kernels]
 
