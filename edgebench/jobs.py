@@ -21,7 +21,9 @@ class ModelRef:
 
     @property
     def format(self) -> str:
-        return {".mnn": "mnn", ".tflite": "tflite", ".param": "ncnn"}.get(self.path.suffix.lower(), "onnx")
+        return {".mnn": "mnn", ".tflite": "tflite", ".param": "ncnn", ".gguf": "gguf"}.get(
+            self.path.suffix.lower(), "onnx"
+        )
 
     @property
     def files(self) -> tuple[Path, ...]:

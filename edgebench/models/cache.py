@@ -21,11 +21,21 @@ def generated_once(folder: Path | None, filename: str, build: Callable[[], onnx.
     temporary name, so a concurrent reader never sees half a file)."""
     import onnx
 
+    return written_once(folder, filename, lambda tmp: onnx.save(build(), tmp))
+
+
+def written_once(folder: Path | None, filename: str, write: Callable[[Path], None]) -> Path:
+    """The cached file `filename`, written by `write(path)` the first time, for files that are not an ONNX
+    protobuf (GGUF): through a temporary name, so a concurrent reader never sees half a file."""
     folder = folder or models_cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / filename
     if not path.exists():
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        onnx.save(build(), tmp)
+        try:
+            write(tmp)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a failed writer leaves no half file behind
+            raise
         os.replace(tmp, path)
     return path

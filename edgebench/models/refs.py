@@ -1,5 +1,6 @@
 """Model references: a path (`models/enc.onnx`, `net.mnn`), `builtin:NAME`,
-`builtin:decoder:layers=L,...` (models.decoders) or `builtin:kernel:OP,...` (models.kernel_samples),
+`builtin:decoder:layers=L,...` (models.decoders), `builtin:llama:layers=L,...` (a GGUF, models.gguf_models)
+or `builtin:kernel:OP,...` (models.kernel_samples),
 checked before anything is pushed to a device. Light on purpose: every layer holds ModelRefs, few need
 onnx."""
 
@@ -29,6 +30,11 @@ def resolve_model(ref: str, base_dir: Path | None = None, name: str | None = Non
 
             decoder_name, decoder_path = decoder_model(key)
             return ModelRef(name or decoder_name, decoder_path)
+        if key == "llama" or key.startswith("llama:"):
+            from .gguf_models import llama_model
+
+            llama_name, gguf_path = llama_model(key)
+            return ModelRef(name or llama_name, gguf_path)
         if key.startswith("kernel:"):
             from .kernel_samples import sample_model
 
@@ -76,7 +82,12 @@ def check_model_file(path: Path) -> None:
         weights = ncnn_weights_of(path)
         if not weights.is_file():
             raise ModelError(f"{path}: the ncnn weights file {weights.name} is missing beside it")
+    elif suffix == ".gguf":
+        from .gguf_models import read_gguf
+
+        read_gguf(path)  # not GGUF, truncated, or without the sizes llama.cpp needs: one line naming the file
     elif suffix != ".mnn":
         raise ModelError(
-            f"{path}: unknown model format '{suffix}' (expected .onnx, .mnn, .tflite or an ncnn .param)"
+            f"{path}: unknown model format '{suffix}' "
+            "(expected .onnx, .mnn, .tflite, .gguf or an ncnn .param)"
         )
