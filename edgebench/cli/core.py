@@ -120,7 +120,8 @@ def bench(
     refs = [resolve_model(m) for m in models]
     check_inputs(params.inputs)
     refuse_native_only(params, spec.agent, spec.name, spec.source)
-    runtimes = [check_runtime(ref, runtime) for ref in refs]  # usage errors: refused before a run is stored
+    # usage errors: refused before a run is stored
+    runtimes = [check_runtime(ref, runtime, probe="bench") for ref in refs]
     jobs = interleave(
         [
             Job(

@@ -15,9 +15,15 @@ from .params import probe_flags
 from .probe_compute import DEVICE_OPT, NO_STORE_OPT, TIMEOUT_OPT, run_one
 
 MODEL_OPT = typer.Option(
-    ..., "--model", "-m", help="Decoder ONNX model (or .mnn), or builtin:decoder:layers=L,hidden=H,..."
+    ...,
+    "--model",
+    "-m",
+    help="Decoder ONNX model (or .mnn), builtin:decoder:layers=L,hidden=H,..., a GGUF (llama.cpp), or "
+    "builtin:llama:layers=L,hidden=H,ffn=F,heads=N,kv_heads=K,vocab=V,dtype=D",
 )
-RUNTIME_OPT = typer.Option(None, "--runtime", help="onnxruntime or mnn (default: from the model file).")
+RUNTIME_OPT = typer.Option(
+    None, "--runtime", help="onnxruntime, mnn or llama.cpp (default: from the model file; .gguf: llama.cpp)."
+)
 TABLE = (
     ("ttft_ms", "p50"),
     ("prefill_tokens_per_s", None),
@@ -51,10 +57,17 @@ def decode(
 ) -> int:
     """Prefill P tokens, then T greedy decode steps with the KV cache fed back, on the device: time to first
     token, tokens/s, KV cache, peak memory, and the floor (weights + KV read per token) / DRAM bandwidth."""
+    from ..models.refs import resolve_model
+    from ..probes.common import runtime_of
     from ..probes.decode import stored_dram_bandwidth
+    from ..probes.decode_llama import KERNEL
+    from ..runtimes import runtime as runtime_named
 
     if params.floor and not no_store:
-        found = stored_dram_bandwidth(store, open_lab(lab).get(device).name)
+        # llama.cpp's floor reads at the decode's threads; the agent's decode takes the best of any
+        own_tool = runtime_named(runtime_of(resolve_model(model), runtime)).decode_tool is not None
+        kernel, threads = (KERNEL, params.threads or None) if own_tool else (None, None)
+        found = stored_dram_bandwidth(store, open_lab(lab).get(device).name, kernel, threads)
         if found is not None:
             note(f"edgebench: DRAM bandwidth {found.gbps:.3g} GB/s from run {found.run_id} (the store)")
             params = dataclasses.replace(params, bandwidth=found.to_params())

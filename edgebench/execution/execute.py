@@ -9,6 +9,7 @@ from ..errors import EdgebenchError, LabError, UserError, one_line
 from ..jobs import Job, JobOutcome
 from ..lab.device import Device
 from ..probes import probe_function
+from ..probes.common import refuse_probe, runtime_of
 from ..records import RecordContext, utc_now
 
 
@@ -42,6 +43,8 @@ def execute_job(device: Device, job: Job, run_id: str) -> JobOutcome:
     started, t0 = utc_now(), time.monotonic()
     outcome: JobOutcome
     try:
+        if job.model is not None:  # a runtime that does not run the probe: one line, nothing pushed
+            refuse_probe(job.probe, runtime_of(job.model, job.runtime), job.model)
         result = probe_function(job.probe, device.spec.agent)(device, job, record_context(run_id, job))
         outcome = JobOutcome(job, "ok", result.records, result.samples, result.warnings)
     except Exception as exc:  # noqa: BLE001 - one failure never aborts the batch

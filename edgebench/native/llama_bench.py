@@ -107,7 +107,8 @@ def llama_bench_argv(
     extra: Sequence[str] = (),
 ) -> list[str]:
     """llama-bench's argv for `model`: prefill of each `prompt` length and decode of each `gen` count (0 runs
-    none), at each context depth and thread count, `repetitions` timed runs each, always `-o json`.
+    none), at each context depth and thread count (none given: the tool's default, its physical cores),
+    `repetitions` timed runs each, always `-o json`.
 
     `repack` None leaves the tool's default (on); `verbose` adds `-v`, whose log names why a model did not
     load; `extra` is passed as is, before `-o json`. A value the tool would reject or misread is a usage
@@ -123,7 +124,7 @@ def llama_bench_argv(
         ("depths", ds, 0),
         ("threads", ts, 1),
     ):
-        if not values or any(v < low for v in values):
+        if (not values and label != "threads") or any(v < low for v in values):
             raise NativeToolError(
                 TOOL, f"{label} must be one or more whole numbers >= {low}, got {values}", "usage"
             )
@@ -133,7 +134,8 @@ def llama_bench_argv(
         raise NativeToolError(
             TOOL, "extra flags may not set the output format: it is always -o json", "usage"
         )
-    argv = [binary, "-m", model, "-p", _csv(prompts), "-n", _csv(gens), "-d", _csv(ds), "-t", _csv(ts)]
+    argv = [binary, "-m", model, "-p", _csv(prompts), "-n", _csv(gens), "-d", _csv(ds)]
+    argv += ["-t", _csv(ts)] if ts else []  # none given: the tool's own default (its physical cores)
     argv += ["-r", str(repetitions)]
     if repack is not None:
         argv += ["--repack", "1" if repack else "0"]

@@ -28,13 +28,17 @@ def runtime_of(model: ModelRef | None, requested: str | None) -> str:
 
 
 def probe_runtimes(probe: str) -> tuple[str, ...] | None:
-    """The runtimes a probe kind can run on, where not every runtime (decode: those that decode)."""
+    """The runtimes a probe kind can run on, where not every runtime (decode: those that decode; llama.cpp
+    runs decode alone)."""
     if probe == "decode":
         return tuple(name for name in RUNTIMES if runtime_named(name).decodes)
-    return None
+    found = tuple(name for name in RUNTIMES if runtime_named(name).runs_probe(probe))
+    return None if found == tuple(RUNTIMES) else found
 
 
-def check_runtime(model: ModelRef | None, runtime: str | None, among: Sequence[str] | None = None) -> str:
+def check_runtime(
+    model: ModelRef | None, runtime: str | None, among: Sequence[str] | None = None, probe: str | None = None
+) -> str:
     """The runtime a job will use, or a usage error when it cannot run the model (unknown runtime, a
     model in a format it neither runs nor converts; `among`: the runtimes the probe can use, the only ones
     suggested). Pure: the CLI calls it before any run is stored, so a typo never becomes a failed run in
@@ -42,6 +46,8 @@ def check_runtime(model: ModelRef | None, runtime: str | None, among: Sequence[s
     chosen = runtime_of(model, "litert" if runtime == "tflite" else runtime)  # LiteRT's former name
     if chosen not in RUNTIMES:
         raise UserError(f"unknown runtime '{chosen}' (use {', '.join(RUNTIMES)})")
+    if probe is not None:
+        refuse_probe(probe, chosen, model)
     if model is None:
         return chosen
     rt = runtime_named(chosen)
@@ -56,6 +62,18 @@ def check_runtime(model: ModelRef | None, runtime: str | None, among: Sequence[s
             f"{model.path}: {rt.display} cannot run {noun} ({rt.display} runs {runs} models; {hint})"
         )
     return chosen
+
+
+def refuse_probe(probe: str, runtime: str | None, model: ModelRef | None) -> None:
+    """A usage error when the runtime does not run the probe (llama.cpp runs decode alone), naming what it
+    runs."""
+    if runtime not in RUNTIMES:
+        return
+    rt = runtime_named(runtime)
+    if not rt.runs_probe(probe):
+        what = f"{model.path.name}: " if model is not None else ""
+        runs = " and ".join(rt.probes or ())
+        raise UserError(f"{what}{rt.display} runs probe {runs} only, not {probe} (edgebench probe {runs})")
 
 
 def model_file_for(model: ModelRef, runtime: str, shapes: Mapping[str, Sequence[int]] | None = None) -> Path:

@@ -86,13 +86,18 @@ def is_dram_sized(array_bytes: int | None, llc_bytes: int | None) -> bool:
     return array_bytes >= (DRAM_LLC_MULTIPLE * llc_bytes if llc_bytes else DRAM_MIN_BYTES)
 
 
-def dram_bandwidth(records: Iterable[Record], source: str) -> DramBandwidth | None:
+def dram_bandwidth(
+    records: Iterable[Record], source: str, kernel: str | None = None, threads: int | None = None
+) -> DramBandwidth | None:
     """The device's DRAM bandwidth from bandwidth records: the best best-of-trials figure of any kernel and
-    thread count (a floor must hold however the model is run). DRAM-sized runs win over smaller ones.
-    The one place the floor's bandwidth comes from: a memory hierarchy can answer here instead."""
+    thread count (a floor must hold however the model is run), or of `kernel` at `threads` where given.
+    DRAM-sized runs win over smaller ones. The one place the floor's bandwidth comes from: a memory
+    hierarchy can answer here instead."""
     found = []
     for r in records:
         if r.metric != "bandwidth_gbps" or r.value is None or r.params.get("stat") != "best":
+            continue
+        if (kernel and r.params.get("kernel") != kernel) or (threads and r.params.get("threads") != threads):
             continue
         array, llc = r.params.get("array_bytes"), r.annotations.get("llc_bytes")
         found.append((is_dram_sized(array, llc), float(r.value), r, array, llc))
@@ -103,22 +108,31 @@ def dram_bandwidth(records: Iterable[Record], source: str) -> DramBandwidth | No
     return DramBandwidth(gbps, r.run_id, source, kernel, threads, array, llc, phase)
 
 
-def stored_dram_bandwidth(store_path: Path, device: str) -> DramBandwidth | None:
-    """The DRAM figure of the latest bandwidth run of `device` in the store that measured DRAM."""
+def stored_dram_bandwidth(
+    store_path: Path, device: str, kernel: str | None = None, threads: int | None = None
+) -> DramBandwidth | None:
+    """The DRAM figure of the latest bandwidth run of `device` in the store that measured DRAM (of `kernel`
+    at `threads`, where given)."""
     if not store_path.exists():
         return None
     with Store(store_path) as store:
         records = store.records(device=device, metric="bandwidth_gbps")
         created = {run.run_id: run.created for run in store.runs()}
     for run_id in sorted({r.run_id for r in records}, key=lambda x: (created.get(x, ""), x), reverse=True):
-        found = dram_bandwidth([r for r in records if r.run_id == run_id], "store")
+        found = dram_bandwidth([r for r in records if r.run_id == run_id], "store", kernel, threads)
         if found is not None and found.dram_sized:
             return found
     return None
 
 
 def measure_dram_bandwidth(
-    device: Device, job: Job, params: DecodeParams, ctx: RecordContext, out: ProbeResult, phase: str
+    device: Device,
+    job: Job,
+    params: DecodeParams,
+    ctx: RecordContext,
+    out: ProbeResult,
+    phase: str,
+    kernel: str | None = None,
 ) -> DramBandwidth | None:
     """Run the bandwidth probe now, every kernel at the decode's thread count and CPUs (all of them where the
     runtime picks: the most bandwidth, so the lowest floor); the floor takes the best kernel. Its records
@@ -134,7 +148,7 @@ def measure_dram_bandwidth(
     sctx = dataclasses.replace(ctx, probe="bandwidth", model=None, runtime=None, base_params={"phase": phase})
     result = run_bandwidth(device, sub, sctx)
     out.extend(result)
-    return dram_bandwidth(result.records, "measured")
+    return dram_bandwidth(result.records, "measured", kernel)
 
 
 def best_of(*figures: DramBandwidth | None) -> DramBandwidth | None:
@@ -235,6 +249,8 @@ def decode_task(params: DecodeParams, runtime: str, remote_model: str) -> Decode
 
 
 def run_decode(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
+    """The agent's decode of an ONNX (or MNN) decoder; a runtime whose own tool decodes is sent there by
+    `decode_llama.run_decode`, the probe's entry."""
     params = DecodeParams.of(job)
     model = require_model(job)
     runtime = runtime_of(model, job.runtime)
@@ -247,8 +263,15 @@ def run_decode(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
         "prompt_tokens": params.prompt_tokens,
         "new_tokens": params.new_tokens,
     }
-    weights = inspect_decoder(model.path) if model.format == "onnx" else None
     rt = runtime_named(runtime)
+    if device.spec.agent == "native":
+        raise UserError(
+            f"{device.name} runs no Python agent: decode there runs on llama.cpp (a GGUF model) alone, "
+            f"not {rt.display}"
+        )
+    if params.depths != (0,) or params.repack is not None:
+        raise UserError("--depths and --repack are llama.cpp's (llama-bench): the agent decodes at depth 0")
+    weights = inspect_decoder(model.path) if model.format == "onnx" else None
     if rt.converter(model.format) is not None and weights and weights.custom_ops:
         raise ModelError(
             f"{model.path}: {rt.display}'s converter does not take {', '.join(weights.custom_ops)} "

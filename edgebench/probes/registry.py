@@ -623,6 +623,12 @@ class DecodeParams(ProbeParams):
     bandwidth: dict[str, Any] | None = param(
         None, PO, "mapping", "DRAM bandwidth found in the store.", cli=False, suite=False
     )
+    depths: tuple[int, ...] = param(
+        (0,), ID, "ints", "llama.cpp: context depths to decode at, e.g. 0,512,2048.", minimum=0
+    )
+    repack: bool | None = param(
+        None, ID, "bool", "llama.cpp: its CPU weight repacking on or off (default: the tool's, on)."
+    )
 
 
 @dataclass(frozen=True)
@@ -772,8 +778,8 @@ KINDS: dict[str, ProbeKind] = {
             "decode",
             DecodeParams,
             True,
-            "decode:run_decode",
-            None,
+            "decode_llama:run_decode",
+            "decode_llama:run_decode",  # on a device without Python: llama.cpp's llama-bench alone
             "LLM decode: prefill and decode tokens/s, KV cache, the bandwidth floor per token.",
         ),
         ProbeKind(

@@ -26,6 +26,7 @@ MODULES = {
     "mnn": "mnn",
     "litert": "litert",
     "ncnn": "ncnn",
+    "llama.cpp": "llamacpp",
 }
 
 # What a graph is as no runtime runs it: the common fusions only, nothing folded.

@@ -109,9 +109,17 @@ class Runtime:
     # read from its own converted graph ((onnx path, shapes) -> list[Kernel]); None: the ONNX graph and
     # the rules above (`kernels`) stand for it
     graph_kernels: str | None = None
+    # The probes it runs (None: every probe); a job of another is refused before anything runs
+    probes: tuple[str, ...] | None = None
+    # The [runners] key of the vendor tool `probe decode` runs on it instead of the agent (llama-bench)
+    decode_tool: str | None = None
     # Whether the agent runs LLM decode on it (`probe decode`: prefill, then token by token with its KV
     # cache; agent.decode.DECODERS)
     decodes: bool = False
+
+    def runs_probe(self, probe: str) -> bool:
+        """Whether it runs probe kind `probe` (decode alone on llama.cpp)."""
+        return self.probes is None or probe in self.probes
 
     def gemm_tile(self, fingerprint: Mapping[str, Any]) -> int | None:
         """The GEMM tile on the device the fingerprint describes; None where its ISA's tile is not known."""

@@ -108,6 +108,7 @@ def test_argv_always_asks_for_json_last_and_maps_every_option() -> None:
     assert "-b 256 -ub 64" in joined and "-fa 1 -o json" in joined and "--no-warmup" not in argv
     plain = llama_bench_argv("b", "m", prompt=0, gen=32, threads=[2], repetitions=1)
     assert "--repack" not in plain and "-v" not in plain  # the tool's own default (on) is left alone
+    assert "-t" not in llama_bench_argv("b", "m", prompt=0, gen=32, threads=[], repetitions=1)  # its default
 
 
 @pytest.mark.parametrize(
@@ -115,7 +116,6 @@ def test_argv_always_asks_for_json_last_and_maps_every_option() -> None:
     [
         ({"prompt": 0, "gen": 0}, "nothing to measure"),
         ({"threads": [0]}, "threads"),
-        ({"threads": []}, "threads"),
         ({"depths": [-1]}, "depths"),
         ({"repetitions": 0}, "repetitions"),
         ({"extra": ("-o", "md")}, "always -o json"),

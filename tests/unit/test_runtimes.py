@@ -25,14 +25,19 @@ from edgebench.runtimes import KernelRules, Runtime, kernel_rules, runtime
 
 
 def test_every_registered_runtime_loads_by_name_and_names_a_real_adapter() -> None:
-    assert RUNTIMES == runtimes.names() == ("onnxruntime", "mnn", "litert", "ncnn")
+    assert RUNTIMES == runtimes.names() == ("onnxruntime", "mnn", "litert", "ncnn", "llama.cpp")
     for name in runtimes.names():
         rt = runtime(name)
         assert isinstance(rt, Runtime) and rt.name == name and runtimes.owner_of(rt.formats[0]) is rt
+        if rt.decode_tool is not None:  # llama.cpp: its tool decodes, it is no bench runner
+            assert rt.native_tool is None and rt.probes == ("decode",) and rt.decodes
+            continue
         assert rt.native_tool in ADAPTERS and RUNNER_FOR_RUNTIME[name] == rt.native_tool
         assert set(rt.kernels.fusions) <= set(FUSIONS)
         assert all(f.seen_on for f in rt.gemm_tiles)  # every machine fact says where it was seen
-    with pytest.raises(ValueError, match="unknown runtime 'tvm' \\(known: onnxruntime, mnn, litert, ncnn\\)"):
+    with pytest.raises(
+        ValueError, match="unknown runtime 'tvm' \\(known: onnxruntime, mnn, litert, ncnn, llama.cpp\\)"
+    ):
         runtime("tvm")
 
 
@@ -197,7 +202,8 @@ def test_each_runtime_names_its_profile_reader_and_its_doctor_model() -> None:
     from edgebench.agent.decode import DECODERS
     from edgebench.probes.decode import DECODE_RUNTIMES
 
-    assert DECODE_RUNTIMES == tuple(DECODERS) == ("onnxruntime", "mnn")  # the host's and the agent's
+    # the host's and the agent's; llama.cpp decodes through its own tool
+    assert DECODE_RUNTIMES == (*DECODERS, "llama.cpp") == ("onnxruntime", "mnn", "llama.cpp")
     onnx_model = ModelRef("m", builtin_model("tinymlp"))
     chosen = models_for(onnx_model, ["onnxruntime", "mnn", "litert"])
     assert chosen["onnxruntime"] == chosen["mnn"] == onnx_model
