@@ -122,8 +122,34 @@ def run_llama_decode(
             f"no decode_floor_ms: no DRAM bandwidth of {device.name} at {threads} threads (measure it with "
             f"`edgebench probe bandwidth --threads {threads}` on a device with the Python agent)"
         )
-    if len(tests) > 0 and tests[0].raw.get("repack") is False:
+    if len({t.n_depth for t in tests}) > 1:
+        out.extend(depth_slope(ctx, info, tests, bandwidth if params.floor else None))
+    if tests[0].repack is False:
         out.warnings.append("llama-bench ran with --repack 0: its CPU repacked kernels were off")
+    return out
+
+
+def depth_slope(
+    ctx: RecordContext, info: GgufInfo, tests: list[LlamaBenchTest], bandwidth: DramBandwidth | None
+) -> ProbeResult:
+    """How much each 1000 positions of context add to a decode step: the least-squares slope of the p50
+    per token over the depths measured, beside the floor's own slope (the KV cache those positions add,
+    read at the floor's bandwidth); their ratio says how much of the added time is reading the cache."""
+    import numpy as np
+
+    decodes = sorted((t for t in tests if t.n_gen > 0), key=lambda t: t.n_depth)
+    depths = [t.n_depth for t in decodes]
+    p50s = [float(np.median(t.per_token_ms)) for t in decodes]
+    slope = float(np.polyfit(depths, p50s, 1)[0]) * 1000
+    notes: dict[str, Any] = {"depths": depths, "p50_ms": p50s}
+    if bandwidth is not None:
+        cache = CACHE_TYPE_BYTES.get(str(decodes[0].type_k), 2.0)
+        floor_slope = info.kv_cache_bytes(1000, cache) / (bandwidth.gbps * 1e9) * 1e3
+        notes |= {"floor_slope_ms": floor_slope, "kv_share": floor_slope / slope if slope > 0 else None}
+    out = ProbeResult()
+    params = {k: v for k, v in ctx.base_params.items() if k != "depth"}
+    c = dataclasses.replace(ctx, base_params=params)
+    out.records.append(c.record("decode_depth_slope_ms", slope, "ms per 1000 positions", notes))
     return out
 
 

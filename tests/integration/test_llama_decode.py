@@ -144,10 +144,10 @@ def test_the_floor_is_the_files_bytes_over_the_bandwidth_at_the_decodes_threads(
         + runner_toml(tool, tmp_path / "runner", str(tmp_path / "printed.json"))
     )
     dev = LlamaDevice(lab, "host", tmp_path / "printed.json")
-    res = decode(dev, tmp_path, "--bandwidth-mb", "64")
+    res = decode(dev, tmp_path, "--bandwidth-mb", "64", "--depths", "0,64")
     assert res.returncode == 0, res.stderr[-2000:]
     records = json.loads(res.stdout)["records"]
-    floor = next(r for r in records if r["metric"] == "decode_floor_ms")
+    floor = next(r for r in records if r["metric"] == "decode_floor_ms" and r["params"]["depth"] == 0)
     notes = floor["annotations"]
     reader = gguf.GGUFReader(resolve_model(MODEL).path)
     sizes = {t.name: int(t.n_bytes) for t in reader.tensors}
@@ -168,11 +168,18 @@ def test_the_floor_is_the_files_bytes_over_the_bandwidth_at_the_decodes_threads(
     past = 0 + (8 - 1) / 2
     want = (per_token + kv_per_position * past) / (notes["bandwidth_gbps"] * 1e9) * 1e3
     assert floor["value"] == pytest.approx(want, rel=1e-9)
-    eff = next(r for r in records if r["metric"] == "decode_efficiency")
-    p50 = next(
-        r for r in records if r["metric"] == "decode_ms_per_token" and r["params"].get("stat") == "p50"
-    )
-    assert eff["value"] == pytest.approx(floor["value"] / p50["value"], rel=1e-9)
+    eff = next(r for r in records if r["metric"] == "decode_efficiency" and r["params"]["depth"] == 0)
+    p50s = {
+        r["params"]["depth"]: r["value"]
+        for r in records
+        if r["metric"] == "decode_ms_per_token" and r["params"].get("stat") == "p50"
+    }
+    assert eff["value"] == pytest.approx(floor["value"] / p50s[0], rel=1e-9)
+    # what 1000 more positions add per step, measured (through the two depths) and the floor's KV term
+    [slope] = [r for r in records if r["metric"] == "decode_depth_slope_ms"]
+    assert slope["value"] == pytest.approx((p50s[64] - p50s[0]) / 64 * 1000, rel=1e-9)
+    floor_slope = kv_per_position * 1000 / (notes["bandwidth_gbps"] * 1e9) * 1e3
+    assert slope["annotations"]["floor_slope_ms"] == pytest.approx(floor_slope, rel=1e-9)
     assert notes["uncertain"] and "decode_floor_ms is uncertain" in res.stderr  # 1 MB of weights: caches
 
 
