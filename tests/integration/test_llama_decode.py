@@ -236,3 +236,50 @@ def test_a_tool_killed_by_a_signal_is_a_typed_error_and_the_next_job_runs(tool: 
         "-t 3" in failed and "--repack 0" in failed and "\n" not in failed
     )  # one line: signal, model, flags
     assert jobs[1][0] == "ok", jobs
+
+
+def host_lab(tool: Path, tmp_path: Path) -> LlamaDevice:
+    lab = tmp_path / "lab"
+    lab.mkdir(exist_ok=True)
+    (lab / "host.toml").write_text(
+        f'name = "host"\ntransport = "local"\nworkdir = "{tmp_path / "work"}"\n'
+        + runner_toml(tool, tmp_path / "runner", str(tmp_path / "printed.json"))
+    )
+    return LlamaDevice(lab, "host", tmp_path / "printed.json")
+
+
+def test_the_report_draws_tokens_per_s_against_depth_and_the_gate_reads_them(
+    tool: Path, tmp_path: Path
+) -> None:
+    """Two releases of one LLM (`llm.gguf`: the next one has twice the layers, a real slowdown): the report's
+    decode table has a row per depth and the plot of tokens/s against depth with the floor beside it; the
+    gate compares decode and prefill tokens/s per depth and fails the slower release."""
+    dev = host_lab(tool, tmp_path)
+    llm = tmp_path / "llm.gguf"
+    runs = []
+    for layers in (2, 8):
+        llm.write_bytes(resolve_model(MODEL.replace("layers=2", f"layers={layers}")).path.read_bytes())
+        res = decode(dev, tmp_path, "--depths", "0,64", "--bandwidth-mb", "64", model=str(llm))
+        assert res.returncode == 0, res.stderr[-2000:]
+        runs.append(json.loads(res.stdout)["run_id"])
+    out = tmp_path / "report"
+    res = edgebench("report", "--store", tmp_path / "s.db", "--out", out, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    html = next(out.glob("*.html")).read_text() if out.is_dir() else out.read_text()
+    assert 'data-plot="decode-depth"' in html and "<th>depth</th>" in html
+    res = edgebench(
+        "gate",
+        "--baseline",
+        runs[0],
+        "--candidate",
+        runs[1],
+        "--store",
+        tmp_path / "s.db",
+        "--json",
+        cwd=tmp_path,
+    )
+    assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
+    pairs = json.loads(res.stdout)["pairs"]
+    judged = {(p["metric"], p["params"].get("depth")): p["verdict"] for p in pairs if p["probe"] == "decode"}
+    assert judged[("decode_tokens_per_s", 0)] == judged[("decode_tokens_per_s", 64)] == "FAIL", judged
+    assert ("prefill_tokens_per_s", 0) in judged

@@ -151,7 +151,8 @@ def worst_cosine(
 
 
 DECODE_COLUMNS = (
-    "device", "model", "runtime", "prompt_tokens", "new_tokens", "threads", "ttft_ms", "prefill_tokens_per_s",
+    "device", "model", "runtime", "prompt_tokens", "new_tokens", "threads", "depth", "ttft_ms",
+    "prefill_tokens_per_s",
     "decode_ms_per_token", "decode_tokens_per_s", "floor_tokens_per_s", "decode_efficiency", "regime",
     "uncertain", "kv_cache_mb", "peak_rss_mb", "run_id",
 )  # fmt: skip
@@ -160,7 +161,8 @@ DECODE_COLUMNS = (
 def decode_summary(records: Sequence[Record], run_order: Sequence[str] = ()) -> pd.DataFrame:
     """LLM decode per device x model x configuration (latest run): tokens/s with the bandwidth floor's
     tokens/s beside it (1000 / decode_floor_ms: the most a decode that streams its weights from DRAM can
-    reach), the efficiency, and whether the floor is backed."""
+    reach), the efficiency, and whether the floor is backed; one row per context depth (llama.cpp decodes at
+    several; the agent's decode at depth 0)."""
     order = {rid: i for i, rid in enumerate(run_order)}
     groups: dict[tuple, dict[str, Any]] = {}
     for r in _select(records, "decode"):
@@ -172,6 +174,7 @@ def decode_summary(records: Sequence[Record], run_order: Sequence[str] = ()) -> 
             p.get("prompt_tokens"),
             p.get("new_tokens"),
             p.get("threads"),
+            int(p.get("depth") or 0),
         )
         rank = (order.get(r.run_id, -1), r.run_id)
         g = groups.get(ident)
@@ -186,8 +189,8 @@ def decode_summary(records: Sequence[Record], run_order: Sequence[str] = ()) -> 
             g["uncertain"] = bool(r.annotations.get("uncertain"))
     rows = []
     for ident, g in sorted(groups.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
-        keys = dict(zip(DECODE_COLUMNS[:6], ident, strict=True))
-        rows.append({**keys, **{c: g.get(c) for c in DECODE_COLUMNS[6:]}})
+        keys = dict(zip(DECODE_COLUMNS[:7], ident, strict=True))
+        rows.append({**keys, **{c: g.get(c) for c in DECODE_COLUMNS[7:]}})
     return pd.DataFrame(rows, columns=list(DECODE_COLUMNS))
 
 

@@ -904,13 +904,13 @@ def _decode(d: ReportData) -> tuple[str, bool]:
         rows.append(
             [
                 esc(r.device), esc(r.model), esc(r.runtime), esc(f"{r.prompt_tokens}+{r.new_tokens}"),
-                r.threads, r.ttft_ms, r.prefill_tokens_per_s, r.decode_ms_per_token, rate,
+                r.threads, r.depth, r.ttft_ms, r.prefill_tokens_per_s, r.decode_ms_per_token, rate,
                 r.floor_tokens_per_s, pct(r.decode_efficiency) + flag, esc(r.regime or "–"),
                 r.kv_cache_mb, r.peak_rss_mb,
             ]
         )  # fmt: skip
     columns = [
-        "device", "model", "runtime", "prompt+new", "threads", "ttft ms", "prefill tok/s",
+        "device", "model", "runtime", "prompt+new", "threads", "depth", "ttft ms", "prefill tok/s",
         "decode ms/token p50", "decode tok/s", "floor tok/s", "efficiency", "regime", "KV MB", "peak MB",
     ]  # fmt: skip
     legend = (
@@ -919,7 +919,12 @@ def _decode(d: ReportData) -> tuple[str, bool]:
         "uncertain: the weights are under twice the last-level cache, or the bandwidth run did not measure "
         "DRAM.</p>"
     )
-    return legend + table(columns, rows, raw=True), True
+    swept = df.groupby(["device", "model", "threads"])["depth"].transform("nunique") > 1
+    plot = ""
+    if swept.any():
+        caption = "decode tokens/s against context depth, the bandwidth floor dashed beside each line"
+        plot = figure(plots.decode_depth_plot(df[swept]), "decode-depth", caption)
+    return legend + table(columns, rows, raw=True) + plot, True
 
 
 def _pivot_table(df: pd.DataFrame, index: list[str], metrics: list[str]) -> str:

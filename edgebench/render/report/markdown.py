@@ -150,7 +150,7 @@ def _decode_section(data: ReportData) -> list[str]:
     budget = data.budget("decode_tokens_per_s_min")
     rows = [
         [
-            r.device, r.model, r.runtime, f"{r.prompt_tokens}+{r.new_tokens}", cell(r.ttft_ms),
+            r.device, r.model, r.runtime, f"{r.prompt_tokens}+{r.new_tokens}", r.depth, cell(r.ttft_ms),
             cell(r.decode_ms_per_token),
             cell(r.decode_tokens_per_s) + _MARK[frames.budget_status(r.decode_tokens_per_s, budget)],
             cell(r.floor_tokens_per_s), _pct(r.decode_efficiency) + (" (uncertain)" if r.uncertain else ""),
@@ -158,7 +158,8 @@ def _decode_section(data: ReportData) -> list[str]:
         for r in df.itertuples()
     ]  # fmt: skip
     columns = [
-        "device", "model", "runtime", "prompt+new", "ttft ms", "ms/token p50", "tokens/s", "floor tokens/s",
+        "device", "model", "runtime", "prompt+new", "depth", "ttft ms", "ms/token p50", "tokens/s",
+        "floor tokens/s",
         "efficiency",
     ]  # fmt: skip
     return ["", "## LLM decode", "", md_table(columns, rows)]

@@ -315,6 +315,26 @@ def thread_plot(device: str, curve: pd.DataFrame) -> str:
     return to_data_uri(fig)
 
 
+def decode_depth_plot(decode: pd.DataFrame) -> str:
+    """Decode tokens/s against context depth, one line per device, model and threads (a GGUF's name carries
+    its quantization), its bandwidth floor's tokens/s dashed beside it in the same colour."""
+    fig = new_figure()
+    ax = fig.add_subplot()
+    groups = [
+        (k, g.sort_values("depth")) for k, g in decode.groupby(["device", "model", "threads"], sort=True)
+    ]
+    labels = distinct_labels([f"{m} on {d} ({t} threads)" for (d, m, t), _ in groups], 48)
+    for i, ((_, g), label) in enumerate(zip(groups, labels, strict=True)):
+        color = _PALETTE[i % len(_PALETTE)]
+        ax.plot(g["depth"], g["decode_tokens_per_s"], "o-", color=color, label=label)
+        floor = g.dropna(subset=["floor_tokens_per_s"])
+        if not floor.empty:
+            ax.plot(floor["depth"], floor["floor_tokens_per_s"], "--", color=color, label=f"{label}: floor")
+    _style(ax, "LLM decode against context depth", "context depth (positions)", "decode tokens/s")
+    ax.legend(fontsize=7)
+    return to_data_uri(fig)
+
+
 def latency_figure(device: str, dists: Sequence[Mapping[str, Any]]) -> Figure:
     """Latency distributions (box plots over the raw samples), one row per model and configuration."""
     fig = new_figure(height=max(2.0, 0.45 * len(dists) + 1.0))
