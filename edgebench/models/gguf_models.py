@@ -513,3 +513,17 @@ __all__ = [
     "spm_vocab",
     "write_llama_gguf",
 ]
+
+
+def check_architecture(info: GgufInfo, path: Path) -> None:
+    """Refuse a GGUF whose architecture llama.cpp does not know (as the `gguf` package of its source lists
+    them), in one line naming the file, before anything is pushed; a device whose llama.cpp is older than
+    the list still says so when it loads it."""
+    import gguf
+
+    known = set(gguf.MODEL_ARCH_NAMES.values())
+    if info.architecture not in known:
+        raise ModelError(
+            f"{path}: architecture '{info.architecture}' is not one llama.cpp knows ({len(known)} known to "
+            "gguf, e.g. llama, qwen2, gemma3, phi3)"
+        )

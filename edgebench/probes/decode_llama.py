@@ -25,7 +25,7 @@ from ..descriptors import RunnerSpec
 from ..errors import MeasurementError, ModelError, UserError
 from ..jobs import Job, ModelRef
 from ..lab.device import Device
-from ..models.gguf_models import GgufInfo, read_gguf
+from ..models.gguf_models import GgufInfo, check_architecture, read_gguf
 from ..native.base import NativeToolError
 from ..native.llama_bench import (
     TOOL,
@@ -81,6 +81,7 @@ def run_llama_decode(
 ) -> ProbeResult:
     """Run llama-bench for the job on the device and turn each (depth) pair of tests into records."""
     info = read_gguf(model.path)  # not a GGUF, truncated: one line naming the file, before anything is pushed
+    check_architecture(info, model.path)
     timeout = job_timeout(device, job)
     tool = rt.decode_tool or ""
     runner = device.spec.runners.get(tool) or _on_host_path(device, tool)

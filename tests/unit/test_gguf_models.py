@@ -248,3 +248,24 @@ def test_a_tied_lm_head_reads_the_whole_embedding_per_token() -> None:
     row = 64 * 34 // 32
     assert untied.weight_bytes_per_token() == untied.tensor_bytes - 300 * row + row
     assert tied.weight_bytes_per_token() == tied.tensor_bytes  # the embedding is the LM head: read whole
+
+
+def test_an_architecture_llama_cpp_does_not_know_is_named_before_anything_runs(tmp_path: Path) -> None:
+    from edgebench.models.gguf_models import check_architecture
+
+    path = tmp_path / "future.gguf"
+    writer = gguf.GGUFWriter(path, "transformer9000")
+    for key, value in (("block_count", 1), ("embedding_length", 64), ("context_length", 128)):
+        writer.add_uint32(f"transformer9000.{key}", value)
+    writer.add_uint32("transformer9000.attention.head_count", 4)
+    writer.add_tensor("token_embd.weight", np.zeros((300, 64), dtype=np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    info = read_gguf(path)
+    assert info.architecture == "transformer9000"
+    with pytest.raises(ModelError, match=r"future\.gguf: architecture 'transformer9000' is not one llama.cpp"):
+        check_architecture(info, path)
+    known = read_gguf(resolve_model("builtin:llama:layers=1,hidden=64,heads=2,vocab=300").path)
+    check_architecture(known, path)  # llama is
