@@ -143,13 +143,13 @@ def default_rules(max_slowdown: float = 0.05) -> list[GateRule]:
             kind="max_slowdown",
         ),
         GateRule("peak_rss_mb", "higher", Threshold(0.10, True), min_delta=2.0),
-        # an LLM's throughput, as any other figure: a drop past 10% (per context depth)
-        GateRule("decode_tokens_per_s", "lower", Threshold(0.10, True), probe="decode"),
-        GateRule("prefill_tokens_per_s", "lower", Threshold(0.10, True), probe="decode"),
         GateRule("energy_mj_per_inference", "higher", Threshold(0.10, True)),
         GateRule("cosine", "lower", Threshold(0.001, False)),
         GateRule("snr_db", "lower", Threshold(1.0, False)),
         GateRule("max_abs_err", "higher", Threshold(0.5, True), min_delta=1e-4),
+        # an LLM's throughput, as any other figure: a drop past 10% (per context depth)
+        GateRule("decode_tokens_per_s", "lower", Threshold(0.10, True), probe="decode"),
+        GateRule("prefill_tokens_per_s", "lower", Threshold(0.10, True), probe="decode"),
     ]
 
 

@@ -9,6 +9,7 @@ import typer
 from ..errors import UserError
 from .common import (
     JSON_OPT,
+    LAB_OPT,
     STORE_OPT,
     console,
     make_table,
@@ -96,6 +97,20 @@ _SHAPES = typer.Option(
     help="NAME=DIMS for every --model file with that input, MODEL:NAME=DIMS for one (repeatable).",
 )
 _NO_STORE = typer.Option(False, "--no-store", help="Do not keep the verdicts in the store.")
+_CONTEXT = typer.Option(
+    None,
+    "--context",
+    help="GGUF LLMs: the context (positions) memory is judged at: weights + KV cache + the buffers llama.cpp "
+    "reports for it (default: the model's own context length).",
+)
+_FIT_THREADS = typer.Option(
+    None, "--threads", help="GGUF LLMs: the thread count decode tokens/s is predicted at."
+)
+_DEPTH = typer.Option(
+    None,
+    "--depth",
+    help="GGUF LLMs: positions cached at the decode step predicted (default: half the context).",
+)
 
 
 def report(
@@ -135,6 +150,10 @@ def fit(
     strict: bool = _STRICT,
     no_store: bool = _NO_STORE,
     as_json: bool = JSON_OPT,
+    context: int = _CONTEXT,
+    threads: int = _FIT_THREADS,
+    depth: int = _DEPTH,
+    lab: Path = LAB_OPT,
 ) -> int:
     """Does the model fit the chip? Exit 0 fits, 1 does not fit (or, with --strict, uncertain)."""
     from ..analysis.fit import assess
@@ -144,6 +163,10 @@ def fit(
     from ..records import new_run_id
 
     budgets = _budgets(suite, budget)
+    ggufs = _gguf_models(model or [], context, threads, depth)
+    if ggufs:
+        sizes = (context, depth, threads)
+        return _fit_llm(store, ggufs, list(device or []), budgets, sizes, lab, (strict, no_store, as_json))
     with open_store(store) as st:
         runs = st.runs()
         order = [r.run_id for r in runs]
@@ -238,6 +261,169 @@ def _fit_models(
     if args.plain:
         check_plain_used(args, inputs_of)
     return selected, counts, notes
+
+
+def _gguf_models(refs: list[str], context: int | None, threads: int | None, depth: int | None) -> list:
+    """The --model files when every one is a GGUF (fit's LLM path), else []; GGUFs mixed with other models,
+    or an LLM option without a GGUF, is a usage error."""
+    from ..models.refs import resolve_model
+
+    def is_gguf(ref: str) -> bool:  # by name, as ModelRef.format tells: the ONNX path resolves nothing here
+        return Path(ref).suffix.lower() == ".gguf" or ref.split(":")[:2] == ["builtin", "llama"]
+
+    ggufs = [resolve_model(ref) for ref in refs if is_gguf(ref)]  # a missing or bad file: its own error
+    if ggufs and len(ggufs) != len(refs):
+        raise UserError(
+            "--model: GGUF LLMs are judged apart (memory at --context, decode tokens/s): give them in a fit "
+            "of their own"
+        )
+    for flag, value in (("--context", context), ("--threads", threads), ("--depth", depth)):
+        if value is not None and not ggufs:
+            raise UserError(f"{flag}: applies to GGUF LLMs (--model X.gguf or builtin:llama:...)")
+        if value is not None and value < (2 if flag == "--context" else 0 if flag == "--depth" else 1):
+            raise UserError(f"{flag} {value}: too small")
+    if context is not None and depth is not None and depth >= context:
+        raise UserError(f"--depth {depth}: must be under --context {context}")
+    return ggufs
+
+
+def _fit_llm(
+    store: Path, ggufs: list, devices: list[str], budgets, sizes: tuple, lab: Path, flags: tuple
+) -> int:
+    """fit on GGUF LLMs (edgebench.analysis.llm_fit): each model's memory at the context against each
+    device's memory, its decode tokens/s predicted from other GGUFs' efficiency there; stored as a fit run."""
+    from functools import partial
+
+    from ..analysis import llm_fit as lf
+    from ..analysis.fit_result import FitResult, verdict_exit_code
+    from ..execution.provenance import host_provenance
+    from ..models.cache import models_cache_dir
+    from ..models.gguf_models import read_gguf
+    from ..records import new_run_id
+    from ..runtimes import owner_of
+    from .common import open_lab
+
+    context, depth, threads = sizes
+    strict, no_store, as_json = flags
+    rt = owner_of("gguf")
+    assert rt is not None and rt.decode_tool
+    with open_store(store) as st:
+        order = [r.run_id for r in st.runs()]
+        records = [r for r in st.records() if r.probe in ("decode", "bandwidth")]
+        info = st.device_info()
+        judged = {r.model for r in records if r.metric == "decode_efficiency"}  # only these are read
+        kept = {j.model: j.path for j in st.job_models(order) if j.probe == "decode" and j.model in judged}
+    targets = _llm_devices(devices, records, info, store)
+    binary, env, source = lf.host_llama_bench(open_lab(lab), targets, rt.decode_tool)
+    quants = lf.measured_quantizations(kept, records)
+    cache = models_cache_dir().parent / "llama-buffers.json"
+    found = []
+    for m in ggufs:
+        gguf = read_gguf(m.path)
+        ctx = context or gguf.context_length
+        at = depth if depth is not None else ctx // 2
+        if at >= ctx:
+            raise UserError(f"--depth {at}: must be under the context {ctx} of {m.name}")
+        run = partial(lf.run_buffers, str(binary), m.path, ctx, env)
+        buffers, cached = lf.cached_buffers(cache, lf.buffers_key(gguf, ctx, binary), run)
+        need = lf.memory_need(gguf, ctx, buffers, cached)
+        for dev in targets:
+            ident = (dev, rt.name, m.name)
+            ev = lf.efficiency_evidence(records, quants, ident, lf.quantization_of(gguf), at, threads, order)
+            bw = _read_bandwidth(records, dev, ev.threads, order)
+            pred = lf.predict_decode(gguf, at, ev, bw)
+            found.append(lf.judge_llm(ident, need, lf.device_memory(info, dev, order), pred, budgets))
+    result = FitResult(budgets=tuple(budgets), verdicts=[f.to_verdict() for f in found])
+    run_id = new_run_id()
+    out = result.to_records(run_id)
+    if not no_store:
+        with open_store(store) as st:
+            st.import_records(run_id, out, kind="fit", provenance=host_provenance())
+    warnings = [f"{f.device} {f.model}: {w}" for f in found for w in f.warnings]
+    unchecked = sorted({k for f in found for k in f.unchecked})
+    if unchecked:
+        warnings.append(
+            f"budgets not judged on GGUF LLMs: {', '.join(unchecked)} (memory_mb and decode_tokens_per_s_min "
+            "are)"
+        )
+    note(f"edgebench: llama.cpp's buffers from {binary} ({source})")
+    warn(warnings)
+    code = verdict_exit_code(result.verdicts, strict)
+    if as_json:
+        llm = [f.to_dict() for f in found]
+        print_json(records_json(out, run_id=run_id, llm=llm, warnings=warnings, exit_code=code))
+        return code
+    _show_llm(found, run_id, no_store)
+    return code
+
+
+def _llm_devices(asked: list[str], records: list, info: list[dict], store: Path) -> list[str]:
+    """The devices an LLM fit judges: those asked, each known to the store (a fingerprint or a measurement),
+    else every device the store knows."""
+    known = sorted({i["device"] for i in info} | {r.device for r in records})
+    for name in asked:
+        if name not in known:
+            raise UserError(
+                f"--device {name}: nothing of it in {store} (known: {', '.join(known) or 'none'}); its "
+                f"memory and bandwidth come from a run on it (`edgebench probe bandwidth --device {name}`)"
+            )
+    if not asked and not known:
+        raise UserError(
+            f"{store}: no device measured yet: run a probe on one (e.g. `edgebench probe bandwidth`)"
+        )
+    return list(dict.fromkeys(asked)) or known
+
+
+def _read_bandwidth(records: list, device: str, threads: int | None, order: list[str]):
+    """The device's read bandwidth at `threads` from the store: the latest run's DRAM-sized figure, else the
+    latest run's figure (flagged: caches may have fed it). The probe's own `dram_bandwidth` picks within a
+    run, as the decode floor does."""
+    from ..analysis.llm_fit import ReadBandwidth
+    from ..probes.decode import dram_bandwidth
+
+    rank = {run_id: i for i, run_id in enumerate(order)}
+    mine = [r for r in records if r.device == device and r.probe == "bandwidth"]
+    found = []
+    for run_id in sorted({r.run_id for r in mine}, key=lambda x: rank.get(x, -1), reverse=True):
+        bw = dram_bandwidth([r for r in mine if r.run_id == run_id], "store", "read", threads)
+        if bw is not None:
+            found.append(bw)
+    if not found:
+        return None
+    best = next((b for b in found if b.dram_sized), found[0])
+    return ReadBandwidth(best.gbps, best.run_id, best.threads, best.kernel, best.dram_sized)
+
+
+def _show_llm(found: list, run_id: str, no_store: bool) -> None:
+    """The LLM verdicts as a table: memory and its parts against the device's, decode tokens/s predicted."""
+    from rich.text import Text
+
+    style = {"fits": "green", "does not fit": "bold red", "uncertain": "yellow"}
+    table = make_table(
+        f"fit ({'not stored' if no_store else 'run ' + run_id})",
+        [
+            "device",
+            "model",
+            "verdict",
+            "memory MB (weights + KV + buffers)",
+            "device MB",
+            "decode tokens/s",
+            "evidence",
+        ],
+    )
+    for f in found:
+        m, d = f.memory, f.decode
+        rate = f"{d.p50:.4g} [{d.low:.4g}-{d.high:.4g}]" if d.p50 is not None else f"unknown: {d.unknown}"
+        table.add_row(
+            Text(f.device),
+            Text(f.model),
+            Text(f.verdict, style=style.get(f.verdict, "")),
+            Text(f"{m.memory_mb:.1f} ({m.weights_mb:.1f} + {m.kv_cache_mb:.1f} + {m.buffers_mb:.1f})"),
+            Text(f"{f.device_memory.mb:.0f}" if f.device_memory.mb else "unknown"),
+            Text(rate),
+            Text(", ".join(p.model for p in d.evidence.points) or "-"),
+        )
+    console().print(table)
 
 
 def ratio_text(ratio: float | None) -> str:
