@@ -121,6 +121,14 @@ def profiled_runs(
         newest.items(), key=lambda kv: str(kv[0])
     ):
         p50 = [r.value for r in recs if r.metric == "latency_ms" and r.params.get("stat") == "p50"]
+        if not p50:  # a vendor tool's per-layer profile (benchncnn): its mean is all it prints, said so
+            p50 = [
+                r.value
+                for r in recs
+                if r.metric == "latency_ms"
+                and r.params.get("stat") == "mean"
+                and r.annotations.get("aggregated_by") == "tool"
+            ]
         ops = [r for r in recs if r.metric == "op_time_ms"]
         if all(isinstance(r.annotations.get("order"), int) for r in ops):  # as they ran (older: as stored)
             ops.sort(key=lambda r: r.annotations["order"])

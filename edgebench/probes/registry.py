@@ -739,7 +739,7 @@ KINDS: dict[str, ProbeKind] = {
             ProfileParams,
             True,
             "profile:run_profile",
-            None,
+            "profile_native:run_native_profile",  # a runner's per-layer build, layers described on the host
             "Where a model's time goes, per op.",
         ),
         ProbeKind(

@@ -109,6 +109,10 @@ class Runtime:
     # read from its own converted graph ((onnx path, shapes) -> list[Kernel]); None: the ONNX graph and
     # the rules above (`kernels`) stand for it
     graph_kernels: str | None = None
+    # "module:function" in edgebench describing each layer of a model in its own format as a profile does
+    # ((path) -> [{node, op_type, inputs, outputs, mflops, parameter_bytes}]), run on the host: what a
+    # vendor tool's per-layer times on a device without Python are joined with, by layer name
+    graph_layers: str | None = None
     # The probes it runs (None: every probe); a job of another is refused before anything runs
     probes: tuple[str, ...] | None = None
     # The [runners] key of the vendor tool `probe decode` runs on it instead of the agent (llama-bench)
@@ -138,6 +142,10 @@ class Runtime:
     def own_graph_kernels(self) -> Callable[..., Any] | None:
         """How the kernels it runs are read from its own converted graph (None: from the ONNX rules)."""
         return _load(self.graph_kernels) if self.graph_kernels is not None else None
+
+    def own_graph_layers(self) -> Callable[..., Any] | None:
+        """How each layer of a model in its own format is described on the host (None: it cannot be)."""
+        return _load(self.graph_layers) if self.graph_layers is not None else None
 
     def profile_reader(self) -> Callable[..., Any] | None:
         """How this runtime's per-op profile is read from the agent's reply (None: it has none)."""

@@ -21,6 +21,7 @@ RUNTIME = Runtime(
     # InnerProduct, a Split per fan-out): the kernels are read from the graph pnnx makes, converted at the
     # model's shapes and run once on the host for each layer's shapes, exactly as the profile reads them
     graph_kernels="analysis.ncnn_graph:ncnn_kernels",
+    graph_layers="analysis.ncnn_graph:ncnn_layer_ops",  # benchncnn's per-layer times joined by layer name
     # the agent takes the cost of an extract call off each layer (measured); what its profile still reads
     # above the plain p50 (every blob kept: rec 1.48x) grows with the activations, not per layer, and is
     # scaled off with the rest (`kernel_predict.without_profiler_cost`); estimated per kernel on the

@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import pytest
 
+from edgebench.models.builtin import builtin_model
 from edgebench.models.refs import resolve_model
 from edgebench.probes.common import model_file_for
 from edgebench.testing.adblab import write_descriptor
@@ -184,3 +185,43 @@ def test_a_param_benchncnn_cannot_load_is_one_line_naming_the_file(device_factor
     assert "fancypool.param" in errors[0] and "no layer type 'FancyPool'" in errors[0]
     assert "avg =    0.00" in device.printed.read_text()  # what the tool itself said of it
     assert not [r for r in stored(tmp_path) if r["metric"] == "latency_ms"]
+
+
+def test_profile_on_a_device_without_python_is_the_per_layer_builds_times_and_feeds_the_predictor(
+    device_factory, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """`profile` on a native device: each layer's time as benchncnn-layers printed it (the mean of the timed
+    loops, read here from the wrapper's copy), each layer's shapes and work from the graph on the host; the
+    kernel predictor reads the profile as the layers the graph side predicts, and its reference is the
+    tool's avg (no p50 invented)."""
+    from edgebench.analysis.kernel_predict import profiled_runs
+    from edgebench.results.store import Store
+    from edgebench.runtimes import runtime
+
+    device = device_factory("benchncnn-layers")
+    res = edgebench(
+        "profile", "builtin:convnet", "--runtime", "ncnn", "--device", device.name, "--lab", str(device.lab),
+        "--threads", "1", "--runs", str(LOOPS), "--timeout", "300", "--json", "--store", tmp_path / "s.db",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    records = json.loads(res.stdout)["records"]
+    lines = [
+        ln.split() for ln in device.printed.read_text().splitlines() if re.match(r"^\w+\s+\S+\s+[\d.]+ms", ln)
+    ]
+    printed: dict[str, list[float]] = {}
+    for _kind, name, value, *_ in lines:
+        printed.setdefault(name, []).append(float(value.removesuffix("ms")))
+    ops = [r for r in records if r["metric"] == "op_time_ms"]
+    assert [r["params"]["node"] for r in ops] == list(printed)  # every layer, in the order it ran
+    for r in ops:
+        timed = printed[r["params"]["node"]][-LOOPS:]  # the warm-up loops print too
+        assert r["value"] == pytest.approx(sum(timed) / len(timed), abs=1e-9)
+    [mean] = [r for r in records if r["metric"] == "latency_ms"]
+    assert mean["params"]["stat"] == "mean" and mean["value"] == printed_stats(device)["mean"]
+    with Store(tmp_path / "s.db") as store:
+        [run] = profiled_runs(store.records())
+    predicted = runtime("ncnn").own_graph_kernels()(builtin_model("convnet"), {})
+    work = lambda k: (k.name, k.op_type, k.kind, k.flops, k.weight_bytes, k.bytes)  # noqa: E731
+    assert [work(k) for k, _ in run.kernels] == [work(k) for k in predicted]
+    assert run.latency_ms == mean["value"]
