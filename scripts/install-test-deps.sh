@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian machine: the Debian packages of the
 # real test lab (adb server, OpenSSH server, headless Chromium, bubblewrap; busybox and mksh, the shells
-# of embedded boards and phones, for the remote-command guard), edgebench with its dev
+# of embedded boards and phones, for the remote-command guard; debootstrap and zstd, which build and cache
+# the aarch64 board's arm64 rootfs: its qemu-aarch64 is fetched by the tests themselves, from
+# bookworm-backports, never installed system-wide), edgebench with its dev
 # extra, and the PyPI packages that ship the real models the tests measure.
 set -euo pipefail
 
-DEBIAN_PACKAGES=(adb openssh-server openssh-client chromium bubblewrap procps iproute2 busybox mksh)
+DEBIAN_PACKAGES=(adb openssh-server openssh-client chromium bubblewrap procps iproute2 busybox mksh
+    debootstrap zstd)
 
 missing=()
 for pkg in "${DEBIAN_PACKAGES[@]}"; do

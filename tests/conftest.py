@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from edgebench.testing.pytest_adb import *  # noqa: F403
+from edgebench.testing.pytest_arm import arm_board, arm_lab_session  # noqa: F401
 from edgebench.testing.pytest_ssh import (  # noqa: F401
     fresh_ssh_board,
     net_ssh_board,
