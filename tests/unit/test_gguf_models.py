@@ -265,7 +265,9 @@ def test_an_architecture_llama_cpp_does_not_know_is_named_before_anything_runs(t
     writer.close()
     info = read_gguf(path)
     assert info.architecture == "transformer9000"
-    with pytest.raises(ModelError, match=r"future\.gguf: architecture 'transformer9000' is not one llama.cpp"):
+    with pytest.raises(
+        ModelError, match=r"future\.gguf: architecture 'transformer9000' is not one llama.cpp"
+    ):
         check_architecture(info, path)
     known = read_gguf(resolve_model("builtin:llama:layers=1,hidden=64,heads=2,vocab=300").path)
     check_architecture(known, path)  # llama is

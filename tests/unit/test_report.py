@@ -608,7 +608,10 @@ def test_decode_section_shows_tokens_per_s_with_the_floor_and_the_budget() -> No
     assert '<span class="q over" data-status="over">8</span>' in section  # board: 8 < 15 tok/s
     assert "80.0%" in section and ">25<" in section and ">10<" in section
     md = render(data, "md")
-    assert "## LLM decode" in md and "| phone | llm | onnxruntime | 64+32 | 0 | 40 | 50 | 20 | 25 | 80.0% |" in md
+    assert (
+        "## LLM decode" in md
+        and "| phone | llm | onnxruntime | 64+32 | 0 | 40 | 50 | 20 | 25 | 80.0% |" in md
+    )
     assert "| board | llm | onnxruntime | 64+32 | 0 | 40 | 125 | 8 ❌ | 10 | 80.0% |" in md
     fit = [v for v in data.fit.verdicts if v.model == "llm"]
     assert {(v.device, v.fits) for v in fit} == {("phone", True), ("board", False)}
