@@ -109,7 +109,7 @@ def test_every_device_decodes_a_gguf_with_llama_bench_and_stores_what_it_printed
         stored = {s.params["depth"]: list(s.values) for s in store.samples(metric="decode_ms_per_token")}
     for t in printed:
         depth = t["n_depth"]
-        at = {(r["metric"], r["params"].get("stat")): r for r in records if r["params"]["depth"] == depth}
+        at = {(r["metric"], r["params"].get("stat")): r for r in records if r["params"].get("depth") == depth}
         assert all(r["params"]["threads"] == t["n_threads"] == 1 for r in at.values())
         if t["n_gen"]:
             # each stored sample is one repetition's generation over its tokens, as printed
