@@ -670,16 +670,7 @@ class ArmBoard(SshBoard):
                 stderr=log,
                 start_new_session=True,
             )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.proc = None
-                return False  # e.g. the port was taken meanwhile
-            if self._answers():
-                return True
-            time.sleep(0.2)
-        self.kill()
-        return False
+        return self._up_in_time(0.2, START_TIMEOUT_S)
 
     def _write_config(self) -> None:
         lines = [

@@ -209,14 +209,19 @@ class SshBoard:
             except OSError:
                 self.kill()
                 raise
-        deadline = time.monotonic() + START_TIMEOUT_S
+        return self._up_in_time(0.05)
+
+    def _up_in_time(self, step_s: float, timeout_s: float = START_TIMEOUT_S) -> bool:
+        """Whether the started sshd answers on its port within `timeout_s` (killed otherwise)."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 self.proc = None
                 return False  # e.g. the port was taken meanwhile
             if self._answers():
                 return True
-            time.sleep(0.05)
+            time.sleep(step_s)
         self.kill()
         return False
 
