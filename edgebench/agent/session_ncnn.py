@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from .session import (
     ANY_RANK,
@@ -37,69 +37,80 @@ def model_files(param: str) -> list[str]:
     return [param, weights_of(param)]
 
 
-def param_inputs(param: str) -> dict[str, list[Any]]:
+class ParamLayer(NamedTuple):
+    """One layer line of a .param text file."""
+
+    type: str
+    name: str
+    bottoms: list[str]
+    tops: list[str]
+    params: dict[str, str]
+
+
+def read_layers(param: str) -> list[ParamLayer]:
+    """Every layer of a .param text file, read once (the agent imports nothing of the host's reader);
+    lines that are not a layer are left out (ncnn refuses them when it loads the file)."""
+    with open(param, encoding="utf-8", errors="replace") as fh:
+        lines = fh.read().splitlines()[2:]
+    layers = []
+    for line in lines:
+        fields = line.split()
+        try:
+            bottoms, tops = int(fields[2]), int(fields[3])
+        except (IndexError, ValueError):
+            continue
+        blobs = fields[4 : 4 + bottoms + tops]
+        params = dict(kv.split("=", 1) for kv in fields[4 + bottoms + tops :] if "=" in kv)
+        layers.append(ParamLayer(fields[0], fields[1], blobs[:bottoms], blobs[bottoms:], params))
+    return layers
+
+
+def param_inputs(layers: list[ParamLayer]) -> dict[str, list[Any]]:
     """Each Input layer's top blob and its shape (numpy order: c, d, h, w, as declared; ANY_RANK where
     the file gives none)."""
     found: dict[str, list[Any]] = {}
-    with open(param, encoding="utf-8", errors="replace") as fh:
-        lines = fh.read().splitlines()
-    for line in lines[2:]:
-        fields = line.split()
-        if len(fields) < 4 or fields[0] != "Input":
+    for layer in layers:
+        if layer.type != "Input" or not layer.tops:
             continue
-        bottoms = int(fields[2])
-        top = fields[4 + bottoms]
-        params = dict(kv.split("=", 1) for kv in fields[4 + bottoms + int(fields[3]) :] if "=" in kv)
-        dims = [int(params[a]) for a in _INPUT_AXES if int(params.get(a, "0") or 0) > 0]
-        found[top] = dims or list(ANY_RANK)
+        dims = [int(layer.params[a]) for a in _INPUT_AXES if int(layer.params.get(a, "0") or 0) > 0]
+        found[layer.tops[0]] = dims or list(ANY_RANK)
     return found
 
 
-def input_demands(param: str) -> dict[str, tuple[tuple[str, int, str], ...]]:
+def input_demands(layers: list[ParamLayer]) -> dict[str, tuple[tuple[str, int, str], ...]]:
     """What the layers reading each blob straight take of it, from the sizes of their weights: a
     convolution's input channels (weight_data_size / (num_output x kernel, x group when depthwise)), an
     inner product's inputs (weight_data_size / num_output). Layers whose params do not divide evenly
     (int8 or sparse forms) are left out."""
-    with open(param, encoding="utf-8", errors="replace") as fh:
-        lines = fh.read().splitlines()[2:]
     found: dict[str, list[tuple[str, int, str]]] = {}
-    for line in lines:
-        fields = line.split()
-        if len(fields) < 4 or fields[0] not in ("Convolution", "ConvolutionDepthWise", "InnerProduct"):
+    for layer in layers:
+        if layer.type not in ("Convolution", "ConvolutionDepthWise", "InnerProduct") or not layer.bottoms:
             continue
-        bottoms, tops = int(fields[2]), int(fields[3])
-        params = dict(kv.split("=", 1) for kv in fields[4 + bottoms + tops :] if "=" in kv)
+        params = layer.params
         try:
-            out, weights = (
-                int(params.get("0", "0")),
-                int(params.get("6" if fields[0] != "InnerProduct" else "2", "0")),
-            )
+            out = int(params.get("0", "0"))
+            weights = int(params.get("6" if layer.type != "InnerProduct" else "2", "0"))
             kw = int(params.get("1", "1"))
             kh = int(params.get("11", str(kw)))
-            group = int(params.get("7", "1")) if fields[0] == "ConvolutionDepthWise" else 1
+            group = int(params.get("7", "1")) if layer.type == "ConvolutionDepthWise" else 1
         except ValueError:
             continue
-        if fields[0] == "InnerProduct":
+        if layer.type == "InnerProduct":
             axis, per = "features", out
         else:
             axis, per = "channels", out * kw * kh
-        if min(out, weights, kw, kh, group) <= 0 or (weights * group) % per or not bottoms:
+        if min(out, weights, kw, kh, group) <= 0 or (weights * group) % per:
             continue
-        demand = (axis, weights * group // per, f"'{fields[1]}' ({fields[0]})")
-        found.setdefault(fields[4], []).append(demand)
+        demand = (axis, weights * group // per, f"'{layer.name}' ({layer.type})")
+        found.setdefault(layer.bottoms[0], []).append(demand)
     return {blob: tuple(d) for blob, d in found.items()}
 
 
-def unknown_layer(param: str) -> tuple[str, str] | None:
+def unknown_layer(layers: list[ParamLayer]) -> tuple[str, str] | None:
     """The first (type, name) in the graph that this ncnn has no layer for, or None."""
     import ncnn
 
-    with open(param, encoding="utf-8", errors="replace") as fh:
-        for line in fh.read().splitlines()[2:]:
-            fields = line.split()
-            if len(fields) >= 2 and ncnn.layer_to_index(fields[0]) < 0:
-                return fields[0], fields[1]
-    return None
+    return next(((x.type, x.name) for x in layers if ncnn.layer_to_index(x.type) < 0), None)
 
 
 def load_param(net: Any, param: str, label: str | None = None) -> str | None:
@@ -123,10 +134,11 @@ def load_param(net: Any, param: str, label: str | None = None) -> str | None:
         log.seek(0)
         said = log.read().decode(errors="replace").split()
     label = label or param
-    missing = unknown_layer(param)
+    layers = read_layers(param)
+    missing = unknown_layer(layers)
     if missing is not None:
         return f"ncnn has no layer type '{missing[0]}' (layer '{missing[1]}' in {label})"
-    kinds = dict(layer_types(param))
+    kinds = {layer.name: layer.type for layer in layers}
     if len(said) >= 5 and said[:2] == ["layer", "load_param"] and said[4] == "failed":
         name = said[3]
         return (
@@ -135,13 +147,6 @@ def load_param(net: Any, param: str, label: str | None = None) -> str | None:
         )
     reason = " ".join(said)[:160]
     return f"ncnn could not load the param file {label}" + (f" ({reason})" if reason else "")
-
-
-def layer_types(param: str) -> list[tuple[str, str]]:
-    """(name, type) of every layer of a .param text file."""
-    with open(param, encoding="utf-8", errors="replace") as fh:
-        lines = fh.read().splitlines()[2:]
-    return [(f[1], f[0]) for f in (line.split() for line in lines) if len(f) >= 2]
 
 
 class NcnnSession:
@@ -194,8 +199,8 @@ class NcnnSession:
             )
         self.net = net
         self.effective_threads = effective_threads(int(opt.num_threads), None, None)
-        declared = param_inputs(path)
-        demands = input_demands(path)
+        layers = read_layers(path)
+        declared, demands = param_inputs(layers), input_demands(layers)
         names = list(net.input_names())
         if not names:
             raise ModelLoadError(f"{path}: the ncnn graph has no Input layer")
@@ -338,15 +343,7 @@ SESSION = NcnnSession
 
 def layer_params(param: str) -> dict[str, dict[str, str]]:
     """Each layer's params (`k=v`) by layer name, as the .param file writes them."""
-    found = {}
-    with open(param, encoding="utf-8", errors="replace") as fh:
-        for line in fh.read().splitlines()[2:]:
-            fields = line.split()
-            if len(fields) < 4:
-                continue
-            start = 4 + int(fields[2]) + int(fields[3])
-            found[fields[1]] = dict(kv.split("=", 1) for kv in fields[start:] if "=" in kv)
-    return found
+    return {layer.name: layer.params for layer in read_layers(param)}
 
 
 def layer_work(kind: str, params: dict[str, str], inputs: list[list[int]], outputs: list[list[int]]) -> dict:
