@@ -17,11 +17,11 @@ import time
 from typing import Any
 
 from .inputs import InputError, describe, make_inputs
-from .loading import cold_load, given_values
+from .loading import cold_load, given_values, open_task_session, placement_of
 from .main import TaskError
-from .runtimes import import_runtime, open_session
+from .runtimes import import_runtime
 from .selfcheck import check_outputs, pristine_copy
-from .session import ModelLoadError, RuntimeMissing
+from .session import RuntimeMissing
 from .timing import (
     TimingPolicy,
     current_rss_mb,
@@ -72,13 +72,11 @@ def load(
         if "import_ms" not in cost:
             cost["import_ms"] = import_runtime(runtime)
             cost["rss_before_load_mb"] = current_rss_mb()
-        start = time.perf_counter_ns()
-        session = open_session(runtime, task["model"], int(task.get("threads", 0)))
-        cost["load_ms"] = (time.perf_counter_ns() - start) / 1e6
-    except ModelLoadError as exc:
-        raise TaskError("model", str(exc)) from None
     except RuntimeMissing as exc:
         raise TaskError("runtime", str(exc)) from None
+    start = time.perf_counter_ns()
+    session = open_task_session(task)
+    cost["load_ms"] = (time.perf_counter_ns() - start) / 1e6
     try:
         feeds = make_inputs(
             session.inputs, task.get("shapes", {}), int(task.get("seed", 0)), task.get("inputs"), warnings
@@ -153,5 +151,6 @@ def run(task: dict) -> tuple[dict, list[str]]:
         "model_memory_peak": "since load" if reset else "process lifetime (upper bound)",
         "inputs": describe(feeds),
         "execution": session.execution() if hasattr(session, "execution") else None,
+        "placement": placement_of(session),
         "cold_load": cold,
     }, warnings

@@ -17,8 +17,8 @@ from typing import Any
 
 from .inputs import InputError, apply_values, make_inputs
 from .main import TaskError
-from .runtimes import SESSION_MODULES, import_runtime, model_files, open_session
-from .session import ModelLoadError, RuntimeMissing
+from .runtimes import SESSION_MODULES, import_runtime, model_files, open_session, task_backend
+from .session import BackendError, ModelLoadError, RuntimeMissing
 from .timing import current_rss_mb
 
 EVICTED_BELOW = 0.05  # resident fraction under which the file counts as evicted
@@ -35,17 +35,43 @@ def import_runtime_ms(runtime: str) -> float:
         raise TaskError("runtime", str(exc)) from None
 
 
+def open_task_session(task: dict, path: str | None = None, **options: Any) -> Any:
+    """The task's model (or `path`) open in its runtime on the task's backend, its errors as task errors;
+    with `require_backend`, a model not wholly on that backend is refused here, its fallen-back ops named
+    (kind "backend"), before anything is timed."""
+    try:
+        session = open_session(
+            task.get("runtime", "onnxruntime"),
+            path or task["model"],
+            int(task.get("threads", 0)),
+            **task_backend(task),
+            **options,
+        )
+    except ModelLoadError as exc:
+        raise TaskError("model", str(exc)) from None
+    except RuntimeMissing as exc:
+        raise TaskError("runtime", str(exc)) from None
+    except BackendError as exc:
+        raise TaskError("backend", str(exc)) from None
+    if task.get("require_backend"):
+        why = session.placement().shortfall()
+        if why is not None:
+            raise TaskError("backend", f"the backend is required: {why}")
+    return session
+
+
+def placement_of(session: Any) -> dict[str, Any]:
+    """The session's placement as the reply carries it."""
+    placement: dict[str, Any] = session.placement().as_dict()
+    return placement
+
+
 def open_timed(task: dict, path: str | None = None) -> tuple[Any, dict[str, Any]]:
     """The session and what opening it cost: import_ms, load_ms, rss_before_load_mb."""
     runtime = task.get("runtime", "onnxruntime")
     cost: dict[str, Any] = {"import_ms": import_runtime_ms(runtime), "rss_before_load_mb": current_rss_mb()}
     start = time.perf_counter_ns()
-    try:
-        session = open_session(runtime, path or task["model"], int(task.get("threads", 0)))
-    except ModelLoadError as exc:
-        raise TaskError("model", str(exc)) from None
-    except RuntimeMissing as exc:
-        raise TaskError("runtime", str(exc)) from None
+    session = open_task_session(task, path)
     cost["load_ms"] = (time.perf_counter_ns() - start) / 1e6
     return session, cost
 

@@ -22,9 +22,8 @@ from typing import Any
 from .bench import import_then_pin
 from .inputs import InputError, describe, make_inputs
 from .main import TaskError
-from .runtimes import open_session, session_module
+from .runtimes import session_module
 from .selfcheck import check_outputs, pristine_copy
-from .session import ModelLoadError, RuntimeMissing
 from .timing import refresher
 
 SNR_CAP_DB = 200.0  # identical arrays have infinite SNR; reported as this finite ceiling
@@ -82,14 +81,9 @@ def compare_arrays(reference: Any, candidate: Any) -> dict[str, float]:
 
 # ---- shared pieces ----------------------------------------------------------------------------------
 def _open(task: dict, path: str | None = None, **options: Any) -> Any:
-    try:
-        return open_session(
-            task.get("runtime", "onnxruntime"), path or task["model"], int(task.get("threads", 0)), **options
-        )
-    except ModelLoadError as exc:
-        raise TaskError("model", str(exc)) from None
-    except RuntimeMissing as exc:
-        raise TaskError("runtime", str(exc)) from None
+    from .loading import open_task_session
+
+    return open_task_session(task, path, **options)
 
 
 def _inputs(task: dict, session: Any, warnings: list[str]) -> dict[str, Any]:

@@ -52,6 +52,12 @@ class ModelTask(Task):
     seed: int = 0
     inputs: str | None = None
     affinity: list[int] | None = None
+    # The backend the runtime runs the model on, as the runtime names it (cpu, vulkan, openvino, gpu...),
+    # its precision mode (None: the backend's default, recorded as it ran; fp32; fp16) and whether a model
+    # not wholly on that backend is an error (agent.placement)
+    backend: str = "cpu"
+    precision: str | None = None
+    require_backend: bool = False
 
 
 @dataclass(frozen=True)

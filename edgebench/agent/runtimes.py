@@ -56,7 +56,22 @@ def model_files(runtime: str, path: str) -> list[str]:
     return list(found(path)) if found is not None else [path]
 
 
-def open_session(runtime: str, path: str, threads: int = 0, **options: Any) -> Session:
-    """Open the model in the runtime's session."""
+def open_session(
+    runtime: str,
+    path: str,
+    threads: int = 0,
+    backend: str = "cpu",
+    precision: str | None = None,
+    **options: Any,
+) -> Session:
+    """Open the model in the runtime's session, on `backend` at `precision` (None: the backend's own
+    default); the CPU at its default is how every session opens without them."""
+    if backend != "cpu" or precision is not None:
+        options = {**options, "backend": backend, "precision": precision}
     session: Session = session_module(runtime).SESSION(path, threads, **options)
     return session
+
+
+def task_backend(task: dict) -> dict[str, Any]:
+    """The backend options of a model task, as `open_session` takes them."""
+    return {"backend": str(task.get("backend") or "cpu"), "precision": task.get("precision")}

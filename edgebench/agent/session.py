@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .placement import Placement
+
 
 class ModelLoadError(Exception):
     """The runtime refused the model (corrupt file, unsupported op)."""
@@ -14,6 +16,10 @@ class ModelLoadError(Exception):
 
 class RuntimeMissing(Exception):
     """The runtime is not installed on this device."""
+
+
+class BackendError(Exception):
+    """The runtime has no such backend, or cannot open it with the precision asked for."""
 
 
 def thread_count() -> int | None:
@@ -97,3 +103,5 @@ class Session(Protocol):
     def prepare(self, feeds: dict[str, Any]) -> Step: ...
 
     def outputs(self, feeds: dict[str, Any]) -> dict[str, Any]: ...
+
+    def placement(self) -> Placement: ...

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .placement import Placement, whole
 from .session import InputInfo, ModelLoadError, RuntimeMissing, Step, _dist_version, _first_line
 
 
@@ -92,6 +93,10 @@ class LiteRtSession:
     def read_outputs(self) -> dict[str, Any]:
         # get_tensor returns a copy: the next invoke does not change it.
         return {name: self.interpreter.get_tensor(index) for name, index in self._outputs}
+
+    def placement(self) -> Placement:
+        """Where the model ran: this session opens the CPU alone."""
+        return whole("cpu", "cpu", "the CPU interpreter")
 
     def outputs(self, feeds: dict[str, Any]) -> dict[str, Any]:
         step = self.prepare(feeds)

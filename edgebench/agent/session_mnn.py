@@ -6,6 +6,7 @@ import os
 import time
 from typing import Any
 
+from .placement import Placement, whole
 from .session import (
     InputInfo,
     ModelLoadError,
@@ -113,6 +114,10 @@ class MnnSession:
             # getNumpyData is a view the next run overwrites: keep a copy.
             result[name] = np.array(host.getNumpyData(), copy=True)
         return result
+
+    def placement(self) -> Placement:
+        """Where the model ran: this session opens the CPU alone."""
+        return whole("cpu", "cpu", "MNN's CPU backend")
 
     def outputs(self, feeds: dict[str, Any]) -> dict[str, Any]:
         step = self.prepare(feeds)

@@ -8,12 +8,15 @@ the session never relies on them: it sets each option it means and reports them 
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Any, NamedTuple
 
+from .placement import OpUnit, Placement, from_ops, whole
 from .session import (
     ANY_RANK,
+    BackendError,
     InputInfo,
     ModelLoadError,
     RuntimeMissing,
@@ -113,26 +116,33 @@ def unknown_layer(layers: list[ParamLayer]) -> tuple[str, str] | None:
     return next(((x.type, x.name) for x in layers if ncnn.layer_to_index(x.type) < 0), None)
 
 
-def load_param(net: Any, param: str, label: str | None = None) -> str | None:
-    """Load the graph into `net`: None when it loads, else why not, in one line naming the layer (and the
-    file, as `label` or its path).
-
-    ncnn says which layer refused its params only in its log on the process's stderr ("layer load_param 6
-    LSTM_0 failed"), so that stream is caught (at the descriptor: ncnn writes it from C) while it loads."""
+def with_stderr(call: Any) -> tuple[Any, str]:
+    """`call()` with the process's stderr caught at the descriptor (ncnn logs from C): (its result, what
+    it wrote)."""
     import tempfile
 
     with tempfile.TemporaryFile() as log:
         saved = os.dup(2)
         os.dup2(log.fileno(), 2)
         try:
-            code = net.load_param(param)
+            result = call()
         finally:
             os.dup2(saved, 2)
             os.close(saved)
-        if code == 0:
-            return None
         log.seek(0)
-        said = log.read().decode(errors="replace").split()
+        return result, log.read().decode(errors="replace")
+
+
+def load_param(net: Any, param: str, label: str | None = None) -> str | None:
+    """Load the graph into `net`: None when it loads, else why not, in one line naming the layer (and the
+    file, as `label` or its path).
+
+    ncnn says which layer refused its params only in its log on the process's stderr ("layer load_param 6
+    LSTM_0 failed"), so that stream is caught while it loads."""
+    code, log = with_stderr(lambda: net.load_param(param))
+    if code == 0:
+        return None
+    said = log.split()
     label = label or param
     layers = read_layers(param)
     missing = unknown_layer(layers)
@@ -149,8 +159,38 @@ def load_param(net: Any, param: str, label: str | None = None) -> str | None:
     return f"ncnn could not load the param file {label}" + (f" ({reason})" if reason else "")
 
 
+BACKENDS = ("cpu", "vulkan")  # the wheel's backends: its CPU layers, and Vulkan compute (GPU)
+
+
+@functools.lru_cache(maxsize=1)
+def vulkan_devices() -> tuple[int, str]:
+    """(Vulkan devices ncnn found, what it said of them): the count creates ncnn's GPU instance, the
+    first time in a process, which prints each device's capabilities (its "fp16-p/s/u/a=1/1/1/1" line:
+    fp16 packed, storage, uniform, arithmetic) on stderr and nowhere else; read once per process."""
+    import ncnn
+
+    count, said = with_stderr(ncnn.get_gpu_count)
+    return int(count), said
+
+
+def device_fp16(said: str) -> dict[str, bool] | None:
+    """What the first Vulkan device supports of fp16 (packed, storage, arithmetic), from ncnn's own
+    description of it; None where it was not printed (the GPU instance was made before)."""
+    for line in said.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        flags = fields.get("fp16-p/s/u/a", "").split("/")
+        if line.startswith("[0 ") and len(flags) == 4:
+            packed, storage, _, arithmetic = (f == "1" for f in flags)
+            return {"packed": packed, "storage": storage, "arithmetic": arithmetic}
+    return None
+
+
 class NcnnSession:
-    """An ncnn Net on the CPU with explicit threads and precision options."""
+    """An ncnn Net on the CPU or on Vulkan, with explicit threads and precision options.
+
+    On Vulkan, ncnn runs each layer it has no Vulkan kernel for on the CPU (with copies at each boundary),
+    and a Net asked for Vulkan on a machine without a Vulkan driver runs wholly on the CPU without an
+    error: `placement()` reads both from the loaded Net, never from what was asked."""
 
     runtime = "ncnn"
 
@@ -161,34 +201,41 @@ class NcnnSession:
         fp16: bool = False,
         winograd: bool = True,
         int8: bool = True,
+        backend: str = "cpu",
+        precision: str | None = None,
     ) -> None:
         try:
             import ncnn
         except ImportError as exc:
             raise RuntimeMissing("ncnn is not installed") from exc
+        if backend not in BACKENDS:
+            raise BackendError(f"ncnn has no backend '{backend}' (it has: {', '.join(BACKENDS)})")
+        if precision not in (None, "fp32", "fp16"):
+            raise BackendError(f"ncnn takes precision fp32 or fp16, not '{precision}'")
         self.ncnn = ncnn
         self.version = _dist_version("ncnn")
+        self.backend = backend
         self._check_files(path)
         net = ncnn.Net()
         opt = net.opt
         opt.num_threads = (
             threads if threads > 0 else ncnn.get_physical_big_cpu_count() or ncnn.get_cpu_count()
         )
-        opt.use_vulkan_compute = False
-        for name in ("use_fp16_storage", "use_fp16_packed", "use_fp16_arithmetic"):
-            setattr(opt, name, fp16)
+        gpus, said = vulkan_devices() if backend == "vulkan" else (0, "")
+        opt.use_vulkan_compute = gpus > 0
+        if gpus > 0:
+            net.set_vulkan_device(0)
+        # The CPU is pinned to fp32 (its fp16 paths differ by CPU); Vulkan keeps ncnn's default (fp16
+        # storage and arithmetic where the device has them) unless a precision is asked for
+        half = {"fp16": True, "fp32": False}.get(precision or "", fp16 if backend == "cpu" else None)
+        if half is not None:
+            for name in ("use_fp16_storage", "use_fp16_packed", "use_fp16_arithmetic"):
+                setattr(opt, name, half)
         opt.use_bf16_storage = False
         opt.use_bf16_packed = False
         opt.use_int8_inference = int8
         opt.use_winograd_convolution = winograd
         opt.use_packing_layout = True
-        self.options = {
-            "backend": "cpu",
-            "threads": int(opt.num_threads),
-            # ncnn's own core binding (0 all cores, 1 little, 2 big): left at 0, the agent's affinity pins
-            "powersave": int(ncnn.get_cpu_powersave()),
-            **{name: bool(getattr(opt, name)) for name in OPTION_NAMES},
-        }
         failure = load_param(net, path)
         if failure is not None:
             raise ModelLoadError(failure)
@@ -198,6 +245,14 @@ class NcnnSession:
                 "(truncated, or not this graph's)"
             )
         self.net = net
+        self.options = {
+            "backend": "vulkan" if opt.use_vulkan_compute else "cpu",
+            "threads": int(opt.num_threads),
+            # ncnn's own core binding (0 all cores, 1 little, 2 big): left at 0, the agent's affinity pins
+            "powersave": int(ncnn.get_cpu_powersave()),
+            **{name: bool(getattr(opt, name)) for name in OPTION_NAMES},
+        }
+        self._placement = self._where(gpus, said)
         self.effective_threads = effective_threads(int(opt.num_threads), None, None)
         layers = read_layers(path)
         declared, demands = param_inputs(layers), input_demands(layers)
@@ -216,6 +271,48 @@ class NcnnSession:
             for name, shape in ((n, declared.get(n, ANY_RANK)) for n in names)
         ]
         self.output_names = list(net.output_names())
+
+    def _precision(self, said: str) -> dict[str, Any]:
+        """The precision the layers computed in: fp16 where the option is on and (on Vulkan) the device
+        has it; "unknown" where the device's support was not seen."""
+        opt = self.net.opt
+        storage, arithmetic = bool(opt.use_fp16_storage), bool(opt.use_fp16_arithmetic)
+        found: dict[str, Any] = {"use_fp16_storage": storage, "use_fp16_arithmetic": arithmetic}
+        if opt.use_vulkan_compute:
+            support = device_fp16(said)
+            found["device_fp16"] = support if support is not None else "unknown"
+            if support is None and (storage or arithmetic):
+                found["mode"] = "unknown"
+                return found
+            storage = storage and bool(support and support["storage"])
+            arithmetic = arithmetic and bool(support and support["arithmetic"])
+        elif storage or arithmetic:
+            found["mode"] = "unknown"  # ncnn's CPU layers take fp16 where the CPU and the layer have it
+            return found
+        found["mode"] = "fp16" if arithmetic else "fp16-storage" if storage else "fp32"
+        return found
+
+    def _where(self, gpus: int, said: str) -> Placement:
+        """Which unit ran each layer, read from the loaded Net: Vulkan for a layer whose `support_vulkan`
+        held after load_model (ncnn drops it where a layer's options have no Vulkan kernel), the CPU for
+        the others; all on the CPU when the Net turned Vulkan off."""
+        precision = self._precision(said)
+        layers = [layer for layer in self.net.layers() if layer.type != "Input"]
+        if self.backend == "cpu":
+            return whole("cpu", "cpu", "the CPU backend (use_vulkan_compute off)", precision, len(layers))
+        if not self.net.opt.use_vulkan_compute:
+            reason = f"ncnn found {gpus} Vulkan devices" if gpus == 0 else "use_vulkan_compute off after load"
+            return whole("vulkan", "cpu", f"{reason}: every layer ran on the CPU", precision, len(layers))
+        units = [
+            OpUnit(layer.name, layer.type, "vulkan" if layer.support_vulkan else "cpu") for layer in layers
+        ]
+        device = self.ncnn.get_gpu_info(0).device_name()
+        return from_ops(
+            "vulkan", units, f"each layer's support_vulkan after load_model on {device}", precision
+        )
+
+    def placement(self) -> Placement:
+        return self._placement
 
     def _check_files(self, path: str) -> None:
         try:

@@ -8,6 +8,7 @@ import shutil
 import sys
 from typing import Any
 
+from .placement import Placement, whole
 from .session import (
     InputInfo,
     ModelLoadError,
@@ -78,6 +79,10 @@ class OrtSession:
 
     def prepare(self, feeds: dict[str, Any]) -> OrtStep:
         return OrtStep(self.session, self.output_names, feeds)
+
+    def placement(self) -> Placement:
+        """Where the model ran: this session opens the CPU alone."""
+        return whole("cpu", "cpu", "the CPU execution provider alone")
 
     def outputs(self, feeds: dict[str, Any]) -> dict[str, Any]:
         return dict(zip(self.output_names, self.session.run(self.output_names, feeds), strict=True))

@@ -117,6 +117,9 @@ class Runtime:
     probes: tuple[str, ...] | None = None
     # The [runners] key of the vendor tool `probe decode` runs on it instead of the agent (llama-bench)
     decode_tool: str | None = None
+    # The backends its agent session opens (`--backend`), as the runtime names them; the first is its
+    # CPU. Each session reports where the model actually ran (agent.placement)
+    backends: tuple[str, ...] = ("cpu",)
     # Whether the agent runs LLM decode on it (`probe decode`: prefill, then token by token with its KV
     # cache; agent.decode.DECODERS)
     decodes: bool = False

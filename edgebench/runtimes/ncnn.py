@@ -28,5 +28,6 @@ RUNTIME = Runtime(
     # host as well, it read 32 us a layer and put PP-OCR cls 77% low (held out, median error 34 -> 20%)
     kernels=KernelRules(estimates_profiler_cost=False),
     per_op_outputs=False,  # pnnx fuses and renames the tensors: only the graph's own outputs keep names
+    backends=("cpu", "vulkan"),  # the wheel is built with Vulkan compute
     winograd_3x3=True,  # use_winograd_convolution: 3x3 stride-1 convolutions as Winograd F(6,3)/F(4,3)/F(2,3)
 )
