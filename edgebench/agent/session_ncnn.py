@@ -24,6 +24,7 @@ from .session import (
     _dist_version,
     effective_threads,
 )
+from .stderr import with_stderr
 
 NCNN_MAGIC = "7767517"
 # The Input layer's shape params: 0=w, 1=h, 11=d, 2=c; as numpy axes, outermost first.
@@ -114,23 +115,6 @@ def unknown_layer(layers: list[ParamLayer]) -> tuple[str, str] | None:
     import ncnn
 
     return next(((x.type, x.name) for x in layers if ncnn.layer_to_index(x.type) < 0), None)
-
-
-def with_stderr(call: Any) -> tuple[Any, str]:
-    """`call()` with the process's stderr caught at the descriptor (ncnn logs from C): (its result, what
-    it wrote)."""
-    import tempfile
-
-    with tempfile.TemporaryFile() as log:
-        saved = os.dup(2)
-        os.dup2(log.fileno(), 2)
-        try:
-            result = call()
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        log.seek(0)
-        return result, log.read().decode(errors="replace")
 
 
 def load_param(net: Any, param: str, label: str | None = None) -> str | None:
