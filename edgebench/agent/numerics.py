@@ -157,6 +157,7 @@ def run_outputs(task: dict) -> tuple[dict, list[str]]:
         "inputs": describe(feeds),
         "outputs": describe(outputs),
         "output_order": list(session.output_names),
+        "placement": session.placement().as_dict(),
     }, warnings
 
 

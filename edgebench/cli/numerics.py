@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from ..errors import UserError
 from ..jobs import Job, JobOutcome
 from ..probes.registry import AccuracyParams, ProfileParams, SensitivityParams
 from ..records import Record
@@ -181,7 +182,12 @@ def _finish(shot: OneShot) -> int:
 @probe_flags("accuracy")
 def accuracy(
     variant: list[str] = VARIANTS_ARG,
-    reference: str = typer.Option(..., "--reference", "-r", help="The fp32 reference model."),
+    reference: str = typer.Option(
+        None,
+        "--reference",
+        "-r",
+        help="The fp32 reference model (with --backend: default, the model itself on the CPU in fp32).",
+    ),
     device: str = DEVICE_OPT,
     runtime: str = typer.Option(
         None,
@@ -198,9 +204,14 @@ def accuracy(
     """Compare variants' outputs with the fp32 reference on a device: max/mean abs error, cosine, SNR."""
     from ..models.refs import resolve_model
 
-    ref = resolve_model(reference)
+    on_backend = params.backend != "cpu" or params.precision is not None
+    if reference is None and not on_backend:
+        raise UserError("accuracy needs --reference (the fp32 model), or --backend to compare a backend")
+    ref = resolve_model(reference) if reference is not None else None
     check_inputs(params.inputs)
-    params = dataclasses.replace(params, reference=str(ref.path))
+    if ref is not None:
+        params = dataclasses.replace(params, reference=str(ref.path))
+    against = ref.name if ref is not None else "the CPU in fp32"
     jobs = [
         Job(
             device=device,
@@ -213,7 +224,7 @@ def accuracy(
         for v in variant
     ]
     note(
-        f"edgebench: accuracy of {', '.join(j.model.name for j in jobs if j.model)} against {ref.name} "
+        f"edgebench: accuracy of {', '.join(j.model.name for j in jobs if j.model)} against {against} "
         f"on {device}"
     )
     shot = _run_jobs(lab, device, jobs, store, no_store, "accuracy")
@@ -222,22 +233,51 @@ def accuracy(
     if as_json:
         print_json(records_json(records, run_id=shot.run_id, errors=_errors(shot)))
     else:
-        _accuracy_table(records, f"accuracy against {ref.name} on {device} (run {shot.run_id})")
+        _accuracy_table(records, f"accuracy against {against} on {device} (run {shot.run_id})")
     return code
 
 
 def _accuracy_table(records: list[Record], title: str) -> None:
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    """One row per variant output (and per backend run: as asked, then its fp32 remedy), where it ran."""
+    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
     for r in records:
-        key = (str(r.params.get("variant")), str(r.params.get("output")))
-        row = rows.setdefault(key, {"where": r.params.get("reference_device")})
+        if r.params.get("output") is None:
+            continue  # per-op records: their first divergent op is in the warnings
+        backend = str(r.params.get("backend", "cpu")) + (
+            f" {r.params['precision']}" if r.params.get("precision") else ""
+        )
+        if r.params.get("remedy"):
+            backend += f", {r.params['remedy']}"
+        key = (str(r.params.get("variant")), str(r.params.get("output")), backend)
+        where = r.annotations.get("backend_actual")
+        row = rows.setdefault(key, {"where": r.params.get("reference_device"), "ran": where})
         row[r.metric] = r.value
     render_table(
         title,
-        ["variant", "output", "max_abs_err", "mean_abs_err", "cosine", "snr_db", "reference ran on"],
         [
-            [v, o, d.get("max_abs_err"), d.get("mean_abs_err"), d.get("cosine"), d.get("snr_db"), d["where"]]
-            for (v, o), d in rows.items()
+            "variant",
+            "output",
+            "backend",
+            "ran on",
+            "max_abs_err",
+            "mean_abs_err",
+            "cosine",
+            "snr_db",
+            "reference ran on",
+        ],
+        [
+            [
+                v,
+                o,
+                b,
+                d["ran"] or "-",
+                d.get("max_abs_err"),
+                d.get("mean_abs_err"),
+                d.get("cosine"),
+                d.get("snr_db"),
+                d["where"],
+            ]
+            for (v, o, b), d in rows.items()
         ],
     )
 

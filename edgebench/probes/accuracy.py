@@ -10,6 +10,7 @@ Records per output: `max_abs_err`, `mean_abs_err`, `cosine`, `snr_db` (params: o
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,32 +24,69 @@ from ..lab.device import Device
 from ..models.refs import resolve_model
 from ..records import ProbeResult, RecordContext
 from ..runtimes import runtime as runtime_named
-from .common import job_timeout, require_model
-from .numerics import DeviceOutputs, device_outputs, pull, remove_remote, runtime_for, scratch_dir
+from .common import check_backend, job_timeout, model_file_for, placement_notes, require_model
+from .numerics import (
+    CPU_FP32,
+    DeviceOutputs,
+    OnBackend,
+    device_outputs,
+    pull,
+    remove_remote,
+    runtime_for,
+    scratch_dir,
+)
 from .registry import AccuracyParams
 
 METRICS = (("max_abs_err", ""), ("mean_abs_err", ""), ("cosine", "ratio"), ("snr_db", "dB"))
 
 
-def reference_of(params: AccuracyParams) -> ModelRef:
-    if not params.reference:
-        raise UserError("probe 'accuracy' needs a reference model (param `reference`, or --reference)")
-    return resolve_model(params.reference)
+def reference_of(params: AccuracyParams, variant: ModelRef) -> ModelRef:
+    """The reference model: the one given; else, for a backend's numerics, the model itself (run on the
+    CPU in fp32)."""
+    if params.reference:
+        return resolve_model(params.reference)
+    if on_backend(params):
+        return variant
+    raise UserError("probe 'accuracy' needs a reference model (param `reference`, or --reference)")
+
+
+def on_backend(params: AccuracyParams) -> bool:
+    """Whether the job compares a backend (or a precision) with the CPU's fp32."""
+    return params.backend != "cpu" or params.precision is not None
+
+
+def backend_runs(params: AccuracyParams, runtime: str) -> tuple[OnBackend | None, OnBackend | None]:
+    """(the reference's backend, the variant's): the CPU in fp32 and the backend asked for, when the job
+    compares a backend; (None, None) otherwise (both at the runtime's defaults)."""
+    if not on_backend(params):
+        return None, None
+    check_backend(runtime, params.backend)
+    return CPU_FP32, OnBackend(params.backend, params.precision)
 
 
 def run_accuracy(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     params = AccuracyParams.of(job)
     variant = require_model(job)
-    reference = reference_of(params)
+    reference = reference_of(params, variant)
     runtime = runtime_for(variant, job.runtime)
-    ref_runtime = runtime_for(reference, params.reference_runtime)
+    ref_runtime = (
+        runtime
+        if reference is variant and not params.reference_runtime
+        else runtime_for(reference, params.reference_runtime)
+    )
+    ref_on, var_on = backend_runs(params, runtime)
     ctx.runtime = runtime
     timeout = job_timeout(device, job)
     result = ProbeResult()
     user_inputs = params.inputs
+    originals: tuple[ModelRef, ModelRef] | None = None
     # two graphs of one runtime's own format with the same tensor names (an ncnn graph and its fp16-weights
-    # variant): every tensor returned by the runtime itself, matched by name, nothing converted
-    own_graphs = params.per_op and variant.format == reference.format == "ncnn"
+    # variant, or one graph on two backends): every tensor returned by the runtime itself, matched by
+    # name, nothing instrumented
+    own_graphs = params.per_op and (
+        variant.format == reference.format == "ncnn"
+        or (reference is variant and ref_runtime == runtime and not runtime_named(runtime).per_op_outputs)
+    )
     if params.per_op and not own_graphs:
         from .divergence import instrument
 
@@ -65,13 +103,23 @@ def run_accuracy(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
         workdir = Path(tmp)
         remote_inputs = _push_inputs(device, user_inputs, timeout)
         ref, where, remote_inputs, scratch = _reference_outputs(
-            device, reference, ref_runtime, job, remote_inputs, workdir, result, own_graphs
+            device, reference, ref_runtime, job, remote_inputs, workdir, result, own_graphs, ref_on
         )
         try:
-            out = device_outputs(device, variant, runtime, job, remote_inputs, False, workdir, own_graphs)
+            out = device_outputs(
+                device, variant, runtime, job, remote_inputs, False, workdir, own_graphs, var_on
+            )
+            remedy = None
+            if var_on is not None and var_on.precision != "fp32" and _diverges(ref, out, params.tolerance):
+                fp32 = OnBackend(var_on.name, "fp32")
+                remedy = device_outputs(
+                    device, variant, runtime, job, remote_inputs, False, workdir, own_graphs, fp32
+                )
         finally:
             remove_remote(device, scratch, timeout)
     result.warnings += out.warnings
+    if var_on is not None:
+        ctx.base_annotations = {**ctx.base_annotations, **placement_notes(out.placement, result.warnings)}
     ctx.base_params = {
         **{k: v for k, v in params.identity().items() if k not in ("reference", "reference_runtime")},
         "variant": variant.name,
@@ -80,14 +128,83 @@ def run_accuracy(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
     }
     if not user_inputs:
         ctx.base_params.update(inputs="random", seed=params.seed)
-    if own_graphs:
-        _per_op_graphs(ctx, variant, reference, ref, out, params.tolerance, result)
-        return result
-    if params.per_op:
-        _per_op(ctx, originals, ref, out, params.tolerance, result)
-        return result
-    _compare(ctx, ref, out, result)
+    graphs = (
+        (
+            model_file_for(variant, runtime, params.shapes),
+            model_file_for(reference, ref_runtime, params.shapes),
+        )
+        if own_graphs
+        else None
+    )
+    _judge(ctx, params, graphs, originals, ref, out, result)
+    if remedy is not None:
+        _judge_remedy(ctx, params, graphs, originals, ref, remedy, result)
     return result
+
+
+def _judge(
+    ctx: RecordContext,
+    params: AccuracyParams,
+    graphs: tuple[Path, Path] | None,
+    originals: tuple[ModelRef, ModelRef] | None,
+    ref: DeviceOutputs,
+    out: DeviceOutputs,
+    result: ProbeResult,
+) -> None:
+    """The candidate's outputs against the reference's: every blob of two graphs of the runtime's own
+    format, every instrumented tensor (per-op), or the outputs alone."""
+    if graphs is not None:
+        _per_op_graphs(ctx, graphs[0], graphs[1], ref, out, params.tolerance, result)
+    elif originals is not None:
+        _per_op(ctx, originals, ref, out, params.tolerance, result)
+    else:
+        _compare(ctx, ref, out, result)
+
+
+def _judge_remedy(
+    ctx: RecordContext,
+    params: AccuracyParams,
+    graphs: tuple[Path, Path] | None,
+    originals: tuple[ModelRef, ModelRef] | None,
+    ref: DeviceOutputs,
+    remedy: DeviceOutputs,
+    result: ProbeResult,
+) -> None:
+    """The backend's remedy the runtime allows for its numerics (its arithmetic in fp32), judged as the
+    run was: its records carry `remedy = "precision=fp32"`, and a line says whether it restores them."""
+    fixed = replace(
+        ctx,
+        base_params={**ctx.base_params, "remedy": "precision=fp32"},
+        base_annotations={**ctx.base_annotations, **placement_notes(remedy.placement, [])},
+    )
+    before = len(result.records)
+    _judge(fixed, params, graphs, originals, ref, remedy, result)
+    restored = not _diverges(ref, remedy, params.tolerance)
+    result.warnings.append(
+        f"the {params.backend} backend's outputs diverge from the CPU's fp32 beyond {params.tolerance:g}; "
+        + (
+            "running it in fp32 (precision=fp32) restores them"
+            if restored
+            else "running it in fp32 (precision=fp32) does not restore them: the difference is not its "
+            "fp16 arithmetic (compare per op, or run the divergent ops on the CPU)"
+        )
+    )
+    for record in result.records[before:]:
+        record.annotations["remedy_restores"] = restored
+
+
+def _diverges(ref: DeviceOutputs, out: DeviceOutputs, tolerance: float) -> bool:
+    """Whether any output common to both (by name, else by position) differs by more than `tolerance`
+    in relative L2 error."""
+    from .divergence import compare
+
+    names = [n for n in ref.order if n in out.arrays] or list(zip(ref.order, out.order, strict=False))
+    pairs = [(n, n) if isinstance(n, str) else n for n in names]
+    return any(
+        compare(ref.arrays[a], out.arrays[b])["rel_error"] > tolerance
+        for a, b in pairs
+        if a in ref.arrays and b in out.arrays and ref.arrays[a].size == out.arrays[b].size
+    )
 
 
 def _per_op(
@@ -112,8 +229,8 @@ def _per_op(
 
 def _per_op_graphs(
     ctx: RecordContext,
-    variant: ModelRef,
-    reference: ModelRef,
+    variant: Path,
+    reference: Path,
     ref: DeviceOutputs,
     out: DeviceOutputs,
     tolerance: float,
@@ -124,7 +241,7 @@ def _per_op_graphs(
     from ..models.convert_ncnn import param_graph, param_outputs
     from .divergence import Match, Tensor, divergence_records
 
-    ref_layers, cand_layers = param_graph(reference.path), param_graph(variant.path)
+    ref_layers, cand_layers = param_graph(reference), param_graph(variant)
     _compare(ctx, _only(ref, param_outputs(ref_layers)), _only(out, param_outputs(cand_layers)), result)
     made_by = {top: layer for layer in cand_layers for top in layer.tops}
     matches = [
@@ -161,15 +278,16 @@ def _reference_outputs(
     workdir: Path,
     result: ProbeResult,
     every_tensor: bool = False,
+    on: OnBackend | None = None,
 ) -> tuple[DeviceOutputs, str, str | None, list[str]]:
-    """Run the reference on the device, or on the host when the device cannot.
+    """Run the reference on the device (on backend `on`), or on the host when the device cannot.
 
     Returns its outputs, where it ran, the device path of the inputs the variant must use, and device
     scratch files to remove afterwards.
     """
     save = remote_inputs is None
     try:
-        ref = device_outputs(device, reference, runtime, job, remote_inputs, save, workdir, every_tensor)
+        ref = device_outputs(device, reference, runtime, job, remote_inputs, save, workdir, every_tensor, on)
     except (MeasurementError, ModelError) as exc:
         cannot = isinstance(exc, ModelError) or getattr(exc, "kind", "") == "runtime"
         if not cannot or _is_this_host(device):

@@ -18,7 +18,15 @@ from ..jobs import Job
 from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, RecordContext
 from ..stats import OUTLIER_Z, summarize
-from .common import bench_identity, job_timeout, push_model_and_inputs, runtime_of, shape_lists
+from .common import (
+    bench_identity,
+    check_backend,
+    job_timeout,
+    placement_notes,
+    push_model_and_inputs,
+    runtime_of,
+    shape_lists,
+)
 from .registry import BenchParams, values
 
 COLD_ALPHA = 0.05  # cold counts as slower than warm below this one-sided p-value
@@ -41,6 +49,9 @@ def bench_task(params: BenchParams, runtime: str, remote_model: str, remote_inpu
         max_seconds=params.max_seconds,
         values=values(params.value),
         cold_load=params.cold_load,
+        backend=params.backend,
+        precision=params.precision,
+        require_backend=params.require_backend,
     )
 
 
@@ -51,6 +62,7 @@ def run_bench(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
 
         return run_stream(device, job, ctx)
     runtime = runtime_of(job.model, job.runtime)
+    check_backend(runtime, params.backend)
     ctx.runtime = runtime
     ctx.base_params = bench_identity(params)
     remote_model, remote_inputs = push_model_and_inputs(device, job, runtime, params.inputs)
@@ -78,6 +90,8 @@ def bench_records(ctx: RecordContext, reply: AgentReply) -> ProbeResult:
         ctx.base_annotations = {**ctx.base_annotations, "execution": r["execution"]}
     effective_threads(ctx, r)
     out = ProbeResult(warnings=list(reply.warnings))
+    if r.get("placement"):
+        ctx.base_annotations = {**ctx.base_annotations, **placement_notes(r["placement"], out.warnings)}
     samples = r["latencies_ms"]
     s = summarize(samples)
     checked = {"self_check": r["self_check"]} if r.get("self_check") else {}

@@ -141,3 +141,28 @@ def timing_fields(params: Any) -> dict[str, Any]:
     """The timing policy a bench-like task takes from its params."""
     names = ("warmup", "warmup_seconds", "runs", "min_seconds", "max_seconds")
     return {name: getattr(params, name) for name in names}
+
+
+def check_backend(runtime: str, backend: str) -> None:
+    """A backend the runtime's agent session opens; a UserError naming the field and those it has."""
+    known = runtime_named(runtime).backends
+    if backend not in known:
+        raise UserError(
+            f"backend: {runtime_named(runtime).display} has no backend '{backend}' "
+            f"(it has: {', '.join(known)})"
+        )
+
+
+def placement_notes(placement: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+    """What every record of a backend's run carries of where it ran (agent.placement), with a warning
+    where it did not run wholly on the backend asked for."""
+    if not placement:
+        return {"backend_actual": "unknown"}
+    if placement.get("actual") != placement.get("requested"):
+        fallen = placement.get("fallback_ops") or []
+        warnings.append(
+            f"asked for {placement.get('requested')}, ran on {placement.get('actual')}"
+            + (f" ({len(fallen)} ops elsewhere: {', '.join(fallen[:5])})" if fallen else "")
+            + f": {placement.get('evidence', '')}"
+        )
+    return {"backend_actual": placement.get("actual"), "placement": placement}

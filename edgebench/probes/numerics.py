@@ -91,6 +91,21 @@ class DeviceOutputs:
     runtime_version: str
     warnings: list[str] = field(default_factory=list)
     inputs_remote: str | None = None  # the inputs .npz the agent saved on the device, when asked to
+    placement: dict[str, Any] = field(default_factory=dict)  # where it ran (agent.placement)
+
+
+@dataclass(frozen=True)
+class OnBackend:
+    """The backend a model runs on for its outputs, at a precision (None: the backend's own)."""
+
+    name: str = "cpu"
+    precision: str | None = None
+
+    def text(self) -> str:
+        return self.name + (f" ({self.precision})" if self.precision else "")
+
+
+CPU_FP32 = OnBackend("cpu", "fp32")
 
 
 def device_outputs(
@@ -102,9 +117,10 @@ def device_outputs(
     save_inputs: bool,
     workdir: Path,
     every_tensor: bool = False,
+    on: OnBackend | None = None,
 ) -> DeviceOutputs:
     """Push the model, run it once on the device, pull its outputs .npz (`every_tensor`: every tensor the
-    runtime can name, as an ncnn graph's blobs)."""
+    runtime can name, as an ncnn graph's blobs), on backend `on` (default: the CPU at its default)."""
     params = AccuracyParams.of(job)
     timeout = job_timeout(device, job)
     remote_model = device.ensure_model(model_file_for(model, runtime, params.shapes), timeout)
@@ -121,6 +137,7 @@ def device_outputs(
         "out": out,
         "inputs_out": inputs_out,
         "per_op": every_tensor,
+        **({"backend": on.name, "precision": on.precision} if on is not None else {}),
     }
     try:
         reply = device.run_agent(task, timeout)
@@ -136,6 +153,7 @@ def device_outputs(
         str(r.get("runtime_version", "")),
         list(reply.warnings),
         inputs_out,
+        dict(r.get("placement") or {}),
     )
 
 

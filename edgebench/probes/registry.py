@@ -25,6 +25,7 @@ ORT_OPS = ("MatMul", "MatMulInteger", "QLinearMatMul", "DynamicQuantizeMatMul", 
 BANDWIDTH_KERNELS = ("read", "copy", "triad")
 TRIAD_PATHS = ("auto", "compiled", "blas", "numpy")
 PRECISIONS = ("fp32", "fp16", "low")
+BACKEND_PRECISIONS = ("fp32", "fp16", "bf16", "low")
 MIN_BITS, MAX_BITS = 2, 8
 
 # ---- fields many kinds share (one declaration, one name, one check) ----------------------------------
@@ -87,15 +88,26 @@ class BenchParams(ProbeParams):
         "Native runners: delegate or execution provider (nnapi, gpu, qnn, opencl...).",
         native_only=True,
     )
+    backend: str = param(
+        "cpu",
+        ID,
+        "str",
+        "The runtime's backend, as it names it (cpu, vulkan, gpu, openvino...); where the model actually "
+        "ran is recorded with every number.",
+    )
     precision: str | None = param(
-        None, ID, "choice", "Native runners: fp32, fp16 or low.", choices=PRECISIONS, native_only=True
+        None,
+        ID,
+        "choice",
+        "The backend's arithmetic: fp32, fp16, bf16 (native runners: low) (default: the backend's own, "
+        "recorded as it ran).",
+        choices=BACKEND_PRECISIONS,
     )
     require_backend: bool = param(
         False,
         PO,
         "bool",
-        "Native runners: fail when part of the graph ran off the asked delegate/backend, or it is unknown.",
-        native_only=True,
+        "Fail when part of the model ran off the asked backend (or delegate), or where is unknown.",
     )
     invocations: int = param(
         1,
@@ -510,6 +522,20 @@ class AccuracyParams(ProbeParams):
     per_op: bool = param(False, ID, "bool", "Compare every intermediate tensor, name the first divergent op.")
     tolerance: float = param(
         1e-3, PO, "float", "Per-op: relative error over which an op diverges.", positive=True
+    )
+    backend: str = param(
+        "cpu",
+        ID,
+        "str",
+        "Run the model on this backend of its runtime and compare it with the same model on the CPU in "
+        "fp32 (the reference, unless one is given).",
+    )
+    precision: str | None = param(
+        None,
+        ID,
+        "choice",
+        "The backend's arithmetic: fp32, fp16 or bf16 (default: the backend's own).",
+        choices=BACKEND_PRECISIONS[:3],
     )
 
 

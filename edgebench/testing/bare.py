@@ -246,18 +246,24 @@ def bare_ncnn(
     threads: int,
     runs: int = 200,
     warmup_s: float = 0.5,
-    fp16: bool = False,
+    fp16: bool | None = False,
+    vulkan: bool = False,
 ) -> BareTimes:
     """ncnn Net/Extractor loop as its examples write it: fp16/bf16 storage and arithmetic set as asked
-    (ncnn's own default differs by CPU), an extractor per run, every output extracted. The inputs are
-    given without a batch axis of 1 (ncnn has none); the arrays stay referenced while their Mats wrap
-    them (an `ncnn.Mat` does not own a numpy array's memory)."""
+    (ncnn's own default differs by CPU; None keeps it), an extractor per run, every output extracted (on
+    Vulkan, `extract` downloads each output: the time is through the read). The inputs are given without
+    a batch axis of 1 (ncnn has none); the arrays stay referenced while their Mats wrap them (an
+    `ncnn.Mat` does not own a numpy array's memory)."""
     import ncnn
 
     net = ncnn.Net()
     net.opt.num_threads = threads
-    for name in ("use_fp16_storage", "use_fp16_packed", "use_fp16_arithmetic"):
-        setattr(net.opt, name, fp16)
+    if vulkan:
+        net.opt.use_vulkan_compute = True
+        net.set_vulkan_device(0)
+    if fp16 is not None:
+        for name in ("use_fp16_storage", "use_fp16_packed", "use_fp16_arithmetic"):
+            setattr(net.opt, name, fp16)
     net.opt.use_bf16_storage = False
     assert net.load_param(path) == 0, path
     assert net.load_model(os.path.splitext(path)[0] + ".bin") == 0, path

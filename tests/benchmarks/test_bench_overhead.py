@@ -7,7 +7,7 @@ in a session of their own, as the agent does).
 - MNN on the conv stack, the MLP and PP-OCR rec at a fixed shape: within +-15% (the copy-once defect was
   two orders of magnitude off);
 - ncnn on the conv stack and the MLP (converted by pnnx, fp32, fp16 storage and arithmetic off on both
-  sides): within 0.9-1.1.
+  sides): within 0.9-1.1; the conv stack on Vulkan (lavapipe) at ncnn's own precision there, likewise.
 
 The ratio judged is each side's fastest round p50 against the other's (load only slows a side; a slow
 stretch of the host can cover one whole side of a round with both CVs steady). A round is quiet when both
@@ -77,10 +77,12 @@ def inputs(shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
 
 
 def edgebench_p50(
-    model: ModelRef, runtime: str, shapes: dict[str, tuple[int, ...]], runs: int
+    model: ModelRef, runtime: str, shapes: dict[str, tuple[int, ...]], runs: int, backend: str = "cpu"
 ) -> tuple[float, float]:
     """edgebench's p50 and the robust CV of its kept samples."""
     params = {"threads": 1, "runs": runs, "min_seconds": 0, "warmup_seconds": 0.5, "shapes": shapes}
+    if backend != "cpu":
+        params.update(backend=backend, require_backend=True)
     shot = run_now(builtin_local(), [Job("local", "bench", model, runtime, params)], None, "bench")
     shot.raise_first_error()
     p50 = next(r.value for r in shot.records if r.metric == "latency_ms" and r.params.get("stat") == "p50")
@@ -95,7 +97,7 @@ def bare_side() -> Iterator[OwnSession]:
         yield session
 
 
-def compare(benchmark, case: str, runtime: str, bare_side: OwnSession) -> None:  # type: ignore[no-untyped-def]
+def compare(benchmark, case: str, runtime: str, bare_side: OwnSession, backend: str = "cpu") -> None:  # type: ignore[no-untyped-def]
     model, shapes = model_of(case)
     feeds = inputs(shapes)
     converted = {"mnn": onnx_to_mnn, "ncnn": onnx_to_ncnn}
@@ -104,18 +106,20 @@ def compare(benchmark, case: str, runtime: str, bare_side: OwnSession) -> None: 
     low, high = BAND.get(runtime, (LOW, HIGH))
     rounds = Rounds()
     runs = CASE_RUNS.get(case, RUNS)
+    # ncnn on Vulkan: both sides at ncnn's own precision there (fp16 storage and arithmetic on lavapipe)
+    on_backend = {"vulkan": True, "fp16": None} if backend == "vulkan" else {}
     ours_ms: list[float] = []
     bare_ms: list[float] = []
 
     def one_round() -> None:  # alternate the two sides so drifting machine load hits both alike
-        ours, ours_cv = edgebench_p50(model, runtime, shapes, runs)
-        bare = bare_side.call(bare_loop, path, feeds, threads=1, runs=runs)
+        ours, ours_cv = edgebench_p50(model, runtime, shapes, runs, backend)
+        bare = bare_side.call(bare_loop, path, feeds, threads=1, runs=runs, **on_backend)
         ours_ms.append(ours)
         bare_ms.append(bare.p50)
         rounds.add(ours, bare.p50, max(ours_cv, robust_cv(list(bare.ms))) < QUIET_CV)
 
     benchmark.pedantic(one_round, rounds=ROUNDS, iterations=1, warmup_rounds=0)
-    name = f"{runtime} {case} p50 edgebench / bare loop"
+    name = f"{runtime} {case} {backend} p50 edgebench / bare loop"
     verdict, extra = until_conclusive(
         one_round, lambda final: judge_band(name, rounds, low, high, BROKEN, final), BUDGET_S, min_rounds=0
     )
@@ -144,3 +148,13 @@ def test_mnn_p50_matches_a_bare_mnn_loop_that_refreshes_its_inputs(
 @pytest.mark.parametrize("case", ["convnet", "mlp"])
 def test_ncnn_p50_matches_a_bare_ncnn_loop(benchmark, case: str, bare_side: OwnSession) -> None:  # type: ignore[no-untyped-def]
     compare(benchmark, case, "ncnn", bare_side)
+
+
+def test_ncnn_vulkan_p50_matches_a_bare_vulkan_loop(benchmark, bare_side: OwnSession) -> None:  # type: ignore[no-untyped-def]
+    """ncnn on Vulkan (Mesa's lavapipe: the GPU API on the CPU), every layer on it (require_backend),
+    held to the bare Vulkan loop, whose extract downloads each output as the agent's does."""
+    pytest.importorskip("ncnn")
+    import ncnn
+
+    assert ncnn.get_gpu_count() > 0, "no Vulkan device: install mesa-vulkan-drivers (lavapipe)"
+    compare(benchmark, "convnet", "ncnn", bare_side, backend="vulkan")
