@@ -111,6 +111,8 @@ class GateRule:
         return not key.stat or key.stat == self.stat
 
     def describe(self, unit: str = "") -> str:
+        if self.kind == "placement":
+            return "no op may move off the backend asked for"
         word = (self.kind or {"higher": "max_increase", "lower": "max_drop"}[self.worse]).replace("_", " ")
         return f"{word} {self.threshold.text(unit)}"
 
@@ -1015,6 +1017,72 @@ def _missing(key: PairKey, rule: GateRule, base: Side, failures: Sequence[JobFai
     return PairVerdict(key, rule, FAIL, f"candidate job failed ({failure.kind}): {failure.error}", **common)
 
 
+# ---- placement: where a backend's run ran ---------------------------------------------------------------
+
+PLACEMENT_RULE = GateRule("placement", "lower", Threshold(0.0, False), kind="placement")
+
+
+def on_backend_share(placement: Mapping[str, Any]) -> float | None:
+    """The share of a run's ops that ran on the backend asked for (1.0: all of them), from its recorded
+    placement; None where it is not known (no evidence, or units without op counts)."""
+    asked, actual = placement.get("requested"), placement.get("actual")
+    counts = placement.get("ops_by_unit") or {}
+    if actual in (None, "unknown"):
+        return None
+    if counts and sum(counts.values()) > 0:
+        return counts.get(asked, 0) / sum(counts.values())
+    if "+" in str(actual):
+        return None
+    return 1.0 if actual == asked else 0.0
+
+
+def placements_of(records: Iterable[Record]) -> dict[PairKey, Mapping[str, Any]]:
+    """Each backend run's placement (a backend other than the CPU asked for), by its pair key with metric
+    "placement" (one per series: its records all carry the run's)."""
+    out: dict[PairKey, Mapping[str, Any]] = {}
+    for r in records:
+        placement = r.annotations.get("placement")
+        if not placement or placement.get("requested") in (None, "cpu"):
+            continue
+        key = replace(record_key(r), metric="placement", stat="")
+        out.setdefault(key, placement)
+    return out
+
+
+def placement_verdicts(base: Iterable[Record], cand: Iterable[Record]) -> list[PairVerdict]:
+    """A change of where a backend's run ran, judged like a figure: FAIL when the candidate ran a smaller
+    share of its ops on the backend asked for (ops fell back, or the whole model did), IMPROVED when a
+    larger one, INCOMPLETE when either side's placement is unknown, PASS when the same. The values are the
+    shares; the reason names the units and the ops that moved."""
+    before, after = placements_of(base), placements_of(cand)
+    out = []
+    for key in sorted(before.keys() & after.keys()):
+        old, new = before[key], after[key]
+        a, b = on_backend_share(old), on_backend_share(new)
+        moved = sorted(set(new.get("fallback_ops") or []) - set(old.get("fallback_ops") or []))
+        said = f"ran on {old.get('actual')} ({_units(old)}), now on {new.get('actual')} ({_units(new)})"
+        said += f"; ops now off {new.get('requested')}: {', '.join(moved[:8])}" if moved else ""
+        if a is None or b is None:
+            verdict, said = INCOMPLETE, f"where it ran is unknown on one side: {said}"
+        elif b < a or (b == a and moved):
+            verdict = FAIL
+        else:
+            verdict = IMPROVED if b > a else PASS
+        change = None if a is None or b is None else b - a
+        out.append(
+            PairVerdict(
+                key, PLACEMENT_RULE, verdict, said, "share", a, b, change, n_baseline=1, n_candidate=1
+            )
+        )
+    return out
+
+
+def _units(placement: Mapping[str, Any]) -> str:
+    counts = placement.get("ops_by_unit") or {}
+    ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))  # stored JSON keeps no order
+    return ", ".join(f"{n} on {unit}" for unit, n in ordered) or "ops not counted"
+
+
 # ---- store glue ----------------------------------------------------------------------------------------
 
 
@@ -1044,8 +1112,9 @@ def gate_runs(
     verdicts = tuple(
         replace(v, warnings=job_warnings(v.key, warned)) if v.verdict == FAIL else v for v in result.verdicts
     )
+    placed = placement_verdicts(store.records([baseline]), store.records([candidate]))
     changed = fingerprint_changes(store.device_info([baseline]), store.device_info([candidate]))
-    return replace(result, verdicts=verdicts, notes=result.notes + tuple(changed))
+    return replace(result, verdicts=verdicts + tuple(placed), notes=result.notes + tuple(changed))
 
 
 def history_floors(store: Any, candidate: str, keys: Sequence[PairKey]) -> dict[PairKey, HistoryFloor]:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..records import Record, Samples
+from ..runtimes import target_label
 from .disturbance import PREFIX as DISTURBANCE_PREFIX
 from .fit_result import STATS
 from .model_counts import ModelCounts
@@ -106,7 +107,8 @@ def observations(
         if ident not in latest or rank > latest[ident][0]:
             latest[ident] = (rank, key, g)
     best: dict[tuple, Observation] = {}
-    for (device, runtime, model, _cfg), (_rank, key, g) in latest.items():
+    for (device, real_runtime, model, _cfg), (_rank, key, g) in latest.items():
+        runtime = target_label(real_runtime, g["config"].get("backend"))  # each backend a target of its own
         if counts and model in counts and not counts[model].counted_at(g["config"].get("shapes")):
             continue  # benched at other shapes than the counts: not this model's measurement
         lat = dict(g["latency"])

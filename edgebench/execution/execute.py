@@ -14,11 +14,14 @@ from ..records import RecordContext, utc_now
 
 
 def error_kind(exc: BaseException) -> str:
-    """usage (exit 2), lab (exit 3), or measurement (exit 1)."""
+    """usage (exit 2), lab (exit 3), backend (exit 1: the model did not run on the backend it was required
+    to, or the backend could not be opened) or measurement (exit 1)."""
     if isinstance(exc, UserError):
         return "usage"
     if isinstance(exc, LabError):
         return "lab"
+    if getattr(exc, "kind", None) in ("backend", "delegate"):
+        return "backend"
     return "measurement" if isinstance(exc, EdgebenchError) else "internal"
 
 

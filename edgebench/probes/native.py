@@ -75,13 +75,35 @@ def native_options(
         runs=runs,
         min_seconds=getattr(params, "min_seconds", 0.0),
         max_seconds=getattr(params, "max_seconds", 150.0),
-        delegate=params.delegate,
+        delegate=native_delegate(params),
         precision=params.precision,
         profile=getattr(params, "profile", False),
         warmup_seconds=params.warmup_seconds,
         seed=params.seed,
         require_backend=getattr(params, "require_backend", False),
     )
+
+
+def native_delegate(params: BenchParams | ThermalParams | PowerParams) -> str | None:
+    """The delegate/backend a vendor tool is told: `--delegate`, or `--backend` where it names other than
+    the CPU (one flag for both paths); a UserError when the two name different ones."""
+    backend = getattr(params, "backend", "cpu")
+    asked = backend if backend != "cpu" else None
+    if params.delegate and asked and params.delegate != asked:
+        raise UserError(
+            f"backend: --backend {asked} and --delegate {params.delegate} name different backends"
+        )
+    return params.delegate or asked
+
+
+def run_env(spec_env: dict[str, str], env: dict[str, str]) -> dict[str, str] | None:
+    """The environment a runner runs in: the descriptor's, with what the adapter sets over it (its pushed
+    libraries' LD_LIBRARY_PATH first, the descriptor's after it, so an LD_PRELOAD or a driver path the
+    descriptor gives is kept)."""
+    merged = {**spec_env, **env}
+    if spec_env.get("LD_LIBRARY_PATH") and env.get("LD_LIBRARY_PATH"):
+        merged["LD_LIBRARY_PATH"] = f"{env['LD_LIBRARY_PATH']}:{spec_env['LD_LIBRARY_PATH']}"
+    return merged or None
 
 
 def with_input_types(opts: NativeOptions, adapter: RunnerAdapter, model_file: Path) -> NativeOptions:
@@ -198,7 +220,7 @@ def invoke(
     opts: NativeOptions,
     timeout: float,
 ) -> NativeResult:
-    res = device.transport.run(argv, timeout=timeout, env=env or device.spec.env or None)
+    res = device.transport.run(argv, timeout=timeout, env=run_env(dict(device.spec.env or {}), env))
     if res.returncode == 127:
         raise UserError(f"{device.name}: runner binary {argv[0]} not found on the device")
     try:

@@ -46,8 +46,16 @@ def names() -> tuple[str, ...]:
     return tuple(MODULES)
 
 
+def target_label(runtime: str | None, backend: str | None) -> str | None:
+    """How analysis names a runtime on one of its backends, a target of its own ("ncnn@vulkan": another
+    unit, other speeds); the runtime's name alone on its CPU backend."""
+    return runtime if runtime is None or backend in (None, "cpu") else f"{runtime}@{backend}"
+
+
 def runtime(name: str) -> Runtime:
-    """The runtime called `name`; a ValueError naming the known ones otherwise."""
+    """The runtime called `name` (or named first in a target label, "ncnn@vulkan"); a ValueError naming the
+    known ones otherwise."""
+    name = name.split("@", 1)[0]
     if name not in MODULES:
         raise ValueError(f"unknown runtime '{name}' (known: {', '.join(MODULES)})")
     found: Runtime = importlib.import_module(f"{__package__}.{MODULES[name]}").RUNTIME

@@ -261,6 +261,20 @@ def test_latest_run_wins_and_best_configuration_is_used() -> None:
     assert observations.observations(records, run_order=["old", "new"])[0].latency["p50"] == 5.0
 
 
+def test_each_backend_of_a_runtime_is_a_row_of_its_own_never_the_best_of_both() -> None:
+    """A Vulkan run faster than the CPU's must not stand for the CPU (nor the CPU's for the GPU's): an
+    engineer deploys one unit, and the fit answer says how each would do."""
+    records = bench_records("phone", "m", 8.0, runtime="ncnn")
+    for r in bench_records("phone", "m", 3.0, runtime="ncnn"):
+        r.params["backend"] = "vulkan"
+        records.append(r)
+    obs = observations.observations(records, run_order=["r1"])
+    assert {(o.runtime, o.latency["p50"]) for o in obs} == {("ncnn", 8.0), ("ncnn@vulkan", 3.0)}
+    result = fit.assess(records, budget_defs.parse_budgets(["latency_p50_ms=5"]), run_order=["r1"])
+    verdicts = {v.runtime: v.verdict for v in result.verdicts}
+    assert verdicts == {"ncnn": "does not fit", "ncnn@vulkan": "fits"}, result.verdicts
+
+
 def test_thread_sweep_points_count_as_configurations() -> None:
     records = bench_records("phone", "m", 6.0)
     records += [

@@ -187,6 +187,15 @@ def every_probe_records() -> tuple[list[Record], list[Samples]]:
         recs.append(rec(R1, "phone", "profile", "enc", "op_time_ms", ms, "ms", node=node, op_type=op))
     for metric, v in (("cosine", 0.9999), ("max_abs_err", 0.002), ("snr_db", 48.0)):
         recs.append(rec(R1, "phone", "accuracy", "enc-int8", metric, v, "", output="y"))
+    # enc on the phone's GPU: two of its ops fell back to the CPU (where it ran)
+    placed = {
+        "requested": "vulkan", "actual": "vulkan+cpu", "ops_by_unit": {"vulkan": 10, "cpu": 2}, "partitions": 5,
+        "fallback_ops": ["mm1 (MatMul)", "mm2 (MatMul)"], "evidence": "support_vulkan", "precision": {"mode": "fp16"},
+    }  # fmt: skip
+    for metric, v in (("cosine", 0.9998), ("max_abs_err", 0.004)):
+        r = rec(R1, "phone", "accuracy", "enc", metric, v, "", "ncnn", output="y", backend="vulkan")
+        r.annotations["placement"] = placed
+        recs.append(r)
     # The variants of enc (sizes), the int8 one benched, and enc's per-layer sensitivity.
     for name, variant, size, ratio in (
         ("enc", "fp32", 4_000_000, 1.0),

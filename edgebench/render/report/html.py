@@ -24,7 +24,7 @@ from ... import __version__
 from ...analysis.ceilings import BEATS_MARGIN
 from ...analysis.fit_result import KERNEL_PREDICTOR, ROOFLINE_PREDICTOR, TOO_FEW
 from ...execution.provenance import redact_argv
-from . import frames, plots, unmeasured, workloads
+from . import frames, placement, plots, unmeasured, workloads
 from .data import ReportData
 from .health import COLUMNS as HEALTH_COLUMNS
 from .health import latest_health
@@ -36,6 +36,7 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("regressions", "Regressions against the previous run", ANSWER),
     ("health", "Device health", ANSWER),
     ("variants", "Variants", DETAIL),
+    ("placement", "Where it ran", DETAIL),
     ("accuracy", "Accuracy", DETAIL),
     ("sensitivity", "Quantization sensitivity", DETAIL),
     ("ops", "Top ops", DETAIL),
@@ -1312,6 +1313,7 @@ BUILDERS: dict[str, Callable[[ReportData], tuple[str, bool]]] = {
     "regressions": _regressions,
     "health": _health,
     "variants": _variants,
+    "placement": placement.where_it_ran,
     "accuracy": _accuracy,
     "sensitivity": _sensitivity,
     "ops": _ops,

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ...analysis.fit_result import KERNEL_PREDICTOR, ROOFLINE_PREDICTOR
-from . import frames
+from . import frames, placement
 from .data import ReportData
 from .health import COLUMNS as HEALTH_COLUMNS
 from .health import latest_health
@@ -60,6 +60,7 @@ def render_markdown(data: ReportData) -> str:
     out += _health(data)
     out += _health_section(data)
     out += _variants(data)
+    out += _placement(data)
     out += _accuracy(data)
     c = frames.ceilings(data.measurements, data.devices)
     if not c.empty:
@@ -365,6 +366,16 @@ def _variants(data: ReportData) -> list[str]:
             ],
         ),
     ]
+
+
+def _placement(data: ReportData) -> list[str]:
+    found = placement.text_rows(data.measurements)
+    if not found:
+        return []
+    rows = [
+        [*cells[:5], cells[5] + ("" if full else " (not wholly on it)"), *cells[6:]] for cells, full in found
+    ]
+    return ["", "## Where it ran", "", placement.NOTE, "", md_table(list(placement.COLUMNS), rows)]
 
 
 def _accuracy(data: ReportData) -> list[str]:

@@ -26,6 +26,7 @@ COMMANDS: Mapping[str, str] = {
         "edgebench variants {model} --out variants && "
         "edgebench bench {model} variants/*.onnx --device {device}"
     ),
+    "placement": "edgebench bench {model} --runtime ncnn --backend vulkan --device {device}",
     "accuracy": "edgebench accuracy VARIANT --reference {model} --device {device}",
     "sensitivity": "edgebench sensitivity {model} --bits 8",
     "ops": "edgebench profile {model} --device {device}",
