@@ -1,13 +1,23 @@
-"""The MNN session: its own input tensors, refreshed before every run (MNN reuses their memory)."""
+"""The MNN session: its own input tensors, refreshed before every run (MNN reuses their memory), on the
+backend asked for and the precision mode pinned, with where it really ran read back from MNN.
+
+MNN takes any forward type in its config and, when the library has no such backend (the PyPI wheel has
+only the CPU), prints "Can't Find type=3 backend, use 0 instead" through printf and runs on the CPU without
+an error. That line and the session's own backend type (`getSessionInfo`, code BACKENDS) are what
+`placement()` reports, never the backend asked for.
+"""
 
 from __future__ import annotations
 
 import os
+import platform
+import re
 import time
 from typing import Any
 
-from .placement import Placement, whole
+from .placement import Placement, unknown, whole
 from .session import (
+    BackendError,
     InputInfo,
     ModelLoadError,
     RuntimeMissing,
@@ -17,41 +27,173 @@ from .session import (
     effective_threads,
     thread_count,
 )
+from .stderr import with_output
 from .timing import alternate
+
+# The backends this session opens, as edgebench names them -> pymnn's config spelling (its createSession
+# backend map takes every name whether or not the library has the backend)
+BACKENDS = {
+    "cpu": "CPU",
+    "opencl": "OPENCL",
+    "vulkan": "VULKAN",
+    "opengl": "OPENGL",
+    "metal": "METAL",
+    "cuda": "CUDA",
+    "nn": "NN",  # CoreML on Apple platforms
+}
+# MNNForwardType -> the unit that ran. 13 is MNN_FORWARD_CPU_EXTENSION: the CPU backend on its extension
+# kernels (x86 AVX2/AVX-512 always; on ARM the ARMv8.2 fp16 or the bf16 backend, made for precision Low
+# or Low_BF16 where the CPU has them: CPURuntime::onCreate)
+FORWARD_UNITS = {0: "cpu", 1: "metal", 2: "cuda", 3: "opencl", 5: "nn", 6: "opengl", 7: "vulkan", 13: "cpu"}
+CPU_EXTENSION = 13
+INFO_BACKENDS = 2  # Interpreter::SessionInfoCode BACKENDS: the session's main forward type (pymnn: an int)
+GPU_TUNING_WIDE = 4  # numThread on a GPU backend is its tuning mode; MNN's default, as benchmark.out's
+FALLBACK = re.compile(r"Can't Find type=(\d+) backend, use (\d+) instead")
+# MNN's PrecisionMode as pymnn spells it; "normal" (no spelling of its own) leaves the default, Normal
+MNN_PRECISIONS = ("normal", "high", "low", "Low_BF16")
+_X86 = ("x86_64", "amd64", "i386", "i686", "x86")
+
+
+def mnn_precision(precision: str | None, backend: str) -> str:
+    """MNN's PrecisionMode for the precision asked. None is MNN's default (Normal: fp32 on the CPU, fp16
+    on GPU backends); fp32 is Normal on the CPU and High elsewhere (Normal is fp16 there); fp16 and low
+    are Low; bf16 is Low_BF16, which only the CPU backend computes (MNN's GPU backends have no bf16
+    kernels). MNN's own names pass through."""
+    if precision is None:
+        return "normal"
+    if precision in MNN_PRECISIONS:
+        return precision
+    table = {"fp32": "normal" if backend == "cpu" else "high", "fp16": "low", "low": "low"}
+    if precision == "bf16" and backend == "cpu":
+        return "Low_BF16"
+    if precision == "bf16":
+        raise BackendError(f"MNN computes bf16 on its CPU backend only, not on {backend}")
+    if precision not in table:
+        raise BackendError(
+            f"MNN takes precision fp32, fp16, bf16 or low (or its own {', '.join(MNN_PRECISIONS)}), "
+            f"not '{precision}'"
+        )
+    return table[precision]
+
+
+def computed_in(unit: str, forward: int | None, mode: str, machine: str) -> str:
+    """The arithmetic the session ran in, from the unit that ran it and MNN's rules: on the CPU, Normal and
+    High are fp32; Low is fp16 only on ARM's fp16 backend (type 13 there; type 0 is the plain fp32 CPU
+    backend, and x86 has no fp16 kernels: its AVX2 backend is type 13 at every precision and computes
+    fp32, bit-identical to Normal with the PyPI wheel); Low_BF16 is bf16 on ARM's bf16 backend (type 13)
+    and unknown on x86 (13 is its AVX2 backend too). On a GPU backend High is fp32; the others are fp16
+    where the device has it, which the session cannot see: unknown."""
+    if mode == "high" or (mode == "normal" and unit == "cpu"):
+        return "fp32"
+    if unit != "cpu" or forward is None:
+        return "unknown"
+    x86 = machine.lower() in _X86
+    if mode == "low":
+        return "fp32" if x86 or forward != CPU_EXTENSION else "fp16"
+    if x86:
+        return "unknown"
+    return "bf16" if forward == CPU_EXTENSION else "fp32"
+
+
+def placement_of(
+    requested: str,
+    forward: int | None,
+    said: str,
+    precision: dict[str, Any],
+    gpu_tuning: int | None = None,
+    threads: int = 0,
+) -> Placement:
+    """Where the session ran, from what MNN printed while it was created (`said`) and the main forward type
+    it reports (`forward`; None where pymnn gave none): its fallback line means the unit it names (the
+    CPU), with the line as evidence, whatever else is reported; else the reported type; else unknown. A
+    GPU backend that is the session's main one still runs each op it has no kernel for on MNN's CPU
+    backup, which pymnn does not report (ops unknown). A fallback from a GPU backend runs the GPU mode
+    (`gpu_tuning`) as its CPU thread count: said, with the `threads` asked (0: none) it did not run."""
+    line = FALLBACK.search(said)
+    reported = FORWARD_UNITS.get(forward, f"type {forward}") if forward is not None else None
+    evidence = [f"'{line.group(0)}' printed by MNN at createSession"] if line else []
+    if forward is not None:
+        evidence.append(f"getSessionInfo BACKENDS = {forward} ({reported})")
+    if line:
+        fell_to = FORWARD_UNITS.get(int(line.group(2)), f"type {line.group(2)}")
+        if gpu_tuning is not None:
+            not_asked = f", not the {threads} asked" if threads and threads != gpu_tuning else ""
+            evidence.append(f"the CPU ran {gpu_tuning} threads (the GPU mode taken as a count{not_asked})")
+        return whole(requested, fell_to, "; ".join(evidence), precision)
+    if reported is None and requested == "cpu":
+        return whole("cpu", "cpu", "MNN's CPU backend (always built in; pymnn reported no type)", precision)
+    if reported is None:
+        return unknown(requested, "pymnn reported no backend type and MNN printed no fallback", precision)
+    if reported == "cpu" or reported != requested:
+        return whole(requested, reported, "; ".join(evidence), precision)
+    told = f"{evidence[0]}, no fallback printed (GPU mode {gpu_tuning}); ops without a {reported} kernel run "
+    told += "on MNN's CPU backup and are not reported"
+    return Placement(requested, reported, evidence=told, precision=precision)
 
 
 class MnnSession:
-    """MNN Interpreter session (the path MNN's own benchmark tool measures)."""
+    """MNN Interpreter session (the path MNN's own benchmark tool measures), on one backend."""
 
     runtime = "mnn"
 
-    def __init__(self, path: str, threads: int = 0, precision: str = "normal") -> None:
+    def __init__(
+        self, path: str, threads: int = 0, precision: str | None = None, backend: str = "cpu"
+    ) -> None:
         try:
             import MNN
         except ImportError as exc:
             raise RuntimeMissing("MNN is not installed") from exc
+        if backend not in BACKENDS:
+            raise BackendError(f"MNN has no backend '{backend}' (it has: {', '.join(BACKENDS)})")
+        mode = mnn_precision(precision, backend)
         self.mnn = MNN
         self.version = _dist_version("mnn")
+        self.backend = backend
         if not os.path.isfile(path) or os.path.getsize(path) == 0:
             raise ModelLoadError(f"cannot read MNN model {path}")
+        config: dict[str, Any] = {"backend": BACKENDS[backend], "precision": mode}
+        gpu = backend != "cpu"
+        if gpu:
+            config["numThread"] = GPU_TUNING_WIDE  # the GPU's tuning mode, not threads
+        elif threads:
+            config["numThread"] = threads
         before = thread_count()
         try:
             self.interpreter = MNN.Interpreter(path)
-            config = {"backend": "CPU", "precision": precision}
-            if threads:
-                config["numThread"] = threads
-            self.session = self.interpreter.createSession(config)
+            self.session, said = with_output(lambda: self.interpreter.createSession(config))
         except Exception as exc:  # noqa: BLE001
             raise ModelLoadError(f"MNN could not load the model: {_first_line(exc)}") from None
-        # MNN's default (numThread unset) is 4 threads whatever the CPU count: count what it started.
-        self.effective_threads = effective_threads(threads, before, thread_count())
+        # MNN's default (numThread unset) is 4 threads whatever the CPU count, and a GPU backend's CPU
+        # fallback runs its tuning mode's number of threads: count what it started.
+        self.effective_threads = effective_threads(0 if gpu else threads, before, thread_count())
         if self.session is None:
             raise ModelLoadError("MNN could not create a session for the model")
+        self._placement = self._where(said, mode, GPU_TUNING_WIDE if gpu else None, threads)
         tensors = self.interpreter.getSessionInputAll(self.session)
         if not tensors:
             raise ModelLoadError("MNN found no inputs: the file is not a valid MNN model")
         self.inputs = [InputInfo(name, list(t.getShape()), self._dtype(t)) for name, t in tensors.items()]
         self.output_names = list(self.interpreter.getSessionOutputAll(self.session))
+
+    def _forward_type(self) -> int | None:
+        """The session's main forward type, as MNN reports it (pymnn returns the first pipeline's; a
+        session from one config has one); None where this pymnn has no such report (an older one gave
+        every code as a float)."""
+        try:
+            found = self.interpreter.getSessionInfo(self.session, INFO_BACKENDS)
+        except Exception:  # noqa: BLE001 - no report is "unknown", never an error
+            return None
+        return found if isinstance(found, int) and not isinstance(found, bool) else None
+
+    def _where(self, said: str, mode: str, gpu_tuning: int | None, threads: int) -> Placement:
+        """The placement from what MNN said at createSession and the backend type the session reports."""
+        forward = self._forward_type()
+        fell = FALLBACK.search(said)
+        unit = FORWARD_UNITS.get(forward, "unknown") if forward is not None else "unknown"
+        if fell or self.backend == "cpu":
+            unit = "cpu"  # a fallback runs on the CPU; the CPU backend is always there
+        precision = {"mode": computed_in(unit, forward, mode, platform.machine()), "mnn_precision": mode}
+        return placement_of(self.backend, forward, said, precision, gpu_tuning, threads)
 
     def _dtype(self, tensor: Any) -> str:
         m, kind = self.mnn, tensor.getDataType()
@@ -116,8 +258,8 @@ class MnnSession:
         return result
 
     def placement(self) -> Placement:
-        """Where the model ran: this session opens the CPU alone."""
-        return whole("cpu", "cpu", "MNN's CPU backend")
+        """Where the model ran, read when the session was created (`placement_of`)."""
+        return self._placement
 
     def outputs(self, feeds: dict[str, Any]) -> dict[str, Any]:
         step = self.prepare(feeds)

@@ -10,13 +10,21 @@ Rules, with the upstream source each is read from and the versions it covers:
 - Forward type (MNNForwardType.h): cpu 0, metal 1, cuda 2, opencl 3, opengl 6, vulkan 7, hexagon 10.
   The header line is `Forward type: CPU thread=4 precision=2 ...` since 2.6.2 and
   `Forward type: **CPU** thread=4** precision=2...` before; it echoes what was asked, not what ran. A
-  backend the library lacks makes the library print `Can't Find type=3 backend, use 0 instead`
-  (core/Schedule.cpp:136, MNN_PRINT) and run on the CPU: an error here, never a record named "opencl".
-  But MNN_PRINT/MNN_ERROR write to logcat, not stdout, in builds with MNN_USE_LOGCAT (include/MNN/
-  MNNDefine.h:29-30; CMake's default on Android): then neither that line nor "not resized" is printed.
-  benchmark.cpp:437 prints `[-INFO-]: precision...` through MNN_PRINT on every run, so its absence says
-  the library's messages are hidden: a non-CPU backend is then recorded as "unknown" (with a warning; an
-  error when the backend is required), never as the one asked.
+  backend the library lacks, or cannot start, makes the library print `Can't Find type=3 backend, use 0
+  instead` (core/Schedule.cpp:136, MNN_PRINT), after its own reason where it has one (`Load vulkan
+  library error: libvulkan.so: cannot open shared object file...` without the loader, `Invalide device
+  for support vulkan` without a driver, `OpenCL init error, fallback ...`), and run on the CPU at
+  `numberThread` threads (the GPU mode, 4) without an error: recorded as the CPU, that line its evidence
+  (notes["placement_evidence"]), never as the one asked; an error (kind "delegate") when the backend is
+  required. No such line where the library's messages reach stdout is the evidence that the asked
+  backend ran: the 3.6.1 OpenCL+Vulkan build at forward 7 on Mesa's lavapipe prints none and takes tens
+  of times the CPU's time (fixtures vulkan_lavapipe, vulkan_no_loader, vulkan_no_icd, opencl_init_error
+  are that build's real output). But MNN_PRINT/MNN_ERROR write
+  to logcat, not stdout, in builds with MNN_USE_LOGCAT (include/MNN/MNNDefine.h:29-30; CMake's default
+  on Android): then neither that line nor "not resized" is printed. benchmark.cpp:437 prints
+  `[-INFO-]: precision...` through MNN_PRINT on every run, so its absence says the library's messages
+  are hidden: a non-CPU backend is then recorded as "unknown" (with a warning; an error when the backend
+  is required), never as the one asked.
 - Precision (BackendConfig::PrecisionMode): 0 Normal, 1 High, 2 Low, 3 Low_BF16. On the CPU Normal and High
   are fp32 and Low is fp16 where the CPU has it (`precision!=2, use fp32 inference.`); on OpenCL/Vulkan
   Normal is fp16 (vulkan/runtime/VulkanRuntime.cpp:108 keeps fp32 only for High): fp32 is 0 on the CPU and
@@ -57,6 +65,10 @@ _GPU = {"metal", "cuda", "opencl", "opengl", "vulkan"}
 _GPU_TUNING_WIDE = 4
 _PRECISION_NAMES = {0: "normal", 1: "high", 2: "low"}
 _ERRORS = ("Invalid", "failed", "Error", "error", "Don't support", "open ")
+_FALLBACK = re.compile(r"Can't Find type=(\d+) backend, use (\d+) instead")
+# What a GPU backend prints before its fallback: `Load vulkan library error: ...`, `Invalide device for
+# support vulkan` (MNN's spelling), `OpenCL init error, fallback ...`
+_FELL_BECAUSE = ("error", "Error", "fallback", "Invalid")
 _RESOLUTION_MS = 0.001  # displayStats prints %8.3f ms
 _STEPS_NEEDED = 20  # an avg under 20 printed steps is quantised by more than 2.5%
 
@@ -110,7 +122,7 @@ class MnnBenchmark:
                 "measurement",
             )
         backend = opts.delegate or "cpu"
-        ran = _backend_ran(output, backend, hidden)
+        ran, evidence = _backend_ran(output, backend, hidden)
         precision = precision_code(backend, opts.precision)
         loops = re.search(r"Benchmarking\.\.\. loop = (\d+), warmup = (\d+)", output)
         result = NativeResult(
@@ -125,6 +137,7 @@ class MnnBenchmark:
         result.notes = {
             "precision_mode": _PRECISION_NAMES.get(precision, str(precision)),
             "inputs": "the tool's own, never refreshed",
+            "placement_evidence": evidence,
         }
         if backend in _GPU:
             result.notes["gpu_mode"] = _GPU_TUNING_WIDE
@@ -134,6 +147,8 @@ class MnnBenchmark:
         threads = re.search(r"thread=(\d+)", output)
         if threads and backend not in _GPU and opts.threads and int(threads.group(1)) != opts.threads:
             result.warnings.append(f"benchmark.out ran {threads.group(1)} threads, not {opts.threads}")
+        if ran not in (backend, "unknown"):
+            _fell_back(result, opts, backend, ran, evidence, threads.group(1) if threads else None)
         if ran == "unknown":
             result.notes["backend_evidence"] = "none: libMNN logs to logcat (no '[-INFO-]' line on stdout)"
             if opts.require_backend:
@@ -194,20 +209,45 @@ def _precision_ran(output: str, backend: str, code: int) -> str:
     return "low"
 
 
-def _backend_ran(output: str, asked: str, hidden: bool) -> str:
-    """The backend that ran: the asked one, an error when libMNN said it fell back, "unknown" when its
-    messages are hidden (logcat builds) and a fallback could not have shown."""
-    missing = re.search(r"Can't Find type=(\d+) backend, use (\d+) instead", output)
+def _backend_ran(output: str, asked: str, hidden: bool) -> tuple[str, str]:
+    """(the backend that ran, the evidence read): the one libMNN says it fell back to (`Can't Find type=N
+    backend, use M instead`, after its reason where it printed one); the asked one where libMNN's
+    messages reach stdout and it printed no fallback; "unknown" when they are hidden (logcat builds) and
+    a fallback could not have shown. The CPU is always there."""
+    missing = _FALLBACK.search(output)
     if missing:
         names = {v: k for k, v in _FORWARD.items()}
-        used = names.get(int(missing.group(2)), missing.group(2))
+        used = names.get(int(missing.group(2)), f"type {missing.group(2)}")
+        reason = first_error_line(output[: missing.start()].split("The device supports")[-1], _FELL_BECAUSE)
+        said = f"'{reason}', then '{missing.group(0)}'" if reason else f"'{missing.group(0)}'"
+        return used, f"libMNN printed {said}"
+    if asked == "cpu":
+        return "cpu", "the CPU backend (always built into libMNN)"
+    if hidden:
+        return "unknown", "none: libMNN logs to logcat (no '[-INFO-]' line on stdout)"
+    return asked, (
+        f"no 'Can't Find type={_FORWARD[asked]} backend' line, with libMNN's messages on stdout "
+        "('[-INFO-]' line seen): libMNN made the backend"
+    )
+
+
+def _fell_back(
+    result: NativeResult, opts: NativeOptions, asked: str, ran: str, evidence: str, threads: str | None
+) -> None:
+    """A run libMNN moved off the asked backend: an error when that backend is required, else recorded as
+    where it ran, said in a warning (with the threads the CPU ran, the GPU mode taken as a count)."""
+    if opts.require_backend:
         raise NativeToolError(
             "mnn_benchmark",
-            f"asked for {asked}, but libMNN has no such backend and ran on {used} "
-            f"('{missing.group(0)}'): build MNN with it, or bench on cpu",
+            f"{asked} is required, but libMNN has no {asked} backend it can start and ran on {ran} "
+            f"({evidence}): build MNN with it (and preload its library), or bench on cpu",
             "delegate",
         )
-    return "unknown" if hidden and asked != "cpu" else asked
+    at = f" at {threads} threads (the GPU mode argument taken as a thread count)" if threads else ""
+    result.warnings.append(
+        f"asked for {asked}, but libMNN has no {asked} backend it can start: the run is on {ran}{at}, "
+        f"recorded as {ran} ({evidence})"
+    )
 
 
 def _failure(output: str, returncode: int, lines: list[tuple[str, ...]], opts: NativeOptions) -> str:

@@ -1,5 +1,5 @@
-"""MNN as the host knows it: its own .mnn format (converted from ONNX on the host), CPU in the agent,
-`benchmark.out` on phones, and what its converter and CPU backend make of a graph."""
+"""MNN as the host knows it: its own .mnn format (converted from ONNX on the host), its backends in the agent
+(CPU in the PyPI wheel), `benchmark.out` on phones, and what its converter and CPU backend make of a graph."""
 
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ RUNTIME = Runtime(
     display="MNN",
     python_module="MNN",
     formats=("mnn", "onnx"),
+    # The backends its agent session opens (agent.session_mnn.BACKENDS): the PyPI wheel has the CPU alone
+    # and runs every other on it after "Can't Find type=N backend", which the session reports
+    backends=("cpu", "opencl", "vulkan", "opengl", "metal", "cuda", "nn"),
     model_noun="an MNN model",
     converters={"onnx": "models.convert:onnx_to_mnn"},
     native_tool="mnn_benchmark",

@@ -395,14 +395,18 @@ def test_a_tool_sigkilled_by_the_device_is_not_blamed_on_the_model() -> None:
     )
 
 
-def test_mnn_missing_backend_is_not_recorded_as_the_asked_one() -> None:
-    with pytest.raises(NativeToolError, match="asked for opencl.*ran on cpu") as info:
-        parse(
-            MnnBenchmark(),
-            "mnn_benchmark.opencl_missing_3.6.1.txt",
-            delegate="opencl",
-            model_name="convnet.mnn",
-        )
+def test_mnn_missing_backend_is_recorded_as_the_cpu_it_ran_on() -> None:
+    """A CPU-only libMNN asked for OpenCL prints `Can't Find type=3 backend, use 0 instead` and runs on the
+    CPU: recorded as cpu with that line as evidence and a warning, never as opencl; an error (kind
+    "delegate") only when the backend is required."""
+    name = "mnn_benchmark.opencl_missing_3.6.1.txt"
+    r = parse(MnnBenchmark(), name, delegate="opencl", model_name="convnet.mnn")
+    assert r.path == "cpu" and r.applied == {"backend": "cpu", "precision": "fp32"}
+    assert "Can't Find type=3 backend, use 0 instead" in r.notes["placement_evidence"]
+    assert any("asked for opencl" in w and "recorded as cpu" in w for w in r.warnings)
+    assert r.aggregates["mean"] == pytest.approx(8.728)
+    with pytest.raises(NativeToolError, match="opencl is required.*ran on cpu") as info:
+        parse(MnnBenchmark(), name, delegate="opencl", model_name="convnet.mnn", require_backend=True)
     assert info.value.kind == "delegate"
 
 
