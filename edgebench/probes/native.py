@@ -160,11 +160,33 @@ def native_identity(
 def native_notes(params: BenchParams | ThermalParams | PowerParams, ran: NativeResult) -> dict[str, Any]:
     """Descriptive: the path that ran, what was asked, and what the tool says about how it measured."""
     notes: dict[str, Any] = {"path": ran.path, **ran.notes}
+    placed = native_placement(params, ran)
+    notes.update(backend_actual=placed["actual"], placement=placed)
     if params.delegate:
         notes["delegate_asked"] = params.delegate
     if params.precision:
         notes["precision_asked"] = params.precision
     return notes
+
+
+def native_placement(params: BenchParams | ThermalParams | PowerParams, ran: NativeResult) -> dict[str, Any]:
+    """Where a vendor tool's run ran, in the agent's placement shape (agent.placement), from what the tool
+    printed (its adapter's path: "gpu", "gpu+cpu", "vulkan"...): a share it could not see is "unknown",
+    never the delegate asked for. The tools print no per-op units: ops are not counted."""
+    asked = native_delegate(params) or "cpu"
+    actual = ran.path or "unknown"
+    if "unknown" in actual.split("+"):
+        actual = "unknown"
+    precision = ran.applied.get("precision")
+    return {
+        "requested": asked,
+        "actual": actual,
+        "ops_by_unit": {},
+        "partitions": 1 if "+" not in actual and actual != "unknown" else None,
+        "fallback_ops": [],
+        "evidence": str(ran.notes.get("placement_evidence") or f"{ran.path or 'nothing'} as the tool said"),
+        "precision": {"mode": precision} if precision else {},
+    }
 
 
 def install_runner(device: Device, runner: RunnerSpec, timeout: float) -> tuple[str, dict[str, str]]:

@@ -197,6 +197,8 @@ def test_native_vulkan_on_lavapipe_is_recorded_as_vulkan(
     res = native_bench(lab, "lvp", tmp_path, "--delegate", "vulkan", "--require-backend", "--json")
     mean = latency(records_of(res), "mean")
     assert mean["params"]["backend"] == "vulkan" and mean["annotations"]["path"] == "vulkan"
+    placed = mean["annotations"]["placement"]  # the agent's shape: the report and the gate read it
+    assert (placed["requested"], placed["actual"], mean["annotations"]["backend_actual"]) == ("vulkan",) * 3
     assert "no 'Can't Find type=7 backend' line" in mean["annotations"]["placement_evidence"]
     assert "recorded as cpu" not in res.stderr
     cpu = latency(records_of(native_bench(lab, "cpu", tmp_path, "--threads", "2", "--json")), "mean")
@@ -242,6 +244,8 @@ def test_native_backend_that_cannot_start_is_recorded_as_cpu_and_strict_mode_fai
     line = f"Can't Find type={ {'vulkan': 7, 'opencl': 3}[asked] } backend, use 0 instead"
     evidence = mean["annotations"]["placement_evidence"]
     assert mean["params"]["backend"] == "cpu" and mean["annotations"]["path"] == "cpu"
+    placed = mean["annotations"]["placement"]
+    assert (placed["requested"], placed["actual"]) == (asked, "cpu") and line in placed["evidence"], placed
     assert mean["annotations"]["delegate_asked"] == asked and reason in evidence and line in evidence
     assert f"asked for {asked}, but libMNN has no {asked} backend it can start" in res.stderr
     before = stored(mean["run_id"], tmp_path)
