@@ -81,6 +81,10 @@ def effective_threads(ctx: RecordContext, result: dict[str, Any]) -> None:
     if asked == 0 and isinstance(seen, int) and seen > 0:
         ctx.base_params = {**ctx.base_params, "threads": seen}
         ctx.base_annotations = {**ctx.base_annotations, "threads_requested": 0}
+    elif isinstance(seen, int) and seen > 0 and isinstance(asked, int) and seen != asked:
+        # the identity stays what was asked (it pairs runs); what ran is said beside it (a GPU backend
+        # fallen back to the CPU runs its GPU mode's thread count, not the one asked)
+        ctx.base_annotations = {**ctx.base_annotations, "threads_ran": seen}
 
 
 def bench_records(ctx: RecordContext, reply: AgentReply) -> ProbeResult:

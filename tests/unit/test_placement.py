@@ -156,3 +156,15 @@ def test_a_native_tool_is_told_the_backend_asked_for_and_keeps_the_descriptors_e
         "LD_LIBRARY_PATH": "/data/local/tmp/libs:/vendor/lib64",
     }
     assert run_env({}, {}) is None and run_env(spec, {}) == spec
+
+
+def test_threads_that_ran_other_than_asked_are_said_beside_the_identity() -> None:
+    from edgebench.probes.bench import effective_threads
+    from edgebench.records import RecordContext
+
+    ctx = RecordContext("r", "phone", "bench", base_params={"threads": 2})
+    effective_threads(ctx, {"effective_threads": 4})  # MNN's GPU mode on the CPU it fell back to
+    assert ctx.base_params["threads"] == 2 and ctx.base_annotations["threads_ran"] == 4
+    same = RecordContext("r", "phone", "bench", base_params={"threads": 2})
+    effective_threads(same, {"effective_threads": 2})
+    assert "threads_ran" not in same.base_annotations
