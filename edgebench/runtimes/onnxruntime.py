@@ -1,5 +1,6 @@
-"""onnxruntime as the host knows it: ONNX in, the CPU provider in the agent, `onnxruntime_perf_test` on
-phones, and the graph optimizations that decide which kernels it dispatches."""
+"""onnxruntime as the host knows it: ONNX in, the CPU provider (or another execution provider) in the
+agent, `onnxruntime_perf_test` on phones, and the graph optimizations that decide which kernels it
+dispatches."""
 
 from __future__ import annotations
 
@@ -35,6 +36,29 @@ RUNTIME = Runtime(
     profiler="probes.profile:ort_profile_of",
     profiler_calibration=True,
     decodes=True,
+    # The backends its agent session opens (agent.session_onnxruntime.BACKENDS), each an execution provider
+    # that only some onnxruntime wheels carry: the agent refuses one its onnxruntime lacks, naming the wheel
+    backends=(
+        "cpu",
+        "openvino",
+        "openvino-gpu",
+        "openvino-npu",
+        "cuda",
+        "tensorrt",
+        "rocm",
+        "migraphx",
+        "dml",
+        "qnn",
+        "nnapi",
+        "coreml",
+        "xnnpack",
+        "webgpu",
+        "dnnl",
+        "acl",
+        "armnn",
+        "vitisai",
+        "cann",
+    ),  # fmt: skip
     kernels=KernelRules(
         # QuickGelu, SkipLayerNormalization and a MatMul's constant scale folded in (its level-2 fusions)
         fusions=("quick-gelu", "skip-layer-norm", "matmul-scale"),
