@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .caches import cache_folder
 from .sshd import SshBoard, free_port, generate_key
 
 SUITE = "bookworm"
@@ -146,10 +147,7 @@ class ArmLabCache:
     @classmethod
     def default(cls) -> ArmLabCache:
         """$EDGEBENCH_ARM_LAB_CACHE, else the user's cache folder's edgebench/arm-lab."""
-        if os.environ.get("EDGEBENCH_ARM_LAB_CACHE"):
-            return cls(Path(os.environ["EDGEBENCH_ARM_LAB_CACHE"]))
-        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        return cls(Path(base) / "edgebench" / "arm-lab")
+        return cls(cache_folder("EDGEBENCH_ARM_LAB_CACHE", "arm-lab"))
 
     @property
     def qemu(self) -> Path:

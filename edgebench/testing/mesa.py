@@ -47,6 +47,7 @@ from .arm_board import (
     mirror_reachable,
     run_step,
 )
+from .caches import cache_folder
 
 PACKAGE = "mesa-vulkan-drivers"
 MIN_MAJOR = 25  # the first Mesa whose lavapipe Dawn takes as an adapter (seen: 25.0.7-2~bpo12+1)
@@ -101,10 +102,7 @@ class MesaCache:
     @classmethod
     def default(cls) -> MesaCache:
         """$EDGEBENCH_MESA_CACHE, else the user's cache folder's edgebench/mesa25."""
-        if os.environ.get("EDGEBENCH_MESA_CACHE"):
-            return cls(Path(os.environ["EDGEBENCH_MESA_CACHE"]))
-        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        return cls(Path(base) / "edgebench" / "mesa25")
+        return cls(cache_folder("EDGEBENCH_MESA_CACHE", "mesa25"))
 
     @property
     def manifest(self) -> Path:

@@ -24,6 +24,7 @@ from edgebench.descriptors import builtin_local
 from edgebench.execution.oneshot import run_now
 from edgebench.jobs import Job
 from edgebench.models.refs import resolve_model
+from edgebench.testing.openvino import openvino_python
 from edgebench.testing.verdict import QUIET_CV, Rounds, judge_band, robust_cv, until_conclusive
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,14 +63,8 @@ print(json.dumps(times))
 
 @pytest.fixture(scope="module")
 def venv_python() -> str:
-    res = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "install-openvino-env.sh")],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    return res.stdout.strip().splitlines()[-1]
+    """The OpenVINO venv's python (made on the first run, from PyPI; cached after)."""
+    return openvino_python()
 
 
 def bare_ms(venv: str, path: str) -> list[float]:

@@ -20,6 +20,7 @@ from onnx import helper as oh
 
 from edgebench.models.refs import resolve_model
 from edgebench.testing.cli import edgebench
+from edgebench.testing.openvino import openvino_python
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,15 +63,8 @@ else:
 
 @pytest.fixture(scope="module")
 def venv_python() -> str:
-    """The OpenVINO venv's python (made by the script on the first run, from PyPI; cached after)."""
-    res = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "install-openvino-env.sh")],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    return res.stdout.strip().splitlines()[-1]
+    """The OpenVINO venv's python (made on the first run, from PyPI; cached after)."""
+    return openvino_python()
 
 
 @pytest.fixture(scope="module")
