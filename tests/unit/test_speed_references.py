@@ -32,10 +32,12 @@ def test_each_reference_is_timed_in_a_block_and_agrees_with_a_bare_loop() -> Non
     beside.block(5)
     assert sorted(beside.times) == sorted(paths)
     assert all(len(t) == 5 and min(t) > 0 for t in beside.times.values())
-    # each reference's time agrees with a bare onnxruntime loop over the same file (a generous ratio band)
+    # each reference's time agrees with a bare onnxruntime loop over the same file (a generous ratio band),
+    # the fastest of each side: other work only adds time, and beside two busy loops on two cores a run is
+    # now and then descheduled for a whole time slice (0.6 ms runs read 4.7-5.2 ms, three of five)
     for path, times in beside.times.items():
         bare = bare_ms(path)
-        assert 0.2 <= float(np.median(times)) / bare <= 5.0, (path, times, bare)
+        assert 0.2 <= min(times) / bare <= 5.0, (path, times, bare)
 
 
 class Evicting:
@@ -145,7 +147,7 @@ def test_a_profile_runs_until_its_rounds_have_lasted_min_seconds() -> None:
 
 
 def bare_ms(path: str, runs: int = 5) -> float:
-    """The median of a plain InferenceSession.run loop over the model, one thread, random inputs."""
+    """The fastest run of a plain InferenceSession.run loop over the model, one thread, random inputs."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -161,7 +163,7 @@ def bare_ms(path: str, runs: int = 5) -> float:
         start = time.perf_counter()
         session.run(None, feeds)
         times.append((time.perf_counter() - start) * 1e3)
-    return float(np.median(times))
+    return min(times)
 
 
 def test_a_task_without_references_times_none() -> None:
