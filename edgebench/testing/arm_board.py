@@ -35,7 +35,6 @@ The cache folder is $EDGEBENCH_ARM_LAB_CACHE, else $XDG_CACHE_HOME/edgebench/arm
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import re
@@ -49,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .caches import cache_folder
+from .caches import cache_folder, locked
 from .sshd import SshBoard, free_port, generate_key
 
 SUITE = "bookworm"
@@ -156,16 +155,9 @@ class ArmLabCache:
     def tarball(self, recipe: RootfsRecipe) -> Path:
         return self.root / f"rootfs-{recipe.suite}-arm64-{recipe.key()}.tar.zst"
 
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
+    def locked(self) -> contextlib.AbstractContextManager[None]:
         """Hold the cache's lock: two sessions never build or write the same files at once."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".lock", "w") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        return locked(self.root)
 
 
 @dataclass(frozen=True)

@@ -27,13 +27,12 @@ fetch) the Debian mirror the host's apt uses.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +46,7 @@ from .arm_board import (
     mirror_reachable,
     run_step,
 )
-from .caches import cache_folder
+from .caches import cache_folder, locked
 
 PACKAGE = "mesa-vulkan-drivers"
 MIN_MAJOR = 25  # the first Mesa whose lavapipe Dawn takes as an adapter (seen: 25.0.7-2~bpo12+1)
@@ -108,16 +107,9 @@ class MesaCache:
     def manifest(self) -> Path:
         return self.root / "manifest.json"
 
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
+    def locked(self) -> contextlib.AbstractContextManager[None]:
         """Hold the cache's lock: two sessions never fetch into the same folder at once."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".lock", "w") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        return locked(self.root)
 
 
 def system_lavapipe_env(base: Mapping[str, str] | None = None) -> dict[str, str] | None:
