@@ -293,8 +293,10 @@ def decide(
     prediction: its whole interval over the limit), "uncertain" otherwise. An interval the predictor
     gives (`v.intervals`) is used as is; otherwise it comes from the cross-validation of the target."""
     ratios = {b.key: v.values[b.key] / b.limit for b in budgets if v.values.get(b.key) is not None}
+    not_there, placed = placement_state(v.placement)
     if not budgets:
-        return replace(v, verdict="", ratios=ratios, why="no budgets given")
+        why = "; ".join(filter(None, ["no budgets given", placed]))
+        return replace(v, verdict="", ratios=ratios, why=why)
     intervals = dict(v.intervals)
     states: dict[str, str] = {}
     reasons: list[str] = []
@@ -342,6 +344,11 @@ def decide(
             )
     found = set(states.values())
     verdict = NO_FIT if NO_FIT in found else UNCERTAIN if UNCERTAIN in found else FITS
+    if not_there and verdict != UNCERTAIN:
+        reasons.append(placed)  # the figures are another unit's: no answer for this backend from them
+        verdict = UNCERTAIN
+    elif placed:
+        notes.append(placed)
     if verdict == NO_FIT:
         missed = [b for b in budgets if states.get(b.key) == NO_FIT]
         why = "; ".join(
@@ -355,6 +362,27 @@ def decide(
     why = "; ".join([why, *notes])
     fits = {FITS: True, NO_FIT: False}.get(verdict)
     return replace(v, verdict=verdict, fits=fits, ratios=ratios, intervals=intervals, why=why)
+
+
+def placement_state(placement: Mapping[str, Any]) -> tuple[bool, str]:
+    """(the run was not on its backend at all, what to say of where it ran) for a measured backend row.
+
+    A run wholly on another unit (a silent fallback: `ncnn@vulkan` that ran on the CPU) or whose placement
+    is unknown measured something else than the row names, so its figures answer nothing for the backend;
+    a partial run is what the backend does with this model (the ops it lacks run elsewhere on any device
+    of that driver), so its answer stands with the ops named beside it."""
+    asked, actual = placement.get("requested"), placement.get("actual")
+    if not placement or asked in (None, "cpu") or actual == asked:
+        return False, ""
+    counts = placement.get("ops_by_unit") or {}
+    if actual == "unknown" or asked not in counts:
+        return True, f"placement: {asked} asked for, ran on {actual} ({placement.get('evidence', '')})"
+    fallen = list(placement.get("fallback_ops") or [])
+    named = ", ".join(fallen[:5]) + (f" and {len(fallen) - 5} more" if len(fallen) > 5 else "")
+    return False, (
+        f"placement: partly on {asked}, {len(fallen)} of {sum(counts.values())} ops elsewhere"
+        + (f" ({named})" if named else "")
+    )
 
 
 def _times(ratio: float) -> str:
@@ -426,6 +454,7 @@ def _measured_verdict(
         counts=counts,
         memory=memory_context(o),
         tails=o.tails,
+        placement=o.placement,
     )
 
 

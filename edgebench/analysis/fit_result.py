@@ -77,6 +77,9 @@ class Verdict:
     # The budgets' limits the verdict was judged against, as a stored fit run recorded them (a live
     # result's are its FitResult's budgets).
     limits: dict[str, float] = field(default_factory=dict)
+    # Where a measured backend row's run ran (agent.placement as its records carry it): a row whose run
+    # was not wholly on its backend says so (analysis.fit.placement_state)
+    placement: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ratio(self) -> float | None:
@@ -372,6 +375,7 @@ def _verdict_records(rec: _Recorder, v: Verdict, limits: Mapping[str, float]) ->
         estimated=list(v.estimated),
         memory=v.memory or None,
         tails={k: t.to_dict() for k, t in v.tails.items() if t.disturbed} or None,
+        placement=v.placement or None,
     )
     for key, ratio in v.ratios.items():
         iv = v.intervals.get(key)
@@ -435,6 +439,7 @@ def _verdict_from(r: Record, p: Mapping[str, Any], predicted: dict[str, float]) 
         why=p.get("why") or "",
         memory=dict(p.get("memory") or {}),
         limits=dict(p.get("budgets") or {}),
+        placement=dict(p.get("placement") or {}),
     )
 
 

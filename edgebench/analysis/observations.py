@@ -43,6 +43,9 @@ class Observation:
     baseline_mb: float | None = None
     memory_source: str | None = None
     tails: dict[str, TailCheck] = field(default_factory=dict)  # tail stat -> its samples' make-up
+    # Where a backend's run ran (agent.placement, as its records carry it); empty for the CPU or when the
+    # records say nothing
+    placement: dict[str, Any] = field(default_factory=dict)
 
     @property
     def target(self) -> tuple[str, str | None]:
@@ -131,6 +134,7 @@ def observations(
             memory_source=g.get("memory_source")
             or ("peak_rss_mb - rss_before_load_mb (process)" if mem else None),
             tails=_tails(raw.get(key), g.get("disturbance")),
+            placement=dict(g.get("placement") or {}),
             load_ms=g.get("load_ms"),
             energy_mj=energy.get((device, runtime, model)),
             samples_n=int(g["samples_n"]) if g.get("samples_n") else None,
@@ -155,6 +159,9 @@ def _add_to_group(g: dict[str, Any], r: Record) -> None:
     # A streaming bench's frame latency is its latency (a model measured only frame by frame still fits).
     if r.metric in ("latency_ms", "frame_latency_ms") and r.params.get("stat") in STATS:
         g["latency"].setdefault(r.params["stat"], []).append(r.value)  # one per invocation
+        placed = r.annotations.get("placement")
+        if placed and placed.get("requested") not in (None, "cpu") and not _full(g.get("placement")):
+            g["placement"] = placed  # the invocations' worst: one short of the backend is kept
     elif r.metric.startswith(DISTURBANCE_PREFIX):
         # What else used the device, where the job measured it: the worst invocation's figure.
         name = r.metric[len(DISTURBANCE_PREFIX) :]
@@ -170,6 +177,11 @@ def _add_to_group(g: dict[str, Any], r: Record) -> None:
             g["memory_source"] = r.annotations.get("measured_by") or r.metric
             if r.annotations.get("baseline_mb") is not None:
                 g["baseline_mb"] = r.annotations["baseline_mb"]
+
+
+def _full(placement: Mapping[str, Any] | None) -> bool:
+    """A placement already kept that is short of nothing (None: none kept yet)."""
+    return bool(placement) and placement is not None and placement.get("actual") == placement.get("requested")
 
 
 def _tails(values: Sequence[float] | None, measured: Mapping[str, Any] | None) -> dict[str, TailCheck]:

@@ -147,6 +147,15 @@ def test_partial_model_names_its_cpu_layers_and_strict_mode_refuses_it(
     assert all(op.split(" ")[0] in section for op in on_cpu), section
     assert f"{total - 2} vulkan, 2 cpu" in section, section
 
+    # fit's row for the Vulkan run names what left it (and the CPU's tinymlp row says nothing of it)
+    doc = run_json("fit", *store, "--budget", "latency_p50_ms=100000", "--no-store", cwd=tmp_path)
+    rows = {
+        (r["model"], r["runtime"]): r["annotations"]["why"] for r in doc["records"] if r["metric"] == "fits"
+    }
+    why = rows[("attention", "ncnn@vulkan")]
+    assert f"partly on vulkan, 2 of {total} ops elsewhere" in why and on_cpu[0] in why, rows
+    assert "placement" not in rows[("tinymlp", "ncnn")], rows
+
 
 def test_a_model_wholly_on_vulkan_passes_strict_mode(tmp_path: Path) -> None:
     param = onnx_to_ncnn(builtin_model("convnet"))
@@ -190,10 +199,16 @@ def test_no_vulkan_driver_is_recorded_as_cpu_never_as_vulkan(tmp_path: Path) -> 
         "--lab",
         lab,
     )
-    doc = run_json("bench", *common, *BENCH, "--no-store", cwd=tmp_path)
+    store = ["--store", str(tmp_path / "s.db")]
+    doc = run_json("bench", *common, *BENCH, *store, cwd=tmp_path)
     p50 = p50_of(doc)
     assert p50["annotations"]["backend_actual"] == "cpu", p50["annotations"]
     assert "0 Vulkan devices" in p50["annotations"]["placement"]["evidence"]
+    # fit does not answer for Vulkan from a run on the CPU, however generous the budget
+    res = edgebench("fit", *store, "--budget", "latency_p50_ms=100000", "--json", "--no-store", cwd=tmp_path)
+    (row,) = [r for r in json.loads(res.stdout)["records"] if r["metric"] == "fits"]
+    assert row["runtime"] == "ncnn@vulkan" and row["annotations"]["verdict"] == "uncertain", row
+    assert "vulkan asked for, ran on cpu" in row["annotations"]["why"], row
     res = edgebench("bench", *common, "--require-backend", *BENCH, "--no-store", cwd=tmp_path)
     errors = [line for line in res.stderr.splitlines() if "error:" in line]
     assert res.returncode == 1 and len(errors) == 1 and "ran on cpu" in errors[0], res.stderr

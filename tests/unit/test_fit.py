@@ -275,6 +275,43 @@ def test_each_backend_of_a_runtime_is_a_row_of_its_own_never_the_best_of_both() 
     assert verdicts == {"ncnn": "does not fit", "ncnn@vulkan": "fits"}, result.verdicts
 
 
+def backend_records(p50: float, placement: dict) -> list[Record]:
+    """A Vulkan run of m at `p50` whose records carry `placement`, as the agent's records do."""
+    records = bench_records("phone", "m", p50, runtime="ncnn")
+    for r in records:
+        r.params["backend"] = "vulkan"
+        r.annotations.update(backend_actual=placement["actual"], placement=placement)
+    return records
+
+
+def test_a_backend_row_that_ran_elsewhere_is_uncertain_and_a_partial_one_names_its_ops() -> None:
+    """`ncnn@vulkan` measured on the CPU (a silent fallback) answers nothing for Vulkan, whichever way its
+    figures fall; a partial run is what the backend does with the model, its answer kept, the ops named."""
+    budgets = budget_defs.parse_budgets(["latency_p50_ms=5"])
+    fell = {"requested": "vulkan", "actual": "cpu", "ops_by_unit": {"cpu": 7}, "evidence": "0 Vulkan devices"}
+    for p50 in (3.0, 8.0):
+        result = fit.assess(backend_records(p50, fell), budgets, run_order=["r1"])
+        (v,) = result.verdicts
+        assert v.runtime == "ncnn@vulkan" and v.verdict == "uncertain", v
+        assert "vulkan asked for, ran on cpu (0 Vulkan devices)" in v.why, v.why
+    ops = ["matmul_1 (MatMul)", "matmul_5 (MatMul)"]
+    partial = {
+        "requested": "vulkan",
+        "actual": "vulkan+cpu",
+        "ops_by_unit": {"vulkan": 10, "cpu": 2},
+        "fallback_ops": ops,
+        "partitions": 5,
+    }
+    result = fit.assess(backend_records(3.0, partial), budgets, run_order=["r1"])
+    (v,) = result.verdicts
+    assert v.verdict == "fits" and "partly on vulkan, 2 of 12 ops elsewhere (matmul_1 (MatMul), " in v.why
+    back = fit_result.FitResult.from_records(result.to_records("fit1")).verdicts[0]
+    assert back.placement == partial and back.why == v.why  # a stored fit run says it too
+    whole = {**partial, "actual": "vulkan", "ops_by_unit": {"vulkan": 12}, "fallback_ops": []}
+    (v,) = fit.assess(backend_records(3.0, whole), budgets, run_order=["r1"]).verdicts
+    assert v.verdict == "fits" and "placement" not in v.why, v.why
+
+
 def test_thread_sweep_points_count_as_configurations() -> None:
     records = bench_records("phone", "m", 6.0)
     records += [
