@@ -117,3 +117,60 @@ def test_probe_decode_pushes_and_runs_the_aarch64_llama_bench(arm_board: ArmBoar
         (device,) = [d for d in s.device_info() if d["device"] == arm_board.name]
     assert len(stored) == len([r for r in records if r["metric"] == "decode_ms_per_token"])
     assert device["fingerprint"]["arch"] == "aarch64"
+
+
+# Arm's own figures for the Cortex-A76 (Software Optimization Guide): two 128-bit ASIMD FMA pipes; NEON is
+# 128 bits wide, 4 fp32 lanes; an FMA counts as 2 FLOP
+A76_FMA_PIPES, NEON_FP32_LANES, FLOP_PER_FMA = 2, 128 // 32, 2
+
+
+def expected_fp32_tops(board: ArmBoard) -> tuple[float, list[tuple[int, float]]]:
+    """The board's fp32 peak from what its topology declares (cores, cpuinfo_max_freq) and the A76's
+    pipes, written out here rather than asked of edgebench: TOPS, and (cores, MHz) per cluster."""
+    assert board.topology is not None
+    clusters = [(len(cpus), khz / 1e3) for cpus, _, khz in board.topology.clusters]
+    per_cycle = A76_FMA_PIPES * NEON_FP32_LANES * FLOP_PER_FMA
+    return sum(per_cycle * mhz * 1e6 * n for n, mhz in clusters) / 1e12, clusters
+
+
+def test_report_shows_the_board_with_its_arm_fingerprint_and_a_derived_peak(
+    arm_board: ArmBoard, tmp_path: Path
+) -> None:
+    store = tmp_path / "s.db"
+    common = ("--device", arm_board.name, "--lab", arm_board.lab_dir, "--store", store)
+    bench = edgebench("bench", "builtin:mlp", *common, "--runs", "3", cwd=tmp_path, timeout=900)
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    matmul = edgebench(
+        "probe", "matmul", *common, "--backend", "numpy", "--dtype", "fp32", "--sizes", "64",
+        "--skinny", "false", "--threads", "1", "--trials", "2", "--json", cwd=tmp_path, timeout=900,
+    )  # fmt: skip
+    assert matmul.returncode == 0, matmul.stderr[-3000:]
+    peak, clusters = expected_fp32_tops(arm_board)
+    assert peak == pytest.approx(16 * (1800 + 2400) * 1e6 / 1e12)  # the fixture's little_big on 2 cores
+    records = json.loads(matmul.stdout)["records"]
+    tops = max(r["value"] for r in records if r["metric"] == "effective_tops")
+    with Store(store) as s:
+        (device,) = {d["device"]: d for d in s.device_info()}.values()
+    fp_clusters = device["fingerprint"]["cpu_clusters"]  # the clock the board's sysfs declared, read there
+    assert [(len(c["cpus"]), c["max_mhz"]) for c in fp_clusters] == clusters
+    texts = {}
+    for suffix in ("html", "md"):
+        out = tmp_path / f"report.{suffix}"
+        res = edgebench("report", "--store", store, "--out", out, cwd=tmp_path, timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+        texts[suffix] = out.read_text()
+    for suffix, text in texts.items():
+        assert "aarch64" in text, suffix
+        assert "SIMD: asimd asimddp asimdhp fphp" in text, suffix  # the board's Armv8.2 features
+        assert "1x Cortex-A76 1800 MHz cap 446 + 1x Cortex-A76 2400 MHz cap 1024" in text, suffix
+        assert f"{peak:.3g} (derived)" in text, suffix  # the ceilings table: the nominal, marked derived
+        assert f"nominal peak (derived, not datasheet): fp32 {peak:.3g}" in text, suffix
+        for n, mhz in clusters:  # the arithmetic: pipes x NEON width x lanes x 2, x clock x cores
+            per_cycle = A76_FMA_PIPES * NEON_FP32_LANES * FLOP_PER_FMA
+            term = (
+                f"{n} x Cortex-A76 ({A76_FMA_PIPES}x128-bit NEON FMA x {NEON_FP32_LANES} lanes x "
+                f"{FLOP_PER_FMA} = {per_cycle} FLOP/cycle) x {mhz:.0f} MHz"
+            )
+            assert term in text, (suffix, term)
+        assert "int8 x4" in text and "fp16 x2" in text, suffix  # asimddp and fphp scale the fp32 peak
+        assert f"{tops / peak:.1%}" in text, suffix  # the efficiency: measured over that derived peak

@@ -13,7 +13,7 @@ from edgebench.agent.info import core_name, cpu_clusters, fingerprint
 from edgebench.analysis.kernels import Kernel, mark_gemm_tile_reads, runs_gemm_tiles
 from edgebench.lab.health import DeviceCheck, _fill_agent_facts, check_rows
 from edgebench.lab.nominal import derived_peak
-from edgebench.render.report.html import _arm_details
+from edgebench.render.report.frames import arm_details
 from edgebench.runtimes import runtime
 from edgebench.runtimes.onnxruntime import nchwc_block
 
@@ -213,7 +213,7 @@ def test_devices_check_and_the_report_show_the_arm_features_clusters_and_a_deriv
     assert (
         "asimddp" in row[2] and "6x Cortex-A55 2000 MHz cap 446 + 2x Cortex-A76 2050 MHz cap 1024" in row[2]
     )
-    details = _arm_details(fp)
+    details = arm_details(fp)
     assert "SIMD: asimd asimddp" in details and "derived, not datasheet" in details
     assert "fp32 0.162" in details
-    assert _arm_details({"arch": "x86_64", "cpu_flags": ["avx2"]}) == ""  # x86 rows are unchanged
+    assert arm_details({"arch": "x86_64", "cpu_flags": ["avx2"]}) == ""  # x86 rows are unchanged

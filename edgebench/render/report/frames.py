@@ -266,6 +266,26 @@ def ceilings(records: Sequence[Record], device_info: Sequence[Mapping[str, Any]]
     return pd.DataFrame(rows, columns=cols)
 
 
+def arm_details(fingerprint: Mapping[str, Any]) -> str:
+    """An Arm device's SIMD features, clusters (core names from the MIDR) and derived nominal peak in one
+    line; "" for other architectures. Both renderers show it beside the device, so the peak a report's
+    efficiencies are taken against is never a bare number."""
+    if not str(fingerprint.get("arch") or "").startswith(("aarch64", "arm")):
+        return ""
+    from ...lab.nominal import cluster_summary, derived_peak
+
+    parts = []
+    if fingerprint.get("cpu_flags"):
+        parts.append("SIMD: " + " ".join(fingerprint["cpu_flags"]))
+    if fingerprint.get("cpu_clusters"):
+        parts.append("clusters: " + cluster_summary(fingerprint["cpu_clusters"]))
+    peak = derived_peak(fingerprint)
+    if peak is not None:
+        tops = ", ".join(f"{k} {v:.3g}" for k, v in peak.tops.items())
+        parts.append(f"nominal peak (derived, not datasheet): {tops} TOPS from {peak.basis}")
+    return "; ".join(parts)
+
+
 def device_peaks(ceil: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """Per device: best FLOP/s per dtype and best bandwidth (bytes/s), for the roofline plot."""
     out: dict[str, dict[str, Any]] = {}

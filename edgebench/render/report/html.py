@@ -162,7 +162,7 @@ def _summary(d: ReportData) -> tuple[str, bool]:
                 for k in _FINGERPRINT_KEYS
                 if fp.get(k) not in (None, {}, [], "")
             )
-            details = "; ".join(x for x in (details, _arm_details(fp)) if x)
+            details = "; ".join(x for x in (details, frames.arm_details(fp)) if x)
             if fp.get("error"):
                 details = f"fingerprint failed: {fp['error']}"
             where = desc.get("host") or desc.get("serial") or ""
@@ -195,24 +195,6 @@ def measured_by(descriptor: dict[str, Any], fingerprint: dict[str, Any]) -> str:
         runners = sorted(fingerprint.get("runners") or {})
         return "native runners" + (f": {', '.join(runners)}" if runners else "")
     return "python agent"
-
-
-def _arm_details(fp: dict[str, Any]) -> str:
-    """An Arm device's SIMD features, clusters (core names from the MIDR) and derived nominal peak."""
-    if not str(fp.get("arch") or "").startswith(("aarch64", "arm")):
-        return ""
-    from ...lab.nominal import cluster_summary, derived_peak
-
-    parts = []
-    if fp.get("cpu_flags"):
-        parts.append("SIMD: " + " ".join(fp["cpu_flags"]))
-    if fp.get("cpu_clusters"):
-        parts.append("clusters: " + cluster_summary(fp["cpu_clusters"]))
-    peak = derived_peak(fp)
-    if peak is not None:
-        tops = ", ".join(f"{k} {v:.3g}" for k, v in peak.tops.items())
-        parts.append(f"nominal peak (derived, not datasheet): {tops} TOPS from {peak.basis}")
-    return "; ".join(parts)
 
 
 def _short_value(v: Any) -> str:

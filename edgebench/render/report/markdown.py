@@ -62,18 +62,7 @@ def render_markdown(data: ReportData) -> str:
     out += _variants(data)
     out += _placement(data)
     out += _accuracy(data)
-    c = frames.ceilings(data.measurements, data.devices)
-    if not c.empty:
-        out += ["", "## Measured ceilings", ""]
-        out.append(
-            md_table(
-                ["device", "probe", "dtype / kernel", "backend", "best", "unit", "datasheet", "efficiency"],
-                [
-                    [r.device, r.kind, r.what, r.backend, r.best, r.unit, r.datasheet, _pct(r.efficiency)]
-                    for r in c.itertuples()
-                ],
-            )
-        )
+    out += _ceilings(data)
     out += _decode_section(data)
     out += _cv(data)
     if len(data.runs) >= 2:
@@ -118,6 +107,7 @@ def render_markdown(data: ReportData) -> str:
                 ],
             )
         )
+    out += _devices(data)
     out += ["", "## Runs", ""]
     out.append(
         md_table(
@@ -297,6 +287,51 @@ def _regressions(data: ReportData) -> list[str]:
             )
         )
     return out
+
+
+def _ceilings(data: ReportData) -> list[str]:
+    """Measured ceilings against the datasheet, or against the derived peak marked as such with its
+    arithmetic: a derived figure is an upper bound from the ISA, not a vendor's number."""
+    c = frames.ceilings(data.measurements, data.devices)
+    if c.empty:
+        return []
+    rows = [
+        [
+            r.device,
+            r.kind,
+            r.what,
+            r.backend,
+            r.best,
+            r.unit,
+            f"{cell(r.datasheet)} (derived)" if r.nominal_source.startswith("derived") else r.datasheet,
+            _pct(r.efficiency),
+        ]
+        for r in c.itertuples()
+    ]
+    columns = ["device", "probe", "dtype / kernel", "backend", "best", "unit", "datasheet / nominal"]
+    out = ["", "## Measured ceilings", "", md_table([*columns, "efficiency"], rows)]
+    derived = sorted(
+        {(r.device, r.nominal_source) for r in c.itertuples() if r.nominal_source.startswith("derived")}
+    )
+    for device, source in derived:
+        out += ["", f"_{device}: no datasheet peak in its descriptor, so the nominal peak is {source}._"]
+    return out
+
+
+def _devices(data: ReportData) -> list[str]:
+    """Each device once: transport, architecture and cores, and on Arm its SIMD features, clusters and
+    derived peak (the fingerprint the agent took on the device)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for info in data.devices:
+        seen.setdefault(info["device"], info)
+    rows = []
+    for name, info in sorted(seen.items()):
+        desc, fp = info.get("descriptor") or {}, info.get("fingerprint") or {}
+        arm = frames.arm_details(fp) or "–"
+        rows.append([name, desc.get("transport"), desc.get("soc"), fp.get("arch"), fp.get("cores"), arm])
+    if not rows:
+        return []
+    return ["", "## Devices", "", md_table(["device", "transport", "soc", "arch", "cores", "Arm CPU"], rows)]
 
 
 def _health(data: ReportData) -> list[str]:
