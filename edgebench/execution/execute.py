@@ -10,6 +10,7 @@ from ..jobs import Job, JobOutcome
 from ..lab.device import Device
 from ..probes import probe_function
 from ..probes.common import refuse_probe, runtime_of
+from ..probes.knobs import resolve_affinity
 from ..records import RecordContext, utc_now
 
 
@@ -48,7 +49,10 @@ def execute_job(device: Device, job: Job, run_id: str) -> JobOutcome:
     try:
         if job.model is not None:  # a runtime that does not run the probe: one line, nothing pushed
             refuse_probe(job.probe, runtime_of(job.model, job.runtime), job.model)
-        result = probe_function(job.probe, device.spec.agent)(device, job, record_context(run_id, job))
+        pinned, notes = resolve_affinity(device, job)  # affinity = "big": that cluster's CPUs here
+        ctx = record_context(run_id, job)
+        ctx.base_annotations = {**ctx.base_annotations, **notes}
+        result = probe_function(job.probe, device.spec.agent)(device, pinned, ctx)
         outcome = JobOutcome(job, "ok", result.records, result.samples, result.warnings)
     except Exception as exc:  # noqa: BLE001 - one failure never aborts the batch
         outcome = JobOutcome(job, "error", error=one_line(exc), error_kind=error_kind(exc), exception=exc)

@@ -93,6 +93,8 @@ def bench_records(ctx: RecordContext, reply: AgentReply) -> ProbeResult:
     if r.get("execution"):
         ctx.base_annotations = {**ctx.base_annotations, "execution": r["execution"]}
     effective_threads(ctx, r)
+    if r.get("affinity"):  # the CPUs the agent's process may run on, as it read them after pinning itself
+        ctx.base_annotations = {**ctx.base_annotations, "cpus_allowed": list(r["affinity"])}
     out = ProbeResult(warnings=list(reply.warnings))
     if r.get("placement"):
         ctx.base_annotations = {**ctx.base_annotations, **placement_notes(r["placement"], out.warnings)}

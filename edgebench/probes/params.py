@@ -290,7 +290,14 @@ def _ints(key: str, value: Any, spec: Spec) -> tuple[int, ...] | str | None:
     return tuple(sorted(set(out))) or None
 
 
-def _cpus(key: str, value: Any, spec: Spec) -> tuple[int, ...] | None:
+_CLUSTER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+def _cpus(key: str, value: Any, spec: Spec) -> tuple[int, ...] | str | None:
+    """CPU numbers and ranges, or one cluster's name ("big", "little"): a name stays a name until the job
+    runs on its device, where execute_job turns it into that device's CPUs (edgebench.lab.clusters)."""
+    if isinstance(value, str) and _CLUSTER_NAME.fullmatch(value.strip()):
+        return value.strip()
     return _ints(key, value, dataclasses.replace(spec, minimum=0 if spec.minimum is None else spec.minimum))  # type: ignore[return-value]
 
 

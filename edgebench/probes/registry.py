@@ -30,7 +30,7 @@ MIN_BITS, MAX_BITS = 2, 8
 
 # ---- fields many kinds share (one declaration, one name, one check) ----------------------------------
 _THREADS = ("Intra-op threads (0 = the runtime's default).",)
-_AFFINITY = "Pin the agent to these CPUs, e.g. 4-7 or 0,2."
+_AFFINITY = "Pin the agent to these CPUs, e.g. 4-7 or 0,2, or to a CPU cluster by name: big, little."
 _SHAPES = "Input shapes for dynamic dimensions: NAME=DIMS like input=1x3x224x224."
 _INPUTS = ".npz with one array per model input (default: seeded random inputs)."
 _SEED = "Seed of the random inputs."
@@ -298,8 +298,8 @@ class ThreadsParams(ProbeParams):
     KIND = "threads"
     threads: tuple[int, ...] | str | None = _sweep_threads()
     affinity: tuple[int, ...] | None = _affinity()
-    clusters: tuple[str, ...] | None = param(None, ID, "strs", "Only these spec.cpu_clusters.")
-    per_cluster: bool = param(True, ID, "bool", "Also sweep each CPU cluster of the descriptor.")
+    clusters: tuple[str, ...] | None = param(None, ID, "strs", "Only these CPU clusters (little, big...).")
+    per_cluster: bool = param(True, ID, "bool", "Also sweep each CPU cluster (descriptor, else sysfs).")
     shapes: dict[str, tuple[int, ...]] | None = _shapes()
     inputs: str | None = _inputs()
     seed: int = _seed()

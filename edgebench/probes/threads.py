@@ -1,5 +1,6 @@
-"""Probe `threads`: a model's latency for every thread count 1..N, per CPU cluster when the descriptor has
-`spec.cpu_clusters` (the agent pinned to the cluster's CPUs), and the thread count that is fastest.
+"""Probe `threads`: a model's latency for every thread count 1..N, per CPU cluster (the descriptor's
+`spec.cpu_clusters`, else the little/big clusters the device's sysfs declares by cpu_capacity; the agent
+pinned to the cluster's CPUs), and the thread count that is fastest.
 
 The sweep runs in `rounds` rounds; each round visits every thread count once (in an order rotated from
 round to round) with its share of the runs and seconds, so drifting load hits every count alike. A point's
@@ -24,7 +25,7 @@ from ..lab.device import AgentReply, Device
 from ..records import ProbeResult, RecordContext
 from .bench import bench_records, bench_task
 from .common import job_timeout, push_model_and_inputs, runtime_of
-from .knobs import device_cpus
+from .knobs import device_clusters, device_cpus
 from .registry import BenchParams, ThreadsParams
 
 ALL = "all"
@@ -40,10 +41,11 @@ class Group:
 
 
 def groups(device: Device, params: ThreadsParams) -> list[Group]:
-    """The whole device, plus each descriptor cluster unless the job names clusters or turns them off."""
+    """The whole device, plus each CPU cluster (the descriptor's, else those its sysfs declares) unless the
+    job names clusters or turns them off."""
     cpus = tuple(device_cpus(device, params.affinity))
     out = [Group(ALL, cpus, bool(params.affinity))]
-    clusters = device.spec.spec.cpu_clusters
+    clusters = device_clusters(device)
     wanted = list(params.clusters or ())
     if params.per_cluster and clusters:
         for name, members in clusters.items():

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -174,3 +177,89 @@ def test_report_shows_the_board_with_its_arm_fingerprint_and_a_derived_peak(
             assert term in text, (suffix, term)
         assert "int8 x4" in text and "fp16 x2" in text, suffix  # asimddp and fphp scale the fp32 peak
         assert f"{tops / peak:.1%}" in text, suffix  # the efficiency: measured over that derived peak
+
+
+class AgentWatch:
+    """The host's view of the board's bench agents while a command runs: for each agent process (started
+    in the board's chroot with a bench task), the Cpus_allowed_list its /proc status showed, oldest
+    process first. The kernel's answer, not the agent's: qemu-user runs each board process as a host one."""
+
+    def __init__(self, rootfs: Path, python: str) -> None:
+        self.rootfs, self.python = str(rootfs), python.encode()
+        self.seen: dict[int, list[str]] = {}  # pid -> distinct lists in the order seen
+        self.stop = threading.Event()
+
+    def allowed(self, pid: int) -> str | None:
+        """The Cpus_allowed_list of `pid` when it is a bench agent on the board, else None."""
+        try:
+            if os.readlink(f"/proc/{pid}/root") != self.rootfs:
+                return None
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:  # gone, or not ours to read
+            return None
+        # qemu-aarch64 and the file it runs come first, then the process's own argv: the board's python,
+        # the agent, --task and the task (the env and sh wrappers around it carry the same words later)
+        argv = cmdline.split(b"\0")[2:]
+        if argv[:1] != [self.python] or b"--task" not in argv[:-1]:
+            return None
+        if b'"bench"' not in argv[argv.index(b"--task") + 1]:
+            return None
+        lines = [ln for ln in status.splitlines() if ln.startswith("Cpus_allowed_list:")]
+        return lines[0].split(":", 1)[1].strip() if lines else None
+
+    def poll(self) -> None:
+        while not self.stop.wait(0.05):
+            for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+                allowed = self.allowed(pid)
+                lists = self.seen.setdefault(pid, []) if allowed else []
+                if allowed and (not lists or lists[-1] != allowed):
+                    lists.append(allowed)
+
+    def last(self) -> list[str]:
+        """Each agent's last Cpus_allowed_list (after it pinned itself), agents in start order."""
+        return [self.seen[pid][-1] for pid in sorted(self.seen)]
+
+
+@contextmanager
+def watching_agents(board: ArmBoard) -> Iterator[AgentWatch]:
+    watch = AgentWatch(board.rootfs, board.python)
+    poller = threading.Thread(target=watch.poll, daemon=True)
+    poller.start()
+    try:
+        yield watch
+    finally:
+        watch.stop.set()
+        poller.join()
+
+
+def test_threads_pinned_to_a_cluster_by_name_runs_on_the_cpus_the_boards_sysfs_ranks_so(
+    arm_board: ArmBoard, tmp_path: Path
+) -> None:
+    assert arm_board.topology is not None
+    # the lab's sysfs: the cluster of lower cpu_capacity is little, the higher big (the kernel's ranking)
+    by_capacity = sorted(arm_board.topology.clusters, key=lambda c: c[1])
+    little, big = (",".join(map(str, cpus)) for cpus, _, _ in (by_capacity[0], by_capacity[-1]))
+    quick = ("--model", "builtin:mlp", "--threads", "1", "--rounds", "1", "--runs", "2", "--warmup", "0")
+    quick += ("--warmup-seconds", "0", "--min-seconds", "0", "--max-seconds", "5", "--json")
+    common = ("--device", arm_board.name, "--lab", arm_board.lab_dir, "--store", tmp_path / "s.db")
+    runs = {
+        "affinity": ("--affinity", "little", "--no-per-cluster"),  # the sweep pinned by the cluster's name
+        "clusters": ("--clusters", "big"),  # the sweep's own per-cluster group, from the board's sysfs
+    }
+    for how, (expected_name, expected_cpus) in zip(runs, (("little", little), ("big", big)), strict=True):
+        with watching_agents(arm_board) as watch:
+            res = edgebench("probe", "threads", *quick, *common, *runs[how], cwd=tmp_path, timeout=900)
+        assert res.returncode == 0, res.stderr[-3000:]
+        records = [r for r in json.loads(res.stdout)["records"] if r["metric"] == "latency_ms"]
+        assert records, res.stdout[-2000:]
+        cpus = [int(c) for c in expected_cpus.split(",")]
+        for r in records:  # what the records say: the CPU set asked and the one the agent found itself on
+            assert r["params"]["affinity"] == cpus, (how, r["params"])
+            assert r["annotations"]["cpus_allowed"] == cpus, (how, r["annotations"])
+        if how == "affinity":
+            assert {r["annotations"]["affinity_cluster"] for r in records} == {expected_name}
+        else:
+            assert {r["params"]["cluster"] for r in records} == {expected_name}
+        # and what the host kernel says the agent process was allowed to run on, read while it ran
+        assert watch.last() == [expected_cpus], (how, watch.seen)
