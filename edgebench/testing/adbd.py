@@ -1,6 +1,7 @@
 """An emulated Android device: the device side of the ADB transport protocol over TCP.
 
     python -m edgebench.testing.adbd --port P --root DIR --serial S [--prop k=v ...] [--path PATH]
+        [--userland DIR --env K=V ...]
 
 The real adb server takes it with `adb connect 127.0.0.1:P` (its adb serial is then `127.0.0.1:P`;
 S is the device's own `ro.serialno`). Ports 5555-5585 are refused: the adb server treats them as
@@ -16,8 +17,11 @@ command reading DIR/system/build.prop, seeded from defaults and `--prop`.
 
 File system: device paths /data, /sdcard, /system and /sys are DIR/data, DIR/sdcard, ...; every
 other absolute path is the host's, read-only (so the host's Python and runtimes can serve as the
-device's interpreter). Commands run in bubblewrap with that view, all in one pid namespace (the phone's
-process table: `ps` shows them all, orphans live on under its init), and die with this process.
+device's interpreter); with `--userland U`, U's instead (another machine's C library, mksh and toybox:
+/system/bin/sh is U's mksh and toybox's applets are links in /system/bin, as on Android, and the host's
+userland, its Python included, is out of reach). Commands run in bubblewrap with that view, all in one
+pid namespace (the phone's process table: `ps` shows them all, orphans live on under its init), and die
+with this process.
 
 When the host closes a shell stream the device does what a real adbd does and no more: SIGHUP to the
 shell (shell protocol) or to its process group (no shell protocol, where adbd uses a PTY), its pipes
@@ -83,6 +87,8 @@ class AdbdConfig:
     control_port: int = 0
     reboot_delay_s: float = DEFAULT_REBOOT_DELAY_S
     bwrap: str = "bwrap"
+    userland: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
 
 
 class Connection:
@@ -223,8 +229,8 @@ class Daemon:
         self.config = config
         self.serial = config.serial or ""
         self.props: dict[str, str] = {}
-        self.layout = DeviceLayout(config.root, self.serial, self.props, config.path, config.bwrap)
-        self.fs = DeviceFs(config.root)
+        self.layout = self._layout()
+        self.fs = DeviceFs(config.root, config.userland)
         self.procs = DeviceProcesses(config.bwrap)
         self.thawed = asyncio.Event()
         self.thawed.set()
@@ -276,12 +282,14 @@ class Daemon:
         await self._listen()
         self.serial = self.config.serial or f"emu-{self.port}"
         self.props = {**default_props(self.serial), **self.config.props}
-        self.layout = DeviceLayout(
-            self.config.root, self.serial, self.props, self.config.path, self.config.bwrap
-        )
+        self.layout = self._layout()
         self.layout.prepare()
         self.procs.start()
         self._control = await asyncio.start_server(self._on_control, "127.0.0.1", self.config.control_port)
+
+    def _layout(self) -> DeviceLayout:
+        c = self.config
+        return DeviceLayout(c.root, self.serial, self.props, c.path, c.bwrap, c.userland, c.env)
 
     async def _listen(self) -> None:
         self._server = await asyncio.start_server(
@@ -422,6 +430,16 @@ def parse_args(argv: list[str] | None) -> AdbdConfig:
     )
     ap.add_argument("--path", default=DEFAULT_PATH, help=f"PATH of device shells (default {DEFAULT_PATH})")
     ap.add_argument(
+        "--userland",
+        type=Path,
+        default=None,
+        help="folder whose top level the shell sees in place of the host's (its C library, "
+        "system/bin/mksh, system/bin/toybox, system/toybox-applets)",
+    )
+    ap.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE", help="added to every shell's environment"
+    )
+    ap.add_argument(
         "--features",
         default=",".join(IMPLEMENTED_FEATURES),
         help="features to advertise, a subset of " + ",".join(IMPLEMENTED_FEATURES),
@@ -436,12 +454,14 @@ def parse_args(argv: list[str] | None) -> AdbdConfig:
     args = ap.parse_args(argv)
     if args.port in EMULATOR_PORTS:
         ap.error("ports 5555-5585 belong to the adb server's emulator scan; pick another --port")
-    props = {}
-    for item in args.prop:
-        key, eq, value = item.partition("=")
-        if not eq or not key:
-            ap.error(f"--prop {item!r}: expected KEY=VALUE")
-        props[key] = value
+    props: dict[str, str] = {}
+    env: dict[str, str] = {}
+    for option, items, into in (("--prop", args.prop, props), ("--env", args.env, env)):
+        for item in items:
+            key, eq, value = item.partition("=")
+            if not eq or not key:
+                ap.error(f"{option} {item!r}: expected KEY=VALUE")
+            into[key] = value
     features = tuple(f for f in args.features.split(",") if f)
     unknown = [f for f in features if f not in IMPLEMENTED_FEATURES]
     if unknown:
@@ -460,6 +480,8 @@ def parse_args(argv: list[str] | None) -> AdbdConfig:
         control_port=args.control_port,
         reboot_delay_s=args.reboot_delay,
         bwrap=bwrap,
+        userland=args.userland.resolve() if args.userland else None,
+        env=env,
     )
 
 

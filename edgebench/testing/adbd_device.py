@@ -1,8 +1,10 @@
 """The emulated phone's file system and process sandbox.
 
 Device paths `/data`, `/sdcard`, `/system` and `/sys` live under the device root DIR; every other
-absolute path is the host's, read-only. Shell commands run inside bubblewrap with exactly that view:
-the host's top-level folders bound read-only, DIR's device folders bound writable over them, a fresh
+absolute path is the host's, read-only, or, for a phone given a userland (another machine's C library,
+say an aarch64 one run through qemu-user's binfmt_misc entry), that folder's. Shell commands run inside
+bubblewrap with exactly that view: the top-level folders of the host (or of the userland) bound read-only,
+DIR's device folders bound writable over them, a fresh
 /proc and /dev, and --die-with-parent so nothing outlives the emulated adbd. All commands share the phone's
 one pid namespace (`adbd_processes`). The sync service, which
 runs in adbd itself, resolves paths the same way (`DeviceFs`), following symlinks in the device's view.
@@ -83,6 +85,10 @@ SYSTEM_TOOLS = (
     "taskset",
     "nice",
 )
+# A userland phone's /system/bin: the userland's shell and toybox, each applet a link to toybox (as on
+# Android), listed one a line in USERLAND_APPLETS by whoever made the userland.
+USERLAND_BIN = "system/bin"
+USERLAND_APPLETS = "system/toybox-applets"
 GETPROP_SCRIPT = """#!/bin/sh
 # getprop [NAME [DEFAULT]]: this emulated device's properties, kept in /system/build.prop.
 props=/system/build.prop
@@ -137,13 +143,20 @@ def default_props(serial: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class DeviceLayout:
-    """Where the device lives on the host, and how its shell is set up."""
+    """Where the device lives on the host, and how its shell is set up.
+
+    With `userland` (a folder holding a machine's C library, and `system/bin/` with its `mksh` and
+    `toybox`), the shell sees that folder's top level in place of the host's and /system/bin holds its
+    shell and toybox applets rather than links to host tools: nothing of the host's userland (its Python
+    included) is reachable. `env` is added to every shell's environment (e.g. QEMU_CPU)."""
 
     root: Path
     serial: str
     props: Mapping[str, str] = field(default_factory=dict)
     path: str = DEFAULT_PATH
     bwrap: str = "bwrap"
+    userland: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
 
     def host_dir(self, name: str) -> Path:
         return self.root / name
@@ -155,16 +168,32 @@ class DeviceLayout:
         (self.root / "data" / "local" / "tmp").mkdir(parents=True, exist_ok=True)
         sysbin = self.root / "system" / "bin"
         sysbin.mkdir(parents=True, exist_ok=True)
-        for tool in SYSTEM_TOOLS:
-            link = sysbin / tool
-            target = shutil.which(tool, path="/usr/bin:/bin:/usr/sbin:/sbin")
-            if target and not os.path.lexists(link):
-                os.symlink(target, link)
+        if self.userland is not None:
+            self._userland_tools(sysbin, self.userland)
+        else:
+            for tool in SYSTEM_TOOLS:
+                link = sysbin / tool
+                target = shutil.which(tool, path="/usr/bin:/bin:/usr/sbin:/sbin")
+                if target and not os.path.lexists(link):
+                    os.symlink(target, link)
         getprop = sysbin / "getprop"
-        getprop.write_text(GETPROP_SCRIPT)
+        # A userland phone has no /bin/sh: its getprop names the phone's own shell.
+        script = GETPROP_SCRIPT if self.userland is None else GETPROP_SCRIPT.replace("/bin/sh", SHELL, 1)
+        getprop.write_text(script)
         getprop.chmod(0o755)
         lines = [f"{k}={v}" for k, v in self.props.items()]
         (self.root / "system" / "build.prop").write_text("\n".join(lines) + "\n")
+
+    @staticmethod
+    def _userland_tools(sysbin: Path, userland: Path) -> None:
+        """The userland's mksh as /system/bin/sh, its toybox beside it and every applet a link to it."""
+        for name, target in (("sh", "mksh"), ("toybox", "toybox")):
+            if not (sysbin / name).exists():
+                shutil.copy2(userland / USERLAND_BIN / target, sysbin / name)
+        for applet in (userland / USERLAND_APPLETS).read_text().split():
+            link = sysbin / applet
+            if applet not in ("sh", "getprop", "toybox") and not os.path.lexists(link):
+                os.symlink("toybox", link)
 
     def shell_env(self) -> dict[str, str]:
         """The environment adbd gives shell commands (as on a phone: HOME, TMPDIR, ANDROID_*)."""
@@ -181,6 +210,7 @@ class DeviceLayout:
             "ANDROID_ROOT": "/system",
             "EXTERNAL_STORAGE": "/sdcard",
             "LANG": "C.UTF-8",
+            **self.env,
         }
 
     def sandbox_argv(
@@ -194,14 +224,15 @@ class DeviceLayout:
         argv += ["--info-fd", str(info_fd)] if info_fd is not None else []
         hostname = self.props.get("ro.product.device", "localhost")
         argv += ["--unshare-ipc", "--unshare-uts", "--hostname", hostname]
-        for entry in sorted(os.listdir("/")):
+        top = str(self.userland) if self.userland is not None else "/"
+        for entry in sorted(os.listdir(top)):
             if entry in DEVICE_DIRS or entry in ("proc", "dev"):
                 continue
-            host = os.path.join("/", entry)
+            host = os.path.join(top, entry)
             if os.path.islink(host):
-                argv += ["--symlink", os.readlink(host), host]
+                argv += ["--symlink", os.readlink(host), "/" + entry]
             elif os.path.isdir(host) or os.path.isfile(host):
-                argv += ["--ro-bind", host, host]
+                argv += ["--ro-bind", host, "/" + entry]
         for name in DEVICE_DIRS:
             argv += ["--bind", str(self.host_dir(name)), "/" + name]
         argv += self._cpu_sysfs_binds()
@@ -222,10 +253,12 @@ class DeviceLayout:
 
 
 class DeviceFs:
-    """Device paths to host paths, following symlinks as the device sees them."""
+    """Device paths to host paths, following symlinks as the device sees them (paths outside the device
+    folders are the host's, or the userland's when the phone has one)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, userland: Path | None = None) -> None:
         self.root = root
+        self.userland = userland
 
     def _map_plain(self, device_path: str) -> tuple[str, bool]:
         """(host path, writable) of a normalized absolute device path, without following links."""
@@ -233,6 +266,8 @@ class DeviceFs:
         if parts[0] in DEVICE_DIRS:
             rest = parts[1] if len(parts) > 1 else ""
             return os.path.join(str(self.root), parts[0], rest).rstrip("/") or "/", True
+        if self.userland is not None:
+            return os.path.join(str(self.userland), device_path.lstrip("/")).rstrip("/"), False
         return device_path, False
 
     def resolve(self, device_path: str, *, follow_last: bool = True) -> tuple[str, bool]:

@@ -200,6 +200,8 @@ class PhoneOptions:
     path: str | None = None
     features: Sequence[str] | None = None
     reboot_delay_s: float = 1.0
+    userland: Path | None = None  # another machine's userland for the shell (see adbd --userland)
+    env: Mapping[str, str] | None = None  # added to every shell's environment
 
 
 class EmulatedPhone:
@@ -253,6 +255,10 @@ class EmulatedPhone:
             argv += ["--path", o.path]
         if o.features is not None:
             argv += ["--features", ",".join(o.features)]
+        if o.userland is not None:
+            argv += ["--userland", str(o.userland)]
+        for key, value in (o.env or {}).items():
+            argv += ["--env", f"{key}={value}"]
         self.root.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(

@@ -104,6 +104,34 @@ def test_layout_prepares_tools_getprop_and_build_prop(tmp_path: Path) -> None:
     assert layout.shell_env()["PATH"] == "/system/bin"
 
 
+def test_a_userland_phone_sees_the_userland_its_shell_and_toybox_applets(tmp_path: Path) -> None:
+    """With a userland, the sandbox binds its top level (not the host's), /system/bin holds its mksh as sh
+    and toybox's applets as links, and paths outside the device folders map into it."""
+    userland = tmp_path / "userland"
+    (userland / "usr/lib").mkdir(parents=True)
+    (userland / "lib").symlink_to("usr/lib")
+    (userland / "system/bin").mkdir(parents=True)
+    (userland / "system/bin/mksh").write_bytes(b"mksh")
+    (userland / "system/bin/toybox").write_bytes(b"toybox")
+    (userland / "system/toybox-applets").write_text("ls\ncat\nsh\nuname\n")
+    root = tmp_path / "phone"
+    layout = DeviceLayout(root, "S1", {}, "/system/bin", userland=userland, env={"QEMU_CPU": "cortex-a76"})
+    layout.prepare()
+    sysbin = root / "system/bin"
+    assert (sysbin / "sh").read_bytes() == b"mksh" and not os.path.islink(sysbin / "sh")
+    assert os.readlink(sysbin / "ls") == "toybox" and os.readlink(sysbin / "uname") == "toybox"
+    assert (sysbin / "getprop").read_text().startswith("#!/system/bin/sh\n")
+    argv = layout.sandbox_argv("uname -m")
+    assert ["--ro-bind", str(userland / "usr"), "/usr"] == argv[argv.index(str(userland / "usr")) - 1 :][:3]
+    assert ["--symlink", "usr/lib", "/lib"] == argv[argv.index("usr/lib") - 1 :][:3]
+    assert "/etc" not in argv and "/bin" not in argv  # nothing of the host's userland
+    assert ["--bind", str(root / "system"), "/system"] == argv[argv.index(str(root / "system")) - 1 :][:3]
+    assert layout.shell_env()["QEMU_CPU"] == "cortex-a76"
+    fs = DeviceFs(root, userland)
+    assert fs.resolve("/usr/lib/x") == (str(userland / "usr/lib/x"), False)
+    assert fs.resolve("/data/local/tmp/f") == (str(root / "data/local/tmp/f"), True)
+
+
 def test_adbd_refuses_emulator_ports_and_unimplemented_features(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
