@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from edgebench.testing.pytest_adb import *  # noqa: F403
-from edgebench.testing.pytest_arm import arm_board, arm_lab_session  # noqa: F401
+from edgebench.testing.pytest_arm import (  # noqa: F401
+    arm_board,
+    arm_emulation_session,
+    arm_lab_session,
+    arm_phone_factory,
+    arm_phone_userland,
+)
 from edgebench.testing.pytest_ssh import (  # noqa: F401
     fresh_ssh_board,
     net_ssh_board,

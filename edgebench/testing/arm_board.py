@@ -699,12 +699,55 @@ class ArmBoard(SshBoard):
 
 
 @dataclass
+class ArmEmulation:
+    """qemu-aarch64 fetched and registered with binfmt_misc (one entry per process, `binfmt_name`), and
+    where the lab's cached parts live: what the board and the phone of one test session share."""
+
+    cache: ArmLabCache
+    recipe: RootfsRecipe
+    mirror: str
+    qemu: Path
+    qemu_version: str
+    binfmt_name: str
+    seconds: dict[str, float] = field(default_factory=dict)
+    qemu_fetched: bool = False
+
+
+@dataclass
 class ArmLab:
     """A started board and how it was set up (versions, what was cached, how long it took)."""
 
     board: ArmBoard
     qemu_version: str
     report: PrepareReport
+
+
+@contextlib.contextmanager
+def arm_emulation(
+    *, cache: ArmLabCache | None = None, recipe: RootfsRecipe | None = None
+) -> Iterator[ArmEmulation]:
+    """qemu fetched (once per cache) and registered under this process's binfmt_misc name, unregistered
+    on the way out. Enter it once per process: the name is the process's, so a second registration
+    would replace the first and the first exit would remove both."""
+    if os.geteuid() != 0:
+        raise ArmLabUnavailable("the arm lab needs root (binfmt_misc, chroot, mount namespaces)")
+    if missing_host_tools():
+        raise ArmLabUnavailable(f"host tools missing: {', '.join(missing_host_tools())} (Debian packages)")
+    cache, recipe = cache or ArmLabCache.default(), recipe or RootfsRecipe()
+    mirror, fetched = debian_mirror(), False
+    start = time.monotonic()
+    with cache.locked():
+        if not cache.qemu.is_file():
+            why = mirror_reachable(mirror)
+            if why:
+                raise ArmLabUnavailable(
+                    f"qemu-aarch64 not cached and the Debian mirror is unreachable: {why}"
+                )
+            fetched = True
+        qemu = fetch_qemu(cache, mirror)
+    seconds = {"qemu": time.monotonic() - start}
+    with binfmt_registered(qemu) as name:
+        yield ArmEmulation(cache, recipe, mirror, qemu, qemu_version(qemu), name, seconds, fetched)
 
 
 @contextlib.contextmanager
@@ -715,32 +758,20 @@ def arm_lab(
     recipe: RootfsRecipe | None = None,
     name: str = "armboard",
     topology: Topology | None = None,
+    emulation: ArmEmulation | None = None,
 ) -> Iterator[ArmLab]:
-    """qemu fetched, binfmt registered, the rootfs ready under `root` and its sshd started; all undone on
-    the way out (sshd stopped, the binfmt entry removed, the unpacked rootfs deleted; the cache kept)."""
-    if os.geteuid() != 0:
-        raise ArmLabUnavailable("the arm lab needs root (binfmt_misc, chroot, mount namespaces)")
-    if missing_host_tools():
-        raise ArmLabUnavailable(f"host tools missing: {', '.join(missing_host_tools())} (Debian packages)")
-    cache, recipe = cache or ArmLabCache.default(), recipe or RootfsRecipe()
-    mirror, report = debian_mirror(), PrepareReport()
-    start = time.monotonic()
-    with cache.locked():
-        if not cache.qemu.is_file():
-            why = mirror_reachable(mirror)
-            if why:
-                raise ArmLabUnavailable(
-                    f"qemu-aarch64 not cached and the Debian mirror is unreachable: {why}"
-                )
-            report.qemu_fetched = True
-        qemu = fetch_qemu(cache, mirror)
-    report.seconds["qemu"] = time.monotonic() - start
-    rootfs = Path(root) / "rootfs"
-    with binfmt_registered(qemu), contextlib.ExitStack() as stack:
+    """The rootfs ready under `root` and its sshd started, on `emulation` (else one of its own: qemu
+    fetched, binfmt registered); all undone on the way out (sshd stopped, the unpacked rootfs deleted, the
+    binfmt entry removed when it is this lab's own; the cache kept)."""
+    with contextlib.ExitStack() as stack:
+        if emulation is None:
+            emulation = stack.enter_context(arm_emulation(cache=cache, recipe=recipe))
+        report = PrepareReport(qemu_fetched=emulation.qemu_fetched, seconds=dict(emulation.seconds))
+        rootfs = Path(root) / "rootfs"
         stack.callback(shutil.rmtree, rootfs, True)
-        prepare_rootfs(rootfs, cache, recipe, mirror, report)
+        prepare_rootfs(rootfs, emulation.cache, emulation.recipe, emulation.mirror, report)
         start = time.monotonic()
         board = ArmBoard(Path(root) / "board", rootfs, name, topology=topology).start()
         stack.callback(board.stop)
         report.seconds["sshd"] = time.monotonic() - start
-        yield ArmLab(board, qemu_version(qemu), report)
+        yield ArmLab(board, emulation.qemu_version, report)

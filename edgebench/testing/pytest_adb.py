@@ -95,9 +95,11 @@ def adb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdbServer]:
         server.stop()
 
 
-def _start_phone(
+def start_phone(
     server: AdbServer, base: Path, name: str, lab_dir: Path | None, **options: Any
 ) -> AdbPhoneLab:
+    """One emulated phone started under `base` with `options` (PhoneOptions fields, and the descriptor's
+    python, timeout_s, extra), connected to `server`, its descriptor written to `lab_dir` (else base/lab)."""
     known = {f.name for f in fields(PhoneOptions)}
     unknown = set(options) - known - {"python", "timeout_s", "extra"}
     if unknown:
@@ -119,7 +121,7 @@ def adb_phone_factory(
     started: list[AdbPhoneLab] = []
 
     def make(name: str = "phone", lab_dir: Path | None = None, **options: Any) -> AdbPhoneLab:
-        lab = _start_phone(adb_server, base, name, lab_dir, **options)
+        lab = start_phone(adb_server, base, name, lab_dir, **options)
         started.append(lab)
         return lab
 
@@ -142,7 +144,7 @@ def adb_phone_module(
     adb_server: AdbServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[AdbPhoneLab]:
     """One emulated phone shared by the tests of a module (faults must be undone by the test)."""
-    lab = _start_phone(adb_server, tmp_path_factory.mktemp("adb-phone-module"), "phone", None)
+    lab = start_phone(adb_server, tmp_path_factory.mktemp("adb-phone-module"), "phone", None)
     try:
         yield lab
     finally:
