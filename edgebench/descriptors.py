@@ -19,6 +19,20 @@ TRANSPORTS = ("local", "ssh", "adb")
 AGENTS = ("python", "native")
 DTYPES = ("fp32", "fp16", "int8")
 DEFAULT_TIMEOUT_S = 900.0
+# Android's ABI names (ro.product.cpu.abi), the keys of a runner's per-ABI builds; what `uname -m` says on
+# a device without getprop maps onto them.
+ABIS = ("arm64-v8a", "armeabi-v7a", "x86_64", "x86", "riscv64")
+ABI_OF_ARCH = {
+    "aarch64": "arm64-v8a",
+    "arm64": "arm64-v8a",
+    "armv8l": "armeabi-v7a",
+    "armv7l": "armeabi-v7a",
+    "x86_64": "x86_64",
+    "amd64": "x86_64",
+    "i686": "x86",
+    "i386": "x86",
+    "riscv64": "riscv64",
+}
 
 
 @dataclass(frozen=True)
@@ -48,13 +62,41 @@ class Sensors:
 
 
 @dataclass(frozen=True)
+class RunnerBuild:
+    """One ABI's build of a runner: the host file pushed and its libraries."""
+
+    abi: str
+    host_path: str
+    libs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class RunnerSpec:
-    """A native benchmark binary on the device, or on the host to be pushed with its libraries."""
+    """A native benchmark binary on the device, or on the host to be pushed with its libraries; with
+    `builds`, one per ABI, the device's own is pushed (`for_abi`)."""
 
     name: str
     path: str
     host_path: str | None = None
     libs: tuple[str, ...] = ()
+    builds: tuple[RunnerBuild, ...] = ()
+
+    @property
+    def pushed(self) -> bool:
+        """Whether edgebench pushes it from the host (one file, or a build per ABI)."""
+        return self.host_path is not None or bool(self.builds)
+
+    def for_abi(self, abis: tuple[str, ...]) -> RunnerSpec | None:
+        """This runner with the build of the first of `abis` (a device's ABI list, its own first) that
+        has one as its push and libs; itself when it has no per-ABI builds; None when none fits."""
+        if not self.builds:
+            return self
+        by_abi = {b.abi: b for b in self.builds}
+        for abi in abis:
+            if abi in by_abi:
+                build = by_abi[abi]
+                return RunnerSpec(self.name, self.path, build.host_path, build.libs)
+        return None
 
 
 @dataclass(frozen=True)
@@ -220,9 +262,27 @@ def _parse_runners(r: TableReader) -> dict[str, RunnerSpec]:
             path=t.get("path", str),
             host_path=t.get("push", str, None),
             libs=t.str_list("libs", ()),
+            builds=_parse_builds(t.table("builds")),
         )
+        if runners[name].builds and (runners[name].host_path or runners[name].libs):
+            raise t.error("builds", "give either push and libs (one build) or builds (one per ABI), not both")
         t.done()
     return runners
+
+
+def _parse_builds(r: TableReader) -> tuple[RunnerBuild, ...]:
+    """builds.ABI = {push, libs}: ABI an Android ABI name, or what uname -m says (aarch64 = arm64-v8a)."""
+    builds: dict[str, RunnerBuild] = {}
+    for key in list(r._data):
+        abi = key if key in ABIS else ABI_OF_ARCH.get(key.lower())
+        if abi is None:
+            raise r.error(key, f"not an ABI (one of {', '.join(ABIS)}, or aarch64, x86_64...)")
+        if abi in builds:
+            raise r.error(key, f"a second build for {abi}")
+        t = r.table(key)
+        builds[abi] = RunnerBuild(abi, t.get("push", str), t.str_list("libs", ()))
+        t.done()
+    return tuple(builds.values())
 
 
 @dataclass(frozen=True)

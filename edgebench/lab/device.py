@@ -231,12 +231,14 @@ class Device:
 
     def _shell_fingerprint(self, timeout: float) -> dict[str, Any]:
         """For devices without Python: the device's own shell says what it is."""
+        # One line each, empty where the device has no getprop (a board): the ABI picks a runner's build.
         script = (
             "uname -s -r; uname -m; grep -c ^processor /proc/cpuinfo; "
-            "getprop ro.product.model 2>/dev/null; getprop ro.build.fingerprint 2>/dev/null"
+            "for p in ro.product.model ro.build.fingerprint ro.product.cpu.abi ro.product.cpu.abilist; do "
+            'echo "$(getprop "$p" 2>/dev/null)"; done'
         )
         res = self.transport.run(["sh", "-c", script], timeout=timeout)
-        lines = [ln.strip() for ln in res.stdout.splitlines()] + [""] * 5
+        lines = [ln.strip() for ln in res.stdout.splitlines()] + [""] * 7
         cores = int(lines[2]) if lines[2].isdigit() else None
         return {
             "kernel": lines[0],
@@ -244,6 +246,8 @@ class Device:
             "cores": cores,
             "model": lines[3] or None,
             "build": lines[4] or None,
+            "abi": lines[5] or None,
+            "abilist": lines[6] or None,
             "agent": "native",
             "runners": {name: r.path for name, r in self.spec.runners.items()},
         }

@@ -136,7 +136,7 @@ def runner_presence(device: Device, timeout: float) -> dict[str, bool]:
     found = {}
     for name, runner in device.spec.runners.items():
         res = device.transport.run(["sh", "-c", 'test -x "$1"', "sh", runner.path], timeout=timeout)
-        found[name] = res.returncode == 0 or runner.host_path is not None
+        found[name] = res.returncode == 0 or runner.pushed
     return found
 
 

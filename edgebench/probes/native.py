@@ -27,6 +27,7 @@ from ..errors import MeasurementError, ModelError, UserError
 from ..jobs import Job, ModelRef
 from ..lab.device import Device
 from ..native import ADAPTERS, RUNNER_FOR_RUNTIME, NativeOptions, NativeResult, NativeToolError, RunnerAdapter
+from ..native.abi import device_abis, runner_for_device
 from ..native.benchncnn import declared_inputs
 from ..records import ProbeResult, RecordContext
 from ..stats import MIN_SAMPLES_FOR_P90, MIN_SAMPLES_FOR_P99, summarize
@@ -190,7 +191,12 @@ def native_placement(params: BenchParams | ThermalParams | PowerParams, ran: Nat
 
 
 def install_runner(device: Device, runner: RunnerSpec, timeout: float) -> tuple[str, dict[str, str]]:
-    """The runner's path on the device, pushing it (and its libraries) from the host when asked to."""
+    """The runner's path on the device, pushing it (and its libraries) from the host when asked to: the
+    build for the device's ABI (`native.abi`), refused before any push when built for another."""
+    if not runner.pushed:
+        return runner.path, {}
+    abis = device_abis(device.fingerprint(timeout))
+    runner = runner_for_device(runner, abis, device.name, str(device.spec.source))
     if not runner.host_path:
         return runner.path, {}
     host = Path(runner.host_path).expanduser()
