@@ -54,6 +54,7 @@ from ..native.base import NativeToolError
 from ..native.llama_bench import TOOL, parse_llama_bench
 from ..records import Record
 from ..stats import conformal_bounds
+from .bandwidth import DramBandwidth
 from .budgets import Budget
 from .fit_result import FITS, INTERVAL_COVERAGE, NO_FIT, UNCERTAIN, Verdict
 
@@ -399,17 +400,6 @@ def measured_quantizations(
 
 # ---- decode ----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class ReadBandwidth:
-    """The device's measured read bandwidth at a thread count, and where it was measured."""
-
-    gbps: float
-    run_id: str | None
-    threads: int | None
-    kernel: str | None = "read"
-    dram_sized: bool = False  # arrays well over the last-level cache: DRAM's figure, not a cache's
-
-
-@dataclass(frozen=True)
 class EfficiencyPoint:
     """One other model's measured decode efficiency (floor / p50) on the device."""
 
@@ -525,7 +515,7 @@ class DecodePrediction:
     threads: int | None
     bytes_per_token: int
     evidence: Evidence
-    bandwidth: ReadBandwidth | None = None
+    bandwidth: DramBandwidth | None = None
     efficiency: float | None = None
     p50: float | None = None
     low: float | None = None
@@ -545,7 +535,9 @@ class DecodePrediction:
             "threads": self.threads,
             "bytes_per_token": self.bytes_per_token,
             "efficiency": self.efficiency,
-            "bandwidth": asdict(self.bandwidth) if self.bandwidth else None,
+            "bandwidth": {**asdict(self.bandwidth), "dram_sized": self.bandwidth.dram_sized}
+            if self.bandwidth
+            else None,
             "evidence": {
                 "count": len(points),
                 "models": [p.model for p in points],
@@ -556,7 +548,7 @@ class DecodePrediction:
 
 
 def predict_decode(
-    info: GgufInfo, depth: int, evidence: Evidence, bandwidth: ReadBandwidth | None
+    info: GgufInfo, depth: int, evidence: Evidence, bandwidth: DramBandwidth | None
 ) -> DecodePrediction:
     """tokens/s = efficiency x bandwidth / bytes per token at `depth`; the median efficiency of the evidence
     gives p50, their spread the interval (conformal where enough models, else min-max)."""
@@ -760,7 +752,6 @@ __all__ = [
     "LlmFit",
     "MemoryNeed",
     "Quantization",
-    "ReadBandwidth",
     "buffers_argv",
     "buffers_key",
     "cached_buffers",

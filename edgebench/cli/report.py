@@ -375,23 +375,11 @@ def _llm_devices(asked: list[str], records: list, info: list[dict], store: Path)
 
 
 def _read_bandwidth(records: list, device: str, threads: int | None, order: list[str]):
-    """The device's read bandwidth at `threads` from the store: the latest run's DRAM-sized figure, else the
-    latest run's figure (flagged: caches may have fed it). The probe's own `dram_bandwidth` picks within a
-    run, as the decode floor does."""
-    from ..analysis.llm_fit import ReadBandwidth
-    from ..probes.decode import dram_bandwidth
+    """The device's read bandwidth at `threads` from the store (analysis.bandwidth), as the decode floor
+    picks it within a run."""
+    from ..analysis.bandwidth import latest_dram_bandwidth
 
-    rank = {run_id: i for i, run_id in enumerate(order)}
-    mine = [r for r in records if r.device == device and r.probe == "bandwidth"]
-    found = []
-    for run_id in sorted({r.run_id for r in mine}, key=lambda x: rank.get(x, -1), reverse=True):
-        bw = dram_bandwidth([r for r in mine if r.run_id == run_id], "store", "read", threads)
-        if bw is not None:
-            found.append(bw)
-    if not found:
-        return None
-    best = next((b for b in found if b.dram_sized), found[0])
-    return ReadBandwidth(best.gbps, best.run_id, best.threads, best.kernel, best.dram_sized)
+    return latest_dram_bandwidth(records, device, "read", threads, order)
 
 
 def _show_llm(found: list, run_id: str, no_store: bool) -> None:

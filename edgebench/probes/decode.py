@@ -25,16 +25,16 @@ cache, not DRAM, may feed them) or bandwidth arrays too small to be DRAM.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..agent.protocol import DecodeTask
+from ..analysis.bandwidth import DRAM_LLC_MULTIPLE, DramBandwidth, dram_bandwidth
 from ..errors import ModelError, UserError
 from ..jobs import Job
 from ..lab.device import AgentReply, Device
-from ..records import ProbeResult, Record, RecordContext
+from ..records import ProbeResult, RecordContext
 from ..results.store import Store
 from ..runtimes import names as runtime_names
 from ..runtimes import runtime as runtime_named
@@ -44,8 +44,6 @@ from .registry import DecodeParams
 
 MIB = 2**20
 DECODE_RUNTIMES = tuple(name for name in runtime_names() if runtime_named(name).decodes)
-DRAM_LLC_MULTIPLE = 4  # bandwidth arrays this many times the last-level cache measure DRAM (STREAM's rule)
-DRAM_MIN_BYTES = 256 * MIB  # ... and when the cache size is unknown, at least this
 WEIGHTS_LLC_MULTIPLE = 2  # weights this many times the last-level cache stream from DRAM every token
 BEATS_FLOOR_MARGIN = 0.05  # a p50 more than 5% under the floor means the floor's bandwidth is wrong
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -53,61 +51,6 @@ GENERATED_KEPT = 32  # the first generated tokens, kept so two runtimes' decodes
 
 
 # ---- the bandwidth the floor divides by -----------------------------------------------------------------
-@dataclass(frozen=True)
-class DramBandwidth:
-    """A device's DRAM bandwidth and where it was measured."""
-
-    gbps: float
-    run_id: str | None
-    source: str  # "store" or "measured" (by this job, before the decode)
-    kernel: str | None = None
-    threads: int | None = None
-    array_bytes: int | None = None
-    llc_bytes: int | None = None
-    phase: str | None = None  # measured by a decode job: "before" or "after" it
-
-    @property
-    def dram_sized(self) -> bool:
-        """The arrays were far larger than the last-level cache, so the figure is DRAM's."""
-        return is_dram_sized(self.array_bytes, self.llc_bytes)
-
-    def to_params(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_params(cls, data: dict[str, Any]) -> DramBandwidth:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-
-def is_dram_sized(array_bytes: int | None, llc_bytes: int | None) -> bool:
-    if not array_bytes:
-        return False
-    return array_bytes >= (DRAM_LLC_MULTIPLE * llc_bytes if llc_bytes else DRAM_MIN_BYTES)
-
-
-def dram_bandwidth(
-    records: Iterable[Record], source: str, kernel: str | None = None, threads: int | None = None
-) -> DramBandwidth | None:
-    """The device's DRAM bandwidth from bandwidth records: the best best-of-trials figure of any kernel and
-    thread count (a floor must hold however the model is run), or of `kernel` at `threads` where given.
-    DRAM-sized runs win over smaller ones. The one place the floor's bandwidth comes from: a memory
-    hierarchy can answer here instead."""
-    found = []
-    for r in records:
-        if r.metric != "bandwidth_gbps" or r.value is None or r.params.get("stat") != "best":
-            continue
-        if (kernel and r.params.get("kernel") != kernel) or (threads and r.params.get("threads") != threads):
-            continue
-        array, llc = r.params.get("array_bytes"), r.annotations.get("llc_bytes")
-        found.append((is_dram_sized(array, llc), float(r.value), r, array, llc))
-    if not found:
-        return None
-    _, gbps, r, array, llc = max(found, key=lambda f: (f[0], f[1]))
-    kernel, threads, phase = r.params.get("kernel"), r.params.get("threads"), r.params.get("phase")
-    return DramBandwidth(gbps, r.run_id, source, kernel, threads, array, llc, phase)
-
-
 def stored_dram_bandwidth(
     store_path: Path, device: str, kernel: str | None = None, threads: int | None = None
 ) -> DramBandwidth | None:

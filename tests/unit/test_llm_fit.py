@@ -11,6 +11,7 @@ import gguf
 import pytest
 
 from edgebench.analysis import llm_fit as lf
+from edgebench.analysis.bandwidth import DramBandwidth
 from edgebench.analysis.budgets import parse_budgets
 from edgebench.analysis.fit_result import NO_FIT, UNCERTAIN, FitResult, verdict_exit_code
 from edgebench.descriptors import load_lab
@@ -114,7 +115,7 @@ def test_decode_is_the_median_efficiency_times_bandwidth_over_the_bytes_of_a_ste
     records = [point("a", 0.5), point("b", 0.6), point("c", 0.8)]
     q8 = lf.Quantization("MOSTLY_Q8_0", "Q8_0")
     ev = lf.efficiency_evidence(records, dict.fromkeys("abc", q8), ("dev", "llama.cpp", "x"), q8, depth, 1)
-    bw = lf.ReadBandwidth(10.0, "bw", 1)
+    bw = DramBandwidth(10.0, "bw", "store", "read", 1)
     got = lf.predict_decode(read_gguf(path), depth, ev, bw)
     assert got.bytes_per_token == pytest.approx(per_token, abs=1)
     assert got.p50 == pytest.approx(0.6 * 10e9 / per_token, rel=1e-6)
