@@ -50,6 +50,7 @@ import numpy as np
 from ..descriptors import Lab
 from ..errors import MeasurementError, ModelError, UserError
 from ..models.gguf_models import GgufInfo, read_gguf
+from ..models.kv_cache import DEFAULT_KV_CACHE_TYPE, KV_CACHE_TYPES
 from ..native.base import NativeToolError
 from ..native.llama_bench import TOOL, parse_llama_bench
 from ..records import Record
@@ -59,8 +60,6 @@ from .budgets import Budget
 from .fit_result import FITS, INTERVAL_COVERAGE, NO_FIT, UNCERTAIN, Verdict
 
 MIB = 2**20
-CACHE_TYPE = "f16"  # llama.cpp's default KV cache type
-CACHE_TYPE_BYTES = 2.0
 BUFFERS_TIMEOUT_S = 600.0  # loading a multi-GB GGUF (mmap) and reserving its graph
 CACHE_ENTRIES = 256  # buffer answers kept in the cache file, newest last
 NEAR_FULL = 0.8  # a model over this share of the device's memory leaves little to the OS and other apps
@@ -100,7 +99,7 @@ class LlamaBuffers:
         return cls(**{**data, "argv": tuple(data["argv"])})
 
 
-def buffers_argv(binary: str, model: str, context: int, cache_type: str = CACHE_TYPE) -> list[str]:
+def buffers_argv(binary: str, model: str, context: int, cache_type: str = DEFAULT_KV_CACHE_TYPE) -> list[str]:
     """llama-bench's argv that makes llama.cpp allocate `context` cells for `model` and compute nothing.
 
     Built here, not by `native.llama_bench.llama_bench_argv`: that one refuses -r 0 (a measurement needs a
@@ -143,10 +142,16 @@ def parse_buffers(stderr: str, argv: Sequence[str]) -> LlamaBuffers:
     )
 
 
-def run_buffers(binary: str, model: Path, context: int, env: Mapping[str, str] | None = None) -> LlamaBuffers:
-    """Run llama-bench on this host for the buffers of `model` at `context`; its failures as the harness's
-    one-line errors (a model it will not load is the model's error)."""
-    argv = buffers_argv(binary, str(model), context)
+def run_buffers(
+    binary: str,
+    model: Path,
+    context: int,
+    env: Mapping[str, str] | None = None,
+    cache_type: str = DEFAULT_KV_CACHE_TYPE,
+) -> LlamaBuffers:
+    """Run llama-bench on this host for the buffers of `model` at `context` with a `cache_type` KV cache; its
+    failures as the harness's one-line errors (a model it will not load is the model's error)."""
+    argv = buffers_argv(binary, str(model), context, cache_type)
     try:
         res = subprocess.run(
             argv,
@@ -174,7 +179,7 @@ def run_buffers(binary: str, model: Path, context: int, env: Mapping[str, str] |
         raise MeasurementError(f"{model}: {exc} (flags {' '.join(argv[3:])})") from None
 
 
-def buffers_key(info: GgufInfo, context: int, tool: Path, cache_type: str = CACHE_TYPE) -> str:
+def buffers_key(info: GgufInfo, context: int, tool: Path, cache_type: str = DEFAULT_KV_CACHE_TYPE) -> str:
     """What the buffers depend on, hashed: the model's sizes and tensor table (names, types, shapes; not
     the weights' values), the context, the cache type, and the tool binary (path, size, mtime)."""
     stat = tool.stat()
@@ -256,6 +261,7 @@ class MemoryNeed:
     kv_cache_mb: float
     buffers: LlamaBuffers
     cached: bool = False  # the buffers came from the cache file, not a run of the tool
+    kv_type: str = DEFAULT_KV_CACHE_TYPE  # the KV cache type the cache and the buffers are sized at
 
     @property
     def buffers_mb(self) -> float:
@@ -276,6 +282,7 @@ class MemoryNeed:
             },
             "context": self.context,
             "n_ctx": b.n_ctx,
+            "kv_type": self.kv_type,
             "llama_cpp": {
                 "compute_mb": b.compute_mb,
                 "output_mb": b.output_mb,
@@ -288,11 +295,17 @@ class MemoryNeed:
         }
 
 
-def memory_need(info: GgufInfo, context: int, buffers: LlamaBuffers, cached: bool = False) -> MemoryNeed:
-    """The model's memory at `context`: its tensors, the f16 KV cache of the cells llama.cpp allocates
-    (`buffers.n_ctx`, the context padded as llama.cpp pads it) and llama.cpp's buffers."""
-    kv = info.kv_cache_bytes(buffers.n_ctx, CACHE_TYPE_BYTES)
-    return MemoryNeed(context, info.tensor_bytes / MIB, kv / MIB, buffers, cached)
+def memory_need(
+    info: GgufInfo,
+    context: int,
+    buffers: LlamaBuffers,
+    cached: bool = False,
+    cache_type: str = DEFAULT_KV_CACHE_TYPE,
+) -> MemoryNeed:
+    """The model's memory at `context`: its tensors, the `cache_type` KV cache of the cells llama.cpp
+    allocates (`buffers.n_ctx`, the context padded as llama.cpp pads it) and llama.cpp's buffers."""
+    kv = info.kv_cache_bytes(buffers.n_ctx, KV_CACHE_TYPES[cache_type])
+    return MemoryNeed(context, info.tensor_bytes / MIB, kv / MIB, buffers, cached, cache_type)
 
 
 def kv_disagreement(need: MemoryNeed) -> str | None:
@@ -548,11 +561,15 @@ class DecodePrediction:
 
 
 def predict_decode(
-    info: GgufInfo, depth: int, evidence: Evidence, bandwidth: DramBandwidth | None
+    info: GgufInfo,
+    depth: int,
+    evidence: Evidence,
+    bandwidth: DramBandwidth | None,
+    cache_type: str = DEFAULT_KV_CACHE_TYPE,
 ) -> DecodePrediction:
     """tokens/s = efficiency x bandwidth / bytes per token at `depth`; the median efficiency of the evidence
     gives p50, their spread the interval (conformal where enough models, else min-max)."""
-    per_token = info.bytes_per_token(depth, CACHE_TYPE_BYTES)
+    per_token = info.bytes_per_token(depth, KV_CACHE_TYPES[cache_type])
     base = DecodePrediction(depth, evidence.threads, per_token, evidence, bandwidth)
     if not evidence.points:
         return _unknown(base, evidence.why_none)
@@ -680,7 +697,7 @@ def judge_llm(
     unchecked = tuple(k for k in given if k not in (MEMORY_KEY, DECODE_KEY))
     need = memory.memory_mb
     parts = (
-        f"{need:.1f} MB (weights {memory.weights_mb:.1f} + KV {memory.kv_cache_mb:.1f} at "
+        f"{need:.1f} MB (weights {memory.weights_mb:.1f} + {memory.kv_type} KV {memory.kv_cache_mb:.1f} at "
         f"{memory.buffers.n_ctx} cells + llama.cpp buffers {memory.buffers_mb:.1f})"
     )
     over: list[str] = []

@@ -106,6 +106,12 @@ _CONTEXT = typer.Option(
 _FIT_THREADS = typer.Option(
     None, "--threads", help="GGUF LLMs: the thread count decode tokens/s is predicted at."
 )
+_KV_TYPE = typer.Option(
+    None,
+    "--kv-type",
+    help="GGUF LLMs: the KV cache type of K and V memory and decode are judged at (llama.cpp's -ctk/-ctv: "
+    "f16, q8_0, q4_0...; default f16).",
+)
 _DEPTH = typer.Option(
     None,
     "--depth",
@@ -153,6 +159,7 @@ def fit(
     context: int = _CONTEXT,
     threads: int = _FIT_THREADS,
     depth: int = _DEPTH,
+    kv_type: str = _KV_TYPE,
     lab: Path = LAB_OPT,
 ) -> int:
     """Does the model fit the chip? Exit 0 fits, 1 does not fit (or, with --strict, uncertain)."""
@@ -160,12 +167,13 @@ def fit(
     from ..analysis.fit_result import verdict_exit_code
     from ..analysis.observations import MEASURING_PROBES
     from ..execution.provenance import host_provenance
+    from ..models.kv_cache import DEFAULT_KV_CACHE_TYPE
     from ..records import new_run_id
 
     budgets = _budgets(suite, budget)
-    ggufs = _gguf_models(model or [], context, threads, depth)
+    ggufs = _gguf_models(model or [], context, threads, depth, kv_type)
     if ggufs:
-        sizes = (context, depth, threads)
+        sizes = (context, depth, threads, kv_type or DEFAULT_KV_CACHE_TYPE)
         return _fit_llm(store, ggufs, list(device or []), budgets, sizes, lab, (strict, no_store, as_json))
     with open_store(store) as st:
         runs = st.runs()
@@ -263,10 +271,16 @@ def _fit_models(
     return selected, counts, notes
 
 
-def _gguf_models(refs: list[str], context: int | None, threads: int | None, depth: int | None) -> list:
+def _gguf_models(
+    refs: list[str], context: int | None, threads: int | None, depth: int | None, kv_type: str | None = None
+) -> list:
     """The --model files when every one is a GGUF (fit's LLM path), else []; GGUFs mixed with other models,
     or an LLM option without a GGUF, is a usage error."""
+    from ..models.kv_cache import KV_CACHE_TYPES
     from ..models.refs import resolve_model
+
+    if kv_type is not None and kv_type not in KV_CACHE_TYPES:
+        raise UserError(f"--kv-type {kv_type}: not a KV cache type (one of {', '.join(KV_CACHE_TYPES)})")
 
     def is_gguf(ref: str) -> bool:  # by name, as ModelRef.format tells: the ONNX path resolves nothing here
         return Path(ref).suffix.lower() == ".gguf" or ref.split(":")[:2] == ["builtin", "llama"]
@@ -277,10 +291,11 @@ def _gguf_models(refs: list[str], context: int | None, threads: int | None, dept
             "--model: GGUF LLMs are judged apart (memory at --context, decode tokens/s): give them in a fit "
             "of their own"
         )
-    for flag, value in (("--context", context), ("--threads", threads), ("--depth", depth)):
+    llm_options = (("--context", context), ("--threads", threads), ("--depth", depth), ("--kv-type", kv_type))
+    for flag, value in llm_options:
         if value is not None and not ggufs:
             raise UserError(f"{flag}: applies to GGUF LLMs (--model X.gguf or builtin:llama:...)")
-        if value is not None and value < (2 if flag == "--context" else 0 if flag == "--depth" else 1):
+        if isinstance(value, int) and value < (2 if flag == "--context" else 0 if flag == "--depth" else 1):
             raise UserError(f"{flag} {value}: too small")
     if context is not None and depth is not None and depth >= context:
         raise UserError(f"--depth {depth}: must be under --context {context}")
@@ -303,7 +318,7 @@ def _fit_llm(
     from ..runtimes import owner_of
     from .common import open_lab
 
-    context, depth, threads = sizes
+    context, depth, threads, kv_type = sizes
     strict, no_store, as_json = flags
     rt = owner_of("gguf")
     assert rt is not None and rt.decode_tool
@@ -324,14 +339,14 @@ def _fit_llm(
         at = depth if depth is not None else ctx // 2
         if at >= ctx:
             raise UserError(f"--depth {at}: must be under the context {ctx} of {m.name}")
-        run = partial(lf.run_buffers, str(binary), m.path, ctx, env)
-        buffers, cached = lf.cached_buffers(cache, lf.buffers_key(gguf, ctx, binary), run)
-        need = lf.memory_need(gguf, ctx, buffers, cached)
+        run = partial(lf.run_buffers, str(binary), m.path, ctx, env, kv_type)
+        buffers, cached = lf.cached_buffers(cache, lf.buffers_key(gguf, ctx, binary, kv_type), run)
+        need = lf.memory_need(gguf, ctx, buffers, cached, kv_type)
         for dev in targets:
             ident = (dev, rt.name, m.name)
             ev = lf.efficiency_evidence(records, quants, ident, lf.quantization_of(gguf), at, threads, order)
             bw = _read_bandwidth(records, dev, ev.threads, order)
-            pred = lf.predict_decode(gguf, at, ev, bw)
+            pred = lf.predict_decode(gguf, at, ev, bw, kv_type)
             found.append(lf.judge_llm(ident, need, lf.device_memory(info, dev, order), pred, budgets))
     result = FitResult(budgets=tuple(budgets), verdicts=[f.to_verdict() for f in found])
     run_id = new_run_id()

@@ -212,8 +212,11 @@ def run_decode(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
             f"{device.name} runs no Python agent: decode there runs on llama.cpp (a GGUF model) alone, "
             f"not {rt.display}"
         )
-    if params.depths != (0,) or params.repack is not None:
-        raise UserError("--depths and --repack are llama.cpp's (llama-bench): the agent decodes at depth 0")
+    if params.depths != (0,) or params.repack is not None or params.kv_type is not None:
+        raise UserError(
+            "--depths, --repack and --kv-type are llama.cpp's (llama-bench): the agent decodes at depth 0 "
+            "with the model's own cache"
+        )
     weights = inspect_decoder(model.path) if model.format == "onnx" else None
     if rt.converter(model.format) is not None and weights and weights.custom_ops:
         raise ModelError(

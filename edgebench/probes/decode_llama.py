@@ -26,6 +26,7 @@ from ..errors import MeasurementError, ModelError, UserError
 from ..jobs import Job, ModelRef
 from ..lab.device import Device
 from ..models.gguf_models import GgufInfo, check_architecture, read_gguf
+from ..models.kv_cache import DEFAULT_KV_CACHE_TYPE, KV_CACHE_TYPES
 from ..native.base import NativeToolError
 from ..native.llama_bench import (
     TOOL,
@@ -54,8 +55,6 @@ from .registry import DecodeParams
 
 # The bandwidth a decode's floor divides by: reading, as a decode step streams its weights, at its threads.
 KERNEL = "read"
-# bytes per cached value of llama.cpp's KV cache types (a q8_0 block: 32 values in 34 bytes)
-CACHE_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32}
 
 
 def run_decode(device: Device, job: Job, ctx: RecordContext) -> ProbeResult:
@@ -144,8 +143,8 @@ def depth_slope(
     p50s = [float(np.median(t.per_token_ms)) for t in decodes]
     slope = float(np.polyfit(depths, p50s, 1)[0]) * 1000
     notes: dict[str, Any] = {"depths": depths, "p50_ms": p50s}
-    if bandwidth is not None:
-        cache = CACHE_TYPE_BYTES.get(str(decodes[0].type_k), 2.0)
+    cache = kv_bytes(decodes[0])
+    if bandwidth is not None and cache is not None:
         floor_slope = info.kv_cache_bytes(1000, cache) / (bandwidth.gbps * 1e9) * 1e3
         notes |= {"floor_slope_ms": floor_slope, "kv_share": floor_slope / slope if slope > 0 else None}
     out = ProbeResult()
@@ -186,6 +185,8 @@ def _run(
             repetitions=params.rounds,
             repack=params.repack,
             warmup=params.warmup > 0,
+            cache_type_k=params.kv_type,
+            cache_type_v=params.kv_type,
         )
         res = device.transport.run(argv, timeout=timeout, env=env or device.spec.env or None)
         if res.returncode == 127:
@@ -203,6 +204,15 @@ def _run(
     if not any(t.n_gen > 0 for t in tests) or not any(t.n_prompt > 0 for t in tests):
         raise MeasurementError(f"llama-bench printed no prefill or no decode test for {model.path.name}")
     return tests
+
+
+def kv_bytes(test: LlamaBenchTest) -> float | None:
+    """Bytes per cached value of the test's KV cache (K and V of one type; f16 where the tool names none),
+    or None for a type edgebench does not size (then no figure rests on a guess)."""
+    k, v = test.type_k or DEFAULT_KV_CACHE_TYPE, test.type_v or test.type_k or DEFAULT_KV_CACHE_TYPE
+    if k != v or k not in KV_CACHE_TYPES:
+        return None
+    return KV_CACHE_TYPES[k]
 
 
 def depth_records(
@@ -237,14 +247,19 @@ def depth_records(
     total_s = sum(decode.ms) / 1e3
     tokens = decode.n_gen * len(decode.ms)
     out.records.append(c.record("decode_tokens_per_s", tokens / total_s, "tokens/s", dnotes))
-    cache = CACHE_TYPE_BYTES.get(str(decode.type_k), 2.0)
-    kv = info.kv_cache_bytes(depth + decode.n_gen, cache)
-    out.records.append(
-        c.record("kv_cache_mb", kv / MIB, "MB", {"kv_cache_bytes": kv, "positions": depth + decode.n_gen})
-    )
+    cache = kv_bytes(decode)
+    if cache is None:
+        out.warnings.append(
+            f"llama-bench's KV cache type {decode.type_k}/{decode.type_v} is not one edgebench sizes: no "
+            "kv_cache_mb, no decode_floor_ms"
+        )
+    else:
+        kv = info.kv_cache_bytes(depth + decode.n_gen, cache)
+        kv_notes = {"kv_cache_bytes": kv, "positions": depth + decode.n_gen, "kv_type": decode.type_k}
+        out.records.append(c.record("kv_cache_mb", kv / MIB, "MB", kv_notes))
     out.samples.append(c.samples("decode_ms_per_token", "ms", per_token, {"per": "repetition"}))
     out.samples.append(c.samples("ttft_ms", "ms", list(prefill.ms), {"per": "repetition"}))
-    if bandwidth is not None:
+    if bandwidth is not None and cache is not None:
         weights = ReadBytes(info.weight_bytes_per_token(), info.tensor_bytes, _embedding(info), ())
         steps = {
             "prompt_tokens": depth,

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..models.kv_cache import KV_CACHE_TYPES
 from ..runtimes import names as runtime_names
 from .params import IDENTITY as ID
 from .params import POLICY as PO
@@ -654,6 +655,13 @@ class DecodeParams(ProbeParams):
     )
     repack: bool | None = param(
         None, ID, "bool", "llama.cpp: its CPU weight repacking on or off (default: the tool's, on)."
+    )
+    kv_type: str | None = param(
+        None,
+        ID,
+        "choice",
+        "llama.cpp: the KV cache type of K and V (-ctk/-ctv; default: the tool's, f16).",
+        choices=tuple(KV_CACHE_TYPES),
     )
 
 

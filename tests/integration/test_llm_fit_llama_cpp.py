@@ -88,10 +88,26 @@ def measured(tool: Path, tmp_path_factory: pytest.TempPathFactory) -> Lab:
     return lab
 
 
-def reported(tool: Path, model: Path) -> dict[str, float]:
+def reported(tool: Path, model: Path, *extra: str) -> dict[str, float]:
     """llama.cpp's own figures at the context, read here: llama-bench -v decoding 1 token after 1023."""
     depth = str(int(CONTEXT) - 1)
-    argv = [str(tool), "-m", str(model), "-p", "0", "-n", "1", "-d", depth, "-r", "1", "-t", "1", "-v"]
+    argv = [
+        str(tool),
+        "-m",
+        str(model),
+        "-p",
+        "0",
+        "-n",
+        "1",
+        "-d",
+        depth,
+        "-r",
+        "1",
+        "-t",
+        "1",
+        "-v",
+        *extra,
+    ]
     res = subprocess.run([*argv, "-o", "json"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     out: dict[str, float] = {}
@@ -193,3 +209,70 @@ def test_no_llama_bench_on_the_host_is_one_line_saying_how_to_give_it(measured: 
     assert res.returncode == 2
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "[runners] llama_bench" in lines[0] and "on PATH" in lines[0], res.stderr
+
+
+def test_a_quantized_kv_cache_is_sized_as_llama_cpp_allocates_it(
+    measured: Lab, tool: Path, tmp_path: Path
+) -> None:
+    """--kv-type q8_0: the cache, the buffers and the decode's bytes per token at that type, against what
+    llama.cpp itself allocates with -ctk q8_0 -ctv q8_0 (read here from its own log)."""
+    f16 = json.loads(measured.fit(TARGET, "--json", "--no-store", cwd=tmp_path).stdout)["llm"][0]
+    res = measured.fit(TARGET, "--kv-type", "q8_0", "--json", "--no-store", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    [got] = json.loads(res.stdout)["llm"]
+    path = resolve_model(TARGET).path
+    theirs = reported(tool, path, "-ctk", "q8_0", "-ctv", "q8_0")
+    tensors = sum(int(t.n_bytes) for t in gguf.GGUFReader(path).tensors) / MIB
+    assert got["kv_type"] == "q8_0" and "-ctk" in got["llama_cpp"]["argv"]
+    assert got["parts"]["kv_cache_mb"] == pytest.approx(theirs["kv"], abs=0.01)
+    assert got["parts"]["kv_cache_mb"] == pytest.approx(f16["parts"]["kv_cache_mb"] * 34 / 64, rel=1e-6)
+    assert got["memory_mb"] == pytest.approx(
+        tensors + theirs["kv"] + theirs["compute"] + theirs["output"], rel=0.1
+    )
+    assert "q8_0 KV" in got["why"], got["why"]
+    kv_saved = (
+        (f16["parts"]["kv_cache_mb"] - got["parts"]["kv_cache_mb"]) * MIB / f16["n_ctx"]
+    )  # per position
+    depth = f16["decode_tokens_per_s"]["depth"]
+    fewer = f16["decode_tokens_per_s"]["bytes_per_token"] - got["decode_tokens_per_s"]["bytes_per_token"]
+    assert fewer == pytest.approx(kv_saved * depth, abs=2)  # a step reads the q8_0 cache so far
+    res = measured.fit(TARGET, "--kv-type", "q3_k", "--no-store", cwd=tmp_path)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(lines) == 1 and "--kv-type q3_k" in lines[0], res.stderr
+
+
+def test_probe_decode_with_a_q8_kv_cache_runs_llama_bench_so_and_sizes_its_cache(
+    measured: Lab, tmp_path: Path
+) -> None:
+    res = measured.run(
+        "probe", "decode", "--model", TARGET, "--device", "host", *QUICK, "--kv-type", "q8_0", "--no-store",
+        "--json", cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    records = json.loads(res.stdout)["records"]
+    p50 = next(
+        r for r in records if r["metric"] == "decode_ms_per_token" and r["params"].get("stat") == "p50"
+    )
+    assert p50["params"]["kv_type"] == "q8_0"  # part of the measurement's identity
+    tool_said = p50["annotations"]["llama_bench"]
+    assert tool_said["type_k"] == tool_said["type_v"] == "q8_0"  # what llama-bench itself ran with
+    info = gguf.GGUFReader(resolve_model(TARGET).path)
+    layers = int(info.fields["llama.block_count"].parts[-1][0])
+    kv_heads = int(info.fields["llama.attention.head_count_kv"].parts[-1][0])
+    hidden = int(info.fields["llama.embedding_length"].parts[-1][0])
+    heads = int(info.fields["llama.attention.head_count"].parts[-1][0])
+    positions = DEPTH + NEW
+    want = 2 * layers * kv_heads * (hidden // heads) * positions * 34 / 32 / MIB
+    [kv] = [r for r in records if r["metric"] == "kv_cache_mb"]
+    assert kv["value"] == pytest.approx(want, rel=1e-6) and kv["annotations"]["kv_type"] == "q8_0"
+    floor = next(r for r in records if r["metric"] == "decode_floor_ms")
+    assert floor["annotations"]["kv_bytes_per_position"] == int(want * MIB / positions)
+
+
+def test_a_kv_type_for_the_agents_own_decoder_is_refused_in_one_line(measured: Lab, tmp_path: Path) -> None:
+    res = measured.run(
+        "probe", "decode", "--model", "builtin:decoder", "--device", "host", "--kv-type", "q8_0", "--no-store",
+        cwd=tmp_path,
+    )  # fmt: skip
+    errors = [ln for ln in res.stderr.splitlines() if "error:" in ln]
+    assert res.returncode != 0 and len(errors) == 1 and "--kv-type are llama.cpp's" in errors[0], res.stderr

@@ -185,7 +185,7 @@ def test_a_model_over_the_devices_memory_is_refused_with_the_numbers() -> None:
         ("phone", "llama.cpp", "big"), need_of(5000.0), lf.DeviceMemory(3800.0, "r"), prediction()
     )
     assert got.verdict == NO_FIT and got.fits is False
-    assert "needs 5014.5 MB (weights 5000.0 + KV 4.0 at 4096 cells + llama.cpp buffers 10.5)" in got.why
+    assert "needs 5014.5 MB (weights 5000.0 + f16 KV 4.0 at 4096 cells + llama.cpp buffers 10.5)" in got.why
     assert "> the device's memory 3800.0 MB" in got.why
     verdict = got.to_verdict()
     assert verdict_exit_code([verdict]) == 1 and verdict.ratios["memory_mb"] == pytest.approx(
