@@ -263,3 +263,40 @@ def test_threads_pinned_to_a_cluster_by_name_runs_on_the_cpus_the_boards_sysfs_r
             assert {r["params"]["cluster"] for r in records} == {expected_name}
         # and what the host kernel says the agent process was allowed to run on, read while it ran
         assert watch.last() == [expected_cpus], (how, watch.seen)
+
+
+def test_doctor_profile_and_accuracy_run_on_the_board(arm_board: ArmBoard, tmp_path: Path) -> None:
+    """The other verbs a board is measured with, on aarch64 code through the real ssh transport: doctor's
+    harness-vs-bare comparison, per-op times named as the model's own nodes, and numerics of ncnn (a pnnx
+    conversion made on the host, run by the aarch64 ncnn wheel) against onnxruntime's fp32 on the board."""
+    import onnx
+
+    from edgebench.models.refs import resolve_model
+
+    common = ("--device", arm_board.name, "--lab", arm_board.lab_dir, "--no-store", "--json")
+    doctor = edgebench(
+        "doctor", *common, "--rounds", "2", "--runs", "5", "--matmul-n", "0", "--bandwidth-mb", "0",
+        cwd=tmp_path, timeout=1200,
+    )  # fmt: skip
+    assert doctor.returncode in (0, 1), doctor.stderr[-3000:]  # 1: a finding (emulated timing is noisy)
+    records = json.loads(doctor.stdout)["records"]
+    assert {r["device"] for r in records} == {arm_board.name}
+    compared = {r["runtime"] for r in records if r["metric"] == "harness_overhead"}
+    assert "onnxruntime" in compared, sorted({(r["metric"], r["runtime"]) for r in records})
+
+    profile = edgebench("profile", "builtin:mlp", *common, "--threads", "1", cwd=tmp_path, timeout=1200)
+    assert profile.returncode == 0, profile.stderr[-3000:]
+    records = json.loads(profile.stdout)["records"]
+    ops = {r["params"]["node"] for r in records if r["metric"] == "op_time_ms"}
+    layers = {n.name.split("/")[0] for n in onnx.load(resolve_model("builtin:mlp").path).graph.node}
+    # onnxruntime on the board fuses MatMul+Add (and Relu) into one kernel named after the first node
+    profiled = {op.removeprefix("fused ").split("/")[0] for op in ops}
+    assert profiled == layers, (ops, layers)  # every layer of the model timed, nothing else
+
+    accuracy = edgebench(
+        "accuracy", "builtin:mlp", "--runtime", "ncnn", "--reference", "builtin:mlp", "--reference-runtime",
+        "onnxruntime", *common, cwd=tmp_path, timeout=1200,
+    )  # fmt: skip
+    assert accuracy.returncode == 0, accuracy.stderr[-3000:]
+    got = {r["metric"]: r["value"] for r in json.loads(accuracy.stdout)["records"]}
+    assert got["max_abs_err"] < 1e-3 and got["cosine"] > 0.99999, got  # fp32 on both sides
