@@ -40,6 +40,7 @@ ROUNDS = 5
 BUDGET_S = 45.0  # more rounds, while another fits, when the first ROUNDS are not conclusive
 RUNS = 200
 CASE_RUNS = {"ppocr_rec": 60}  # ~15 ms a run: 60 give its p50 in a second, as 200 do for the small ones
+BACKEND_RUNS = 40  # the conv stack on lavapipe takes ~60 ms a run: 40 give its p50 in 2.4 s a side
 LOW, HIGH, BROKEN = 0.85, 1.15, 2.0
 BAND = {"ncnn": (0.9, 1.1)}  # the band a runtime is held to, where not LOW-HIGH
 BARE = {"onnxruntime": bare_onnxruntime, "mnn": bare_mnn, "ncnn": bare_ncnn}
@@ -105,7 +106,7 @@ def compare(benchmark, case: str, runtime: str, bare_side: OwnSession, backend: 
     bare_loop = BARE[runtime]
     low, high = BAND.get(runtime, (LOW, HIGH))
     rounds = Rounds()
-    runs = CASE_RUNS.get(case, RUNS)
+    runs = CASE_RUNS.get(case, RUNS) if backend == "cpu" else BACKEND_RUNS
     # ncnn on Vulkan: both sides at ncnn's own precision there (fp16 storage and arithmetic on lavapipe)
     on_backend = {"vulkan": True, "fp16": None} if backend == "vulkan" else {}
     ours_ms: list[float] = []
