@@ -33,6 +33,7 @@ Without ``adb`` or ``bwrap`` the fixtures skip, except under CI (CI=true), where
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -112,25 +113,36 @@ def start_phone(
     return AdbPhoneLab(lab, name, phone, root)
 
 
-@pytest.fixture
-def adb_phone_factory(
-    adb_server: AdbServer, tmp_path_factory: pytest.TempPathFactory
+@contextlib.contextmanager
+def phone_maker(
+    server: AdbServer, base: Path, default_name: str, defaults: Callable[[dict[str, Any]], None] | None = None
 ) -> Iterator[Callable[..., AdbPhoneLab]]:
-    """make(name="phone", lab_dir=None, **options) -> AdbPhoneLab; every phone stops after the test."""
-    base = tmp_path_factory.mktemp("adb-phones")
+    """make(name=default_name, lab_dir=None, **options) -> AdbPhoneLab, `defaults` filling in the options
+    first; every phone made is stopped on leaving (`make.started` lists them, for a failure's adbd log)."""
     started: list[AdbPhoneLab] = []
 
-    def make(name: str = "phone", lab_dir: Path | None = None, **options: Any) -> AdbPhoneLab:
-        lab = start_phone(adb_server, base, name, lab_dir, **options)
+    def make(name: str = default_name, lab_dir: Path | None = None, **options: Any) -> AdbPhoneLab:
+        if defaults is not None:
+            defaults(options)
+        lab = start_phone(server, base, name, lab_dir, **options)
         started.append(lab)
         return lab
 
-    make.started = started  # type: ignore[attr-defined]  # for the failure report's adbd log
+    make.started = started  # type: ignore[attr-defined]
     try:
         yield make
     finally:
         for lab in reversed(started):
             lab.phone.stop()
+
+
+@pytest.fixture
+def adb_phone_factory(
+    adb_server: AdbServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., AdbPhoneLab]]:
+    """make(name="phone", lab_dir=None, **options) -> AdbPhoneLab; every phone stops after the test."""
+    with phone_maker(adb_server, tmp_path_factory.mktemp("adb-phones"), "phone") as make:
+        yield make
 
 
 @pytest.fixture

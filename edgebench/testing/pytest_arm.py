@@ -30,15 +30,16 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from .adblab import AdbServer
 from .arm_board import ArmBoard, ArmEmulation, ArmLab, ArmLabUnavailable, Topology, arm_emulation, arm_lab
 from .arm_phone import PHONE_PATH, PhoneUserland, phone_userland
-from .pytest_adb import AdbPhoneLab, start_phone
+from .pytest_adb import AdbPhoneLab, phone_maker
+
+T = TypeVar("T")
 
 __all__ = [
     "arm_board",
@@ -58,18 +59,26 @@ def require_arm_lab(why: str) -> None:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="session")
-def arm_emulation_session() -> Iterator[ArmEmulation]:
-    """qemu-aarch64 registered with binfmt_misc for the session (board and phones share it); unregistered
-    afterwards."""
+@contextlib.contextmanager
+def _entered(made: contextlib.AbstractContextManager[T]) -> Iterator[T]:
+    """`made` entered, or the test skipped (failed under CI) saying why the arm lab cannot run here; only
+    the set-up is guarded, never the test's own errors."""
     stack = contextlib.ExitStack()
     try:
-        emulation = stack.enter_context(arm_emulation())
+        value = stack.enter_context(made)
     except ArmLabUnavailable as exc:
         stack.close()
         require_arm_lab(str(exc))
         raise  # not reached: require_arm_lab always raises
     with stack:
+        yield value
+
+
+@pytest.fixture(scope="session")
+def arm_emulation_session() -> Iterator[ArmEmulation]:
+    """qemu-aarch64 registered with binfmt_misc for the session (board and phones share it); unregistered
+    afterwards."""
+    with _entered(arm_emulation()) as emulation:
         yield emulation
 
 
@@ -78,20 +87,9 @@ def arm_lab_session(
     arm_emulation_session: ArmEmulation, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ArmLab]:
     """The aarch64 board and its set-up report; the board stopped afterwards."""
-    stack = contextlib.ExitStack()
-    try:
-        lab = stack.enter_context(
-            arm_lab(
-                tmp_path_factory.mktemp("arm-board"),
-                topology=Topology.little_big(os.cpu_count() or 1),
-                emulation=arm_emulation_session,
-            )
-        )
-    except ArmLabUnavailable as exc:
-        stack.close()
-        require_arm_lab(str(exc))
-        raise  # not reached: require_arm_lab always raises
-    with stack:
+    folder = tmp_path_factory.mktemp("arm-board")
+    topology = Topology.little_big(os.cpu_count() or 1)
+    with _entered(arm_lab(folder, topology=topology, emulation=arm_emulation_session)) as lab:
         yield lab
 
 
@@ -112,24 +110,16 @@ def arm_phone_factory(
     """make(name="armphone", lab_dir=None, **options) -> AdbPhoneLab: an emulated phone whose shell is the
     aarch64 userland (options as adb_phone_factory's, props added to the arm64 ones); stopped after the
     test."""
-    base = tmp_path_factory.mktemp("arm-phones")
-    started: list[AdbPhoneLab] = []
 
-    def make(name: str = "armphone", lab_dir: Path | None = None, **options: Any) -> AdbPhoneLab:
+    def defaults(options: dict[str, Any]) -> None:
         options["props"] = {**arm_phone_userland.props, **(options.get("props") or {})}
         options["env"] = {**arm_phone_userland.env, **(options.get("env") or {})}
         options.setdefault("path", PHONE_PATH)
         options.setdefault("python", "python3")  # what a phone's descriptor says; this phone has none
-        lab = start_phone(adb_server, base, name, lab_dir, userland=arm_phone_userland.root, **options)
-        started.append(lab)
-        return lab
+        options["userland"] = arm_phone_userland.root
 
-    make.started = started  # type: ignore[attr-defined]  # for the failure report's adbd log
-    try:
+    with phone_maker(adb_server, tmp_path_factory.mktemp("arm-phones"), "armphone", defaults) as make:
         yield make
-    finally:
-        for lab in reversed(started):
-            lab.phone.stop()
 
 
 @pytest.fixture(scope="session")

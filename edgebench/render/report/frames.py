@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -264,6 +264,20 @@ def ceilings(records: Sequence[Record], device_info: Sequence[Mapping[str, Any]]
         "device", "kind", "what", "backend", "best", "unit", "datasheet", "efficiency", "at", "nominal_source"
     ]  # fmt: skip
     return pd.DataFrame(rows, columns=cols)
+
+
+def ceiling_cells(r: Any, number: Callable[[Any], str]) -> list[Any]:
+    """One ceilings row's cells up to the nominal, the nominal marked "(derived)" where no datasheet gave
+    it (an upper bound from the ISA, not a vendor's number); `number` formats it as the page does."""
+    nominal = f"{number(r.datasheet)} (derived)" if r.nominal_source.startswith("derived") else r.datasheet
+    return [r.device, r.kind, r.what, r.backend, r.best, r.unit, nominal]
+
+
+def derived_nominals(c: pd.DataFrame) -> list[tuple[str, str]]:
+    """(device, how its nominal was derived) of the devices whose ceilings stand on a derived peak."""
+    return sorted(
+        {(r.device, r.nominal_source) for r in c.itertuples() if r.nominal_source.startswith("derived")}
+    )
 
 
 def arm_details(fingerprint: Mapping[str, Any]) -> str:

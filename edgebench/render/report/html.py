@@ -603,21 +603,13 @@ def _ceilings(d: ReportData) -> tuple[str, bool]:
         return nodata("matmul or bandwidth measurements"), False
     rows = [
         [
-            r.device,
-            r.kind,
-            r.what,
-            r.backend,
-            r.best,
-            r.unit,
-            f"{fmt(r.datasheet)} (derived)" if r.nominal_source.startswith("derived") else r.datasheet,
+            *frames.ceiling_cells(r, fmt),
             pct(r.efficiency) if r.efficiency is not None and r.efficiency == r.efficiency else "–",
             r.at,
         ]
         for r in c.itertuples()
     ]
-    derived = sorted(
-        {(r.device, r.nominal_source) for r in c.itertuples() if r.nominal_source.startswith("derived")}
-    )
+    derived = frames.derived_nominals(c)
     out = [
         table(
             [

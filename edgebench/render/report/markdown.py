@@ -295,25 +295,10 @@ def _ceilings(data: ReportData) -> list[str]:
     c = frames.ceilings(data.measurements, data.devices)
     if c.empty:
         return []
-    rows = [
-        [
-            r.device,
-            r.kind,
-            r.what,
-            r.backend,
-            r.best,
-            r.unit,
-            f"{cell(r.datasheet)} (derived)" if r.nominal_source.startswith("derived") else r.datasheet,
-            _pct(r.efficiency),
-        ]
-        for r in c.itertuples()
-    ]
+    rows = [[*frames.ceiling_cells(r, cell), _pct(r.efficiency)] for r in c.itertuples()]
     columns = ["device", "probe", "dtype / kernel", "backend", "best", "unit", "datasheet / nominal"]
     out = ["", "## Measured ceilings", "", md_table([*columns, "efficiency"], rows)]
-    derived = sorted(
-        {(r.device, r.nominal_source) for r in c.itertuples() if r.nominal_source.startswith("derived")}
-    )
-    for device, source in derived:
+    for device, source in frames.derived_nominals(c):
         out += ["", f"_{device}: no datasheet peak in its descriptor, so the nominal peak is {source}._"]
     return out
 
