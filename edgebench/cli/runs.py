@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from .common import STORE_OPT, open_store, print_json, render_table, resolve_runs
+from .common import STORE_OPT, note, open_store, print_json, render_table, resolve_runs
 
 _REFS = typer.Argument(
     None, help="Runs to show: ids or references (latest, latest~1, suite:NAME, tag:NAME, a prefix)."
@@ -18,6 +18,13 @@ _KIND = typer.Option(None, "--kind", help="Only runs of this kind (suite, bench,
 _SUITE = typer.Option(None, "--suite", help="Only runs of this suite (its name).")
 _LIMIT = typer.Option(20, "--limit", "-n", min=0, help="The latest N runs (0: all).")
 _ADD_TAG = typer.Option(None, "--add-tag", help="Tag the runs named (repeatable).")
+_PRUNE = typer.Option(
+    None,
+    "--prune-models",
+    min=0,
+    help="Delete the store's kept model copies (<store>.models/) but those of tagged runs and of the latest "
+    "N runs of each suite (what gate --confirm measures again); copies used within the last hour stay.",
+)
 _IDS = typer.Option(False, "--ids", help="Print run ids only, one a line (for scripts: LAST=$(...)).")
 _JSON = typer.Option(False, "--json", help='Print {"runs": [...]} on stdout, nothing else.')
 
@@ -34,6 +41,7 @@ def runs(
     suite: str = _SUITE,
     limit: int = _LIMIT,
     add_tag: list[str] = _ADD_TAG,
+    prune_models: int = _PRUNE,
     ids: bool = _IDS,
     as_json: bool = _JSON,
 ) -> int:
@@ -44,6 +52,12 @@ def runs(
             for run_id in chosen or [st.latest_run().run_id]:
                 st.add_tags(run_id, add_tag)
         index = run_index(st)
+        if prune_models is not None:
+            report, kept_runs = st.prune_models(prune_models)
+            note(
+                f"edgebench: pruned {len(report.deleted)} model copies ({report.freed_bytes / 1e6:.1f} MB) "
+                f"from {st.models.root}; kept {report.kept_bytes / 1e6:.1f} MB for {len(kept_runs)} runs"
+            )
     rows = [r for r in index if chosen is None or r["run_id"] in chosen]
     rows = [
         r

@@ -72,6 +72,15 @@ class JobModel:
     identities: frozenset[str] = frozenset()
 
 
+@dataclass(frozen=True)
+class PruneReport:
+    """What a prune of the model store removed (file names, bytes) and the bytes it kept."""
+
+    deleted: tuple[str, ...]
+    freed_bytes: int
+    kept_bytes: int
+
+
 class ModelStore:
     """The folder of kept models: `keep(path)` hashes a file and keeps a copy named by its content."""
 
@@ -98,12 +107,33 @@ class ModelStore:
         targets = [self.path_for(digest, _suffix_of(path)) for path in files]
         for path, own, target in zip(files, digests, targets, strict=True):
             if target.is_file() and target.stat().st_size == path.stat().st_size:
+                os.utime(target)  # reused now: a prune running beside this run leaves it (ModelStore.prune)
                 continue
             if self._copy(path, target) != own:  # it changed while copied: keep nothing under a wrong name
                 for kept in targets:
                     kept.unlink(missing_ok=True)
                 return KeptModel(want or digest, suffix, None)
         return KeptModel(digest, suffix, targets[0])
+
+    def prune(self, keep: set[str], grace_s: float, now: float) -> PruneReport:
+        """Delete the kept files whose content hash (their name up to the suffix; an ncnn graph's weights
+        share their param's) is not in `keep`, except those written or reused within `grace_s` of `now` (a
+        run in progress may have just kept or found them: `keep` refreshes a reused copy's time);
+        leftovers of an interrupted copy (`.part-*`) past the grace go too."""
+        deleted: list[tuple[str, int]] = []
+        kept = 0
+        if not self.root.is_dir():
+            return PruneReport((), 0, 0)
+        for path in sorted(self.root.iterdir()):
+            if not path.is_file():
+                continue
+            info = path.stat()
+            if path.name.split(".")[0] in keep or now - info.st_mtime < grace_s:
+                kept += info.st_size
+                continue
+            path.unlink(missing_ok=True)
+            deleted.append((path.name, info.st_size))
+        return PruneReport(tuple(name for name, _ in deleted), sum(size for _, size in deleted), kept)
 
     def _copy(self, source: Path, target: Path) -> str:
         """Copy to a temporary file in the same folder, fsync, rename into place; the copy's sha256."""

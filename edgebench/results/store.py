@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,16 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 from ..errors import UserError
 from ..jobs import JobOutcome
 from ..records import Record, Samples, utc_now
-from .models import SCHEMA_V4, JobModel, ModelStore, insert_job_model, job_models, keep_for_job, models_dir
+from .models import (
+    SCHEMA_V4,
+    JobModel,
+    ModelStore,
+    PruneReport,
+    insert_job_model,
+    job_models,
+    keep_for_job,
+    models_dir,
+)
 
 SCHEMA_VERSION = 4
 # Runs that judge other runs (`latest` skips them): gates and fits measure nothing; a `confirm` run holds a
@@ -87,6 +97,7 @@ class RunInfo:
     finished: str | None
 
 
+PRUNE_GRACE_S = 3600.0  # a kept model copy this fresh is left by a prune: a run in progress may need it
 BUSY_TIMEOUT_S = 60.0  # a run's default `store_timeout`
 
 
@@ -609,6 +620,23 @@ class Store:
             d["warnings"] = json.loads(d["warnings"] or "[]")
             out.append(d)
         return out
+
+    def prune_models(self, keep_latest: int, grace_s: float = PRUNE_GRACE_S) -> tuple[PruneReport, list[str]]:
+        """Delete the kept model copies no longer needed: kept are those of every tagged run and of the
+        latest `keep_latest` runs of each suite (runs outside a suite count as one suite), what `gate
+        --confirm` measures again; a copy written or reused within `grace_s` stays (a run in progress).
+        The hashes stay recorded: a confirm on a pruned run says its copy is gone. Returns the report and
+        the runs whose copies were kept."""
+        if keep_latest < 0:
+            raise UserError(f"--prune-models {keep_latest}: keep at least 0 runs per suite")
+        tagged = set(self.tags())
+        by_suite: dict[str | None, list[str]] = {}
+        for run in self.runs():  # oldest first
+            by_suite.setdefault(run.suite, []).append(run.run_id)
+        latest = {rid for ids in by_suite.values() for rid in (ids[-keep_latest:] if keep_latest else [])}
+        keep_runs = sorted(tagged | latest)
+        digests = {j.sha256 for j in self.job_models(keep_runs)}
+        return self.models.prune(digests, grace_s, time.time()), keep_runs
 
     def job_models(self, run_ids: Iterable[str]) -> list[JobModel]:
         """The runs' jobs that recorded a model: its content hash and kept copy (`results.models`)."""

@@ -119,3 +119,60 @@ def test_confirm_jobs_of_one_model_have_distinct_keys() -> None:
     assert len(keys) == 6 and job.key not in keys
     plain = Job("local", "bench", ModelRef("net", Path("net.onnx")), None, {"threads": 1})
     assert plain.key == Job("local", "bench", ModelRef("net", Path("x/net.onnx")), None, {"threads": 1}).key
+
+
+def test_prune_keeps_tagged_runs_and_each_suites_latest_and_fresh_copies(tmp_path: Path) -> None:
+    """Five nightly builds, each a new content: a prune keeping the latest 2 nightly runs deletes the 2
+    oldest copies but the one of the run tagged as a baseline, leaves a fresh leftover alone, removes an old
+    one, and a confirm on a pruned run finds no copy (said by job_models' None), its hash still recorded."""
+    import os
+
+    store = tmp_path / "s.db"
+    hashes = []
+    with Store(store) as st:
+        for night in range(5):
+            model = tmp_path / "net.onnx"
+            model.write_bytes(f"build {night}".encode() * 1000)
+            hashes.append(hashlib.sha256(model.read_bytes()).hexdigest())
+            st.begin_run(f"n{night}", "suite", {}, suite="nightly")
+            st.save_job(f"n{night}", bench_outcome(f"n{night}", model))
+            st.finish_run(f"n{night}", "ok")
+        st.add_tags("n1", ["baseline"])
+    root = models_dir(store)
+    old = 1_000_000.0  # long before the grace period: every copy so far
+    for path in root.iterdir():
+        os.utime(path, (old, old))
+    (root / ".part-stale").write_bytes(b"x")
+    os.utime(root / ".part-stale", (old, old))
+    (root / ".part-now").write_bytes(b"y")  # a copy being written by a run in progress
+    with Store(store) as st:
+        report, kept_runs = st.prune_models(2)
+        pruned = {j.run_id: j for j in st.job_models([f"n{i}" for i in range(5)])}
+    assert kept_runs == ["n1", "n3", "n4"]
+    assert sorted(report.deleted) == sorted([f"{hashes[0]}.onnx", f"{hashes[2]}.onnx", ".part-stale"])
+    assert report.freed_bytes == len(b"build 0") * 1000 + len(b"build 2") * 1000 + 1
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        [".part-now", f"{hashes[1]}.onnx", f"{hashes[3]}.onnx", f"{hashes[4]}.onnx"]
+    )
+    assert pruned["n0"].path is None and pruned["n0"].sha256 == hashes[0]
+    assert pruned["n1"].path is not None and pruned["n1"].path.read_bytes() == b"build 1" * 1000
+    # a run that finds a kept content reuses its copy and refreshes it: a prune beside it leaves it
+    kept3 = root / f"{hashes[3]}.onnx"
+    model = tmp_path / "net.onnx"
+    model.write_bytes(b"build 3" * 1000)
+    with Store(store) as st:
+        st.begin_run("n5", "suite", {}, suite="nightly")
+        st.save_job("n5", bench_outcome("n5", model))
+        st.finish_run("n5", "ok")
+    assert kept3.stat().st_mtime > old
+    # through the CLI: one line saying what went, nothing else of the store touched
+    from edgebench.testing.cli import edgebench
+
+    res = edgebench("runs", "--store", store, "--prune-models", "0", "--ids", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == [f"n{i}" for i in range(6)]
+    # n4's copy goes; n3's content, reused by n5 a moment ago, stays within the grace; n1's by its tag
+    assert "pruned 1 model copies" in res.stderr and "for 1 runs" in res.stderr, res.stderr
+    assert sorted(p.name for p in root.iterdir()) == sorted([".part-now", f"{hashes[1]}.onnx", kept3.name])
+    bad = edgebench("runs", "--store", store, "--prune-models", "-1", cwd=tmp_path)
+    assert bad.returncode == 2 and "--prune-models" in bad.stderr
