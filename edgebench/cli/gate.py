@@ -135,7 +135,8 @@ def gate(
         if confirm:
             from .gate_confirm import confirm_gate, confirm_options
 
-            args = confirm_options(lab, None if no_store else store, confirm_budget, confirm_pairs, alpha)
+            kept = None if no_store else store
+            args = confirm_options(lab, kept, confirm_budget, confirm_pairs, alpha, wait)
             result, confirmed = confirm_gate(st, result, args)
         records = gate_records(result, run_id or cand_id)
         if run_id is not None:

@@ -7,11 +7,13 @@ p) in the reason and method; the first stage's word is kept in the reason.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..analysis.confirm import PairedDecision, look_schedule, min_pairs_for
+from ..analysis.disturbance import DEFAULT_MAX_WAIT
 from ..analysis.gate import NOISY, VERDICTS, GateResult, PairVerdict, rule_report
 from ..errors import UserError
 from ..execution.confirm import (
@@ -36,9 +38,17 @@ class ConfirmArgs:
     lock_dir: Path | None = None
 
 
-def confirm_options(lab: Path, store: Path | None, seconds: float, pairs: int, alpha: float) -> ConfirmArgs:
-    """The command line's --confirm options, checked (a budget that could settle nothing is exit 2)."""
-    budget = ConfirmBudget(seconds, pairs, alpha=alpha)
+def confirm_options(
+    lab: Path,
+    store: Path | None,
+    seconds: float,
+    pairs: int,
+    alpha: float,
+    max_wait: float = DEFAULT_MAX_WAIT,
+) -> ConfirmArgs:
+    """The command line's --confirm options, checked (a budget that could settle nothing is exit 2);
+    `max_wait` is the gate's: two sides of a pair whose disturbance differs by more are set aside."""
+    budget = ConfirmBudget(seconds, pairs, alpha=alpha, max_wait=max_wait)
     check_args(budget)
     return ConfirmArgs(lab, store, budget)
 
@@ -102,6 +112,7 @@ def confirmations(run: ConfirmRun) -> list[dict[str, Any]]:
             base, cand = r.values.get(q, ([], []))
             out.append(
                 {
+                    "set_aside": list(r.set_aside),
                     **q.key.to_dict(),
                     "rule": q.rule.selection(),
                     "confirmed": d.to_dict() if d is not None else None,
@@ -114,10 +125,14 @@ def confirmations(run: ConfirmRun) -> list[dict[str, Any]]:
     return out
 
 
-def confirmed_verdict(v: PairVerdict, d: PairedDecision, error: str | None) -> PairVerdict:
+def confirmed_verdict(
+    v: PairVerdict, d: PairedDecision, error: str | None, set_aside: Sequence[str] = ()
+) -> PairVerdict:
     """The first-stage verdict replaced by the paired decision, with the evidence in reason and method."""
     verdict = d.verdict or NOISY
     reason = f"{d.reason} ({d.evidence()}); first stage: {v.verdict}"
+    if set_aside:
+        reason += f"; {len(set_aside)} pair(s) set aside, one side disturbed alone ({set_aside[0]})"
     if error:
         reason += f"; stopped early: {error}"
     return replace(
@@ -145,16 +160,18 @@ def apply(result: GateResult, run: ConfirmRun, skipped: list[Unconfirmable]) -> 
     """Pure: the gate's result with confirmed verdicts in place of the first-stage ones; pairs that could
     not be confirmed keep their verdict with a warning saying why."""
     decided: dict[Question, tuple[PairedDecision | None, str | None]] = {}
+    aside: dict[Question, list[str]] = {}
     for r in run.results:
         for q in r.target.questions:
             decided[q] = (r.decisions.get(q), r.error)
+            aside[q] = r.set_aside
     why_not = {u.question: u.reason for u in skipped}
     verdicts = []
     for v in result.verdicts:
         q = Question(v.key, v.rule)
         d, error = decided.get(q, (None, None))
         if d is not None:
-            verdicts.append(confirmed_verdict(v, d, error))
+            verdicts.append(confirmed_verdict(v, d, error, aside.get(q, ())))
         elif q in decided or q in why_not:
             verdicts.append(replace(v, warnings=(*v.warnings, f"not confirmed: {error or why_not.get(q)}")))
         else:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.confirm import PairedDecision, decide, look_schedule
+from ..analysis.disturbance import DEFAULT_MAX_WAIT, Disturbance
 from ..analysis.gate import (
     DISTURBANCE_WORDS,
     FAIL,
@@ -63,6 +64,9 @@ class ConfirmBudget:
     seconds: float = 300.0
     max_pairs: int = 20
     alpha: float = 0.01
+    # A pair whose two sides' measured disturbance differs by more than this share (others' CPU share,
+    # run-queue wait or steal) is set aside and measured again: a neighbour met one side only
+    max_wait: float = DEFAULT_MAX_WAIT
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,7 @@ class TargetResult:
     values: dict[Question, tuple[list[float], list[float]]] = field(default_factory=dict)
     error: str | None = None
     seconds: float = 0.0
+    set_aside: list[str] = field(default_factory=list)  # pairs not judged: one side met a neighbour alone
 
 
 @dataclass
@@ -245,16 +250,20 @@ def confirm_target(
     decisions so far)."""
     result = TargetResult(target, values={q: ([], []) for q in target.questions})
     looks = look_schedule(budget.alpha, budget.max_pairs)
-    start, n = clock(), 0
+    start, n, tried = clock(), 0, 0
     while True:
         order = [(BASELINE, target.baseline), (CANDIDATE, target.candidate)]
         got: dict[str, JobOutcome] = {}
-        for side, job in order if n % 2 == 0 else order[::-1]:
-            got[side] = outcome = measure(job, side, n)
+        for side, job in order if tried % 2 == 0 else order[::-1]:
+            got[side] = outcome = measure(job, side, tried)
             if not outcome.ok:
                 result.error = f"{side} job failed: {outcome.error}"
                 break
-        if result.error is None:
+        tried += 1
+        lopsided = None if result.error else unbalanced(got[BASELINE], got[CANDIDATE], budget.max_wait)
+        if lopsided:
+            result.set_aside.append(f"pair {tried}: {lopsided}")
+        elif result.error is None:
             for q in target.questions:
                 a, b = value_of(got[BASELINE], q), value_of(got[CANDIDATE], q)
                 if a is None or b is None or (q.rule.threshold.relative and min(a, b) <= 0):
@@ -262,14 +271,19 @@ def confirm_target(
                     break
                 result.values[q][0].append(a)
                 result.values[q][1].append(b)
-        if result.error is None:
+        if result.error is None and not lopsided:
             n += 1
         result.seconds = clock() - start
-        per_pair = result.seconds / max(n, 1)
-        last = result.error is not None or n >= budget.max_pairs or clock() + per_pair > deadline
+        per_pair = result.seconds / max(tried, 1)
+        last = (
+            result.error is not None
+            or n >= budget.max_pairs
+            or tried >= 2 * budget.max_pairs  # as many set aside as judged: the device is not steady
+            or clock() + per_pair > deadline
+        )
         # A look the budget forces before the next scheduled one takes its place: never more looks than
         # the schedule split alpha among.
-        if n and (n in looks.pairs or last):
+        if n and ((n in looks.pairs and not lopsided) or last):
             k = len(looks.pairs)
             result.decisions = {
                 q: decide(*result.values[q], q.rule, budget.alpha, final=last, looks=k)
@@ -279,6 +293,18 @@ def confirm_target(
                 return result
         elif last:
             return result
+
+
+def unbalanced(baseline: JobOutcome, candidate: JobOutcome, max_wait: float) -> str | None:
+    """Why a pair's sides met different disturbance (a share of others' CPU time, run-queue wait or steal
+    apart by more than `max_wait`), or None. Load both sides met alike is what alternation cancels (two
+    busy loops throughout: every pair balanced); a neighbour that came for one side only is not."""
+    a, b = Disturbance.from_records(baseline.records), Disturbance.from_records(candidate.records)
+    for name in ("others_cpu_share", "runqueue_wait_share", "steal_share"):
+        x, y = getattr(a, name), getattr(b, name)
+        if x is not None and y is not None and abs(x - y) > max_wait:
+            return f"{name.replace('_', ' ')} {x:.0%} (baseline) against {y:.0%} (candidate)"
+    return None
 
 
 def confirm(

@@ -28,6 +28,7 @@ from edgebench.analysis.confirm import (
 from edgebench.analysis.gate import FAIL, IMPROVED, NOISY, PASS, PairKey, Threshold, default_rules
 from edgebench.execution.confirm import (
     BASELINE,
+    CANDIDATE,
     ConfirmBudget,
     ConfirmTarget,
     Question,
@@ -196,6 +197,49 @@ def test_the_time_budget_ends_in_noisy_never_a_guess() -> None:
     out = confirm_target(Simulated(1, 1.15), target(), ConfirmBudget(), deadline=12.0, clock=clock)
     [d] = out.decisions.values()
     assert d.verdict == NOISY and d.n_pairs < 8 and "needs at least 8" in d.reason
+
+
+def neighbour_on_the_candidate(seed: int, both_loaded: float = 0.0, odds: float = 0.6):  # type: ignore[no-untyped-def]
+    """The same model on both sides; a neighbour (others' CPU share 0.6, recorded as the agent records
+    it) makes 6 candidate invocations in 10 1.5x slower and never a baseline one: a bias no alternation
+    cancels. `both_loaded`: a load every invocation meets (busy loops throughout), also recorded."""
+    rng = np.random.default_rng(seed)
+    ctx = RecordContext("confirm", "board", "bench", "net", "onnxruntime", {"threads": 1})
+
+    def measure(job: Job, side: str, pair: int) -> JobOutcome:
+        hit = side == CANDIDATE and rng.random() < odds
+        value = 10.0 * math.exp(rng.normal(0, 0.03)) * (1.5 if hit else 1.0)
+        share = both_loaded + (0.6 if hit else 0.0)
+        records = [
+            ctx.record("latency_ms", value, "ms", stat="p50"),
+            ctx.record("disturbance_others_cpu_share", share, "ratio"),
+        ]
+        return JobOutcome(job, "ok", records)
+
+    return measure
+
+
+def test_a_pair_whose_sides_met_different_disturbance_is_set_aside_and_measured_again() -> None:
+    """Judged on every pair the same model FAILs (the neighbour only ever met the candidate): 16 FAIL, 14
+    NOISY over 30 seeds; with the lopsided pairs set aside (17.6 a target on average) 28 PASS, 2 NOISY,
+    never FAIL, each saying how many it set aside and why. Load both sides meet alike (two busy loops
+    throughout) sets nothing aside."""
+    unguarded = ConfirmBudget(max_pairs=20, max_wait=10.0)  # nothing is ever apart by 1000%
+    fails = 0
+    for seed in range(30):
+        out = confirm_target(neighbour_on_the_candidate(seed), target(), unguarded, deadline=math.inf)
+        [d] = out.decisions.values()
+        fails += d.verdict == FAIL
+    assert fails >= 10, fails  # the reference: the bias is real and the judgement sees it
+    for seed in range(30):
+        out = confirm_target(neighbour_on_the_candidate(seed), target(), ConfirmBudget(), deadline=math.inf)
+        [d] = out.decisions.values()
+        assert d.verdict != FAIL, (seed, d)
+        assert out.set_aside and "others cpu share 0% (baseline) against 60% (candidate)" in out.set_aside[0]
+        assert d.n_pairs + len(out.set_aside) <= 40
+    loaded = confirm_target(neighbour_on_the_candidate(0, 0.5, odds=0.0), target(), ConfirmBudget(), math.inf)
+    [d] = loaded.decisions.values()
+    assert loaded.set_aside == [] and d.verdict == PASS, d  # both sides at 50% throughout
 
 
 def test_a_failed_job_stops_with_its_error() -> None:
