@@ -94,21 +94,8 @@ def latest_runs(store: Path, count: int) -> set[str]:
 
 def by_hand(tool: Path, model: Path) -> float:
     """llama-bench as typed, in a session of its own: decode tokens/s (median of its repetitions)."""
-    argv = [
-        str(tool),
-        "-m",
-        str(model),
-        "-p",
-        "0",
-        "-n",
-        str(NEW),
-        "-t",
-        str(THREADS),
-        "-r",
-        "3",
-        "-o",
-        "json",
-    ]
+    argv = [str(tool), "-m", str(model), "-p", "0", "-n", str(NEW), "-t", str(THREADS), "-r", "3"]
+    argv += ["-o", "json"]
     res = subprocess.run(argv, capture_output=True, text=True, timeout=600, start_new_session=True)
     assert res.returncode == 0, res.stderr[-2000:]
     [test] = json.loads(res.stdout)

@@ -91,23 +91,8 @@ def measured(tool: Path, tmp_path_factory: pytest.TempPathFactory) -> Lab:
 def reported(tool: Path, model: Path, *extra: str) -> dict[str, float]:
     """llama.cpp's own figures at the context, read here: llama-bench -v decoding 1 token after 1023."""
     depth = str(int(CONTEXT) - 1)
-    argv = [
-        str(tool),
-        "-m",
-        str(model),
-        "-p",
-        "0",
-        "-n",
-        "1",
-        "-d",
-        depth,
-        "-r",
-        "1",
-        "-t",
-        "1",
-        "-v",
-        *extra,
-    ]
+    argv = [str(tool), "-m", str(model), "-p", "0", "-n", "1", "-d", depth, "-r", "1", "-t", "1", "-v"]
+    argv += extra
     res = subprocess.run([*argv, "-o", "json"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     out: dict[str, float] = {}
