@@ -7,6 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..files import seal
+
 if TYPE_CHECKING:  # onnx is imported only where a model is generated
     import onnx
 
@@ -34,6 +36,7 @@ def written_once(folder: Path | None, filename: str, write: Callable[[Path], Non
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         try:
             write(tmp)
+            seal(tmp)  # never rewritten: shared by link with the local device's cache and the store
         except BaseException:
             tmp.unlink(missing_ok=True)  # a failed writer leaves no half file behind
             raise

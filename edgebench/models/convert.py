@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import ModelError, seconds
+from ..files import seal
 from ..lab.hashing import sha256_file
 from .refs import models_cache_dir
 
@@ -51,6 +52,7 @@ def run_mnn_tool(args: Sequence[str], *, quant: bool = False, timeout: float = 9
 
 def onnx_to_mnn(onnx_path: Path, out: Path | None = None, extra: Sequence[str] = ()) -> Path:
     """Convert once per (content, flags); the result is cached beside the built-in models."""
+    cached = out is None
     if out is None:
         tag = sha256_file(onnx_path)[:16] + ("-" + "-".join(a.strip("-") for a in extra) if extra else "")
         out = models_cache_dir() / "mnn" / f"{onnx_path.stem}-{tag}.mnn"
@@ -73,5 +75,7 @@ def onnx_to_mnn(onnx_path: Path, out: Path | None = None, extra: Sequence[str] =
     )
     if not tmp.exists() or tmp.stat().st_size == 0:
         raise ModelError(f"{onnx_path}: mnnconvert produced no model")
+    if cached:
+        seal(tmp)  # the cache's file is never rewritten (edgebench.files); one the caller named is theirs
     os.replace(tmp, out)
     return out

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ModelError, seconds
+from ..files import seal
 from ..jobs import ncnn_weights_of
 from ..lab.hashing import sha256_file
 from .refs import models_cache_dir
@@ -76,6 +77,7 @@ def onnx_to_ncnn(
     failure on the device."""
     dims = onnx_input_shapes(onnx_path, shapes)
     shape_arg = ",".join("[" + ",".join(str(d) for d in s) + "]" for s in dims)
+    cached = out is None
     if out is None:
         tag = sha256_file(onnx_path)[:16] + ("-fp16" if fp16_weights else "")
         if shapes:
@@ -108,6 +110,9 @@ def onnx_to_ncnn(
         tmp_param = out.with_name(out.name + suffix)
         shutil.move(weights, tmp_weights)
         shutil.move(param, tmp_param)
+        if cached:  # the cache never rewrites its files (edgebench.files); those the caller named are theirs
+            seal(tmp_weights)
+            seal(tmp_param)
         os.replace(tmp_weights, ncnn_weights_of(out))  # the weights first: a param seen means a pair
         os.replace(tmp_param, out)
     return out

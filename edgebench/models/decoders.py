@@ -38,6 +38,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import ModelError
+from ..files import seal
 from .cache import models_cache_dir
 
 DECODER_REVISION = 1  # bump when the builder changes, so caches regenerate
@@ -376,5 +377,6 @@ def decoder_model(key: str, cache_dir: Path | None = None) -> tuple[str, Path]:
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         onnx.save(model, tmp)
         del model
+        seal(tmp)
         os.replace(tmp, path)
     return config.name, path

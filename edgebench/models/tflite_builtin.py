@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelError
+from ..files import seal
 from .cache import models_cache_dir
 
 TFLITE_REVISION = 1  # bump when a builder changes, so caches regenerate
@@ -151,5 +152,6 @@ def tflite_builtin_model(key: str, cache_dir: Path | None = None) -> tuple[str, 
     if not path.exists():
         tmp = path.with_name(f".{name}.{os.getpid()}{TFLITE_SUFFIX}")
         tmp.write_bytes(TFLITE_BUILTINS[name]())
+        seal(tmp)
         os.replace(tmp, path)
     return name, path

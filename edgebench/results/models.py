@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..files import link_sealed, seal
 from ..lab.hashing import HashCache
 from ..records import params_key
 
@@ -136,22 +137,41 @@ class ModelStore:
         return PruneReport(tuple(name for name, _ in deleted), sum(size for _, size in deleted), kept)
 
     def _copy(self, source: Path, target: Path) -> str:
-        """Copy to a temporary file in the same folder, fsync, rename into place; the copy's sha256."""
+        """Copy to a temporary file in the same folder, fsync, seal (edgebench.files), rename into place;
+        the copy's sha256. A sealed source (a built-in or converted model) is linked, not copied."""
         self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".part-", dir=self.root)
-        digest = hashlib.sha256()
+        fd, name = tempfile.mkstemp(prefix=".part-", dir=self.root)
+        tmp = Path(name)
         try:
-            with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
-                while block := src.read(_CHUNK):
-                    digest.update(block)
-                    out.write(block)
-                out.flush()
-                os.fsync(out.fileno())
+            os.close(fd)
+            tmp.unlink()  # the name stays ours: nothing else writes ".part-" names here
+            digest = _hashed(tmp) if link_sealed(source, tmp) else _copied(source, tmp)
+            seal(tmp)
             os.replace(tmp, target)
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             raise
-        return digest.hexdigest()
+        return digest
+
+
+def _hashed(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as src:
+        while block := src.read(_CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _copied(source: Path, dest: Path) -> str:
+    """Copy `source` to a new file `dest`, synced; the sha256 of what was copied."""
+    digest = hashlib.sha256()
+    with open(source, "rb") as src, open(dest, "xb") as out:
+        while block := src.read(_CHUNK):
+            digest.update(block)
+            out.write(block)
+        out.flush()
+        os.fsync(out.fileno())
+    return digest.hexdigest()
 
 
 def keep_for_job(models: ModelStore, job: Any) -> KeptModel | None:

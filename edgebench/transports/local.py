@@ -3,8 +3,9 @@
 Every call is bounded, file calls included: a copy or read runs in a worker thread that checks the deadline
 between chunks, and the caller gets CommandTimeout at the deadline even if the worker is stuck in the
 kernel (a FIFO without a writer, a hung network file system). A push writes a temporary name and renames
-it only when complete and in time, so a timed-out or failed push leaves no file behind. A command killed
-by signal N reads returncode 128 + N, as on the other transports.
+it only when complete and in time, so a timed-out or failed push leaves no file behind; a sealed file
+(edgebench.files: a built-in or converted model) is hard-linked instead of copied, on one file system. A
+command killed by signal N reads returncode 128 + N, as on the other transports.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import SIGNAL_BASE, CommandTimeout, TransferError, TransportError, UserError
+from ..files import link_sealed
 from .base import CommandResult, check_argv, check_timeout, new_call_token, validate_env
 
 CHUNK = 1 << 20
@@ -79,7 +81,8 @@ class LocalTransport:
         def copy(job: _Job) -> None:
             try:
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                _copy(local, tmp, job)
+                if not link_sealed(local, tmp):  # a file edgebench never changes is shared, not copied
+                    _copy(local, tmp, job)
                 job.commit(lambda: os.replace(tmp, dest))
             finally:
                 tmp.unlink(missing_ok=True)

@@ -174,3 +174,24 @@ def test_bad_input_is_one_line_and_keeps_the_store(workdir: Path) -> None:
     (workdir / "devices" / "board.toml").unlink()
     one_line_error(edgebench("results", "--run", "no-such-run", cwd=workdir), 2, "unknown run")
     assert json.loads(edgebench("results", "--all", "--json", cwd=workdir).stdout)["records"] == before
+
+
+def test_a_built_in_model_benched_and_stored_is_on_disk_once(workdir: Path) -> None:
+    """The built-in, its copy in the local device's cache and the store's kept copy are one inode
+    (edgebench.files): a GB-sized GGUF measured nightly costs its bytes once."""
+    import hashlib
+    import os
+
+    from edgebench.descriptors import default_local_workdir
+    from edgebench.models.refs import resolve_model
+
+    res = edgebench("bench", "builtin:convnet", "--runs", "5", "--min-seconds", "0", "--store", "s.db",
+                    cwd=workdir)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    model = resolve_model("builtin:convnet").path
+    digest = hashlib.sha256(model.read_bytes()).hexdigest()
+    cached = Path(default_local_workdir()) / "cache" / f"{digest}.onnx"
+    kept = workdir / "s.db.models" / f"{digest}.onnx"
+    assert os.environ["XDG_CACHE_HOME"] in str(cached)  # the test's own cache, not the user's
+    assert model.stat().st_ino == cached.stat().st_ino == kept.stat().st_ino
+    assert model.stat().st_nlink >= 3
