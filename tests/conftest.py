@@ -4,6 +4,8 @@ edgebench.testing so labs can reuse it in their own CI; it is imported here as p
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,16 @@ from edgebench.testing.pytest_ssh import (  # noqa: F401
     slow_ssh_board,
     ssh_board,
 )
+
+DISK_NEEDED_GB = 6.0  # the suite's temp folder at its fullest (measured with df beside a full CI run)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """The free disk where the suite writes, first: a full disk fails every test after it."""
+    where = tempfile.gettempdir()
+    free = shutil.disk_usage(where).free / 2**30
+    short = f" (the suite needs about {DISK_NEEDED_GB:.0f} GB: expect 'No space left on device')"
+    return f"disk: {free:.1f} GB free in {where}" + (short if free < DISK_NEEDED_GB else "")
 
 
 @pytest.fixture(autouse=True, scope="session")
