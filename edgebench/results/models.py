@@ -145,8 +145,11 @@ class ModelStore:
         try:
             os.close(fd)
             tmp.unlink()  # the name stays ours: nothing else writes ".part-" names here
-            digest = _hashed(tmp) if link_sealed(source, tmp) else _copied(source, tmp)
-            seal(tmp)
+            if link_sealed(source, tmp):  # sealed already, maybe another user's: no chmod
+                digest = _hashed(tmp)
+            else:
+                digest = _copied(source, tmp)
+                seal(tmp)
             os.replace(tmp, target)
         except BaseException:
             tmp.unlink(missing_ok=True)
