@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..files import link_sealed, seal
-from ..lab.hashing import HashCache
+from ..lab.hashing import HashCache, sha256_file
 from ..records import params_key
 
 SCHEMA_V4 = """
@@ -146,7 +146,7 @@ class ModelStore:
             os.close(fd)
             tmp.unlink()  # the name stays ours: nothing else writes ".part-" names here
             if link_sealed(source, tmp):  # sealed already, maybe another user's: no chmod
-                digest = _hashed(tmp)
+                digest = sha256_file(tmp)
             else:
                 digest = _copied(source, tmp)
                 seal(tmp)
@@ -155,14 +155,6 @@ class ModelStore:
             tmp.unlink(missing_ok=True)
             raise
         return digest
-
-
-def _hashed(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as src:
-        while block := src.read(_CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _copied(source: Path, dest: Path) -> str:

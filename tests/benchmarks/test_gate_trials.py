@@ -132,9 +132,8 @@ def one_trial(folder: Path) -> dict[str, tuple[bool, str, bool]]:
     return out
 
 
-@pytest.mark.timeout(
-    300 + 300 * TRIALS
-)  # five suite runs and two confirms a trial, on a host that may be busy
+# five suite runs and two confirms a trial, on a host that may be busy
+@pytest.mark.timeout(300 + 300 * TRIALS)
 def test_gate_false_alarms_and_power_on_real_runs(tmp_path: Path) -> None:
     trials = []
     for i in range(TRIALS):
